@@ -1,0 +1,312 @@
+"""The one configuration schema: a sweep config is also what `poxm prepare` and `poxm train` read.
+
+Frozen pydantic models, loaded strictly: an unknown or misspelt key is a `PoxmInputError` naming
+the key path and the nearest valid key. Layers: defaults < YAML file < `key=value` overrides.
+`resolved_yaml(cfg)` prints the fully resolved config; `config_hash(obj)` identifies artifacts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from poxm_core.errors import PoxmInputError, nearest
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SyntheticConfig(_Strict):
+    """Generated XMC data: power-law label frequencies, features carrying label signal."""
+    preset: Literal["eurlex", "wiki10", "amazon670k"] | None = Field(None, description="Table-1 shape; explicit sizes below override it")
+    n_train: int | None = Field(None, gt=0, description="training instances")
+    n_test: int | None = Field(None, gt=0, description="test instances")
+    n_features: int | None = Field(None, gt=0, description="D, vocabulary size")
+    n_labels: int | None = Field(None, gt=1, description="L, number of labels (actions)")
+    mean_labels: float | None = Field(None, gt=0, description="mean true labels per instance")
+    scale: float = Field(1.0, gt=0, le=1.0, description="shrink a preset's N (not D, L) by this factor")
+
+
+class VariantConfig(_Strict):
+    """A logging-policy variant (paper appendix, Table logging_param)."""
+    name: str = Field(description="variant label, e.g. A")
+    alpha: float = Field(description="fraction of training instances the logging model sees")
+    beta: float = Field(0.0, description="Gumbel noise scale on log p_hat")
+    T: float = Field(1.0, description="softmax temperature")
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, v: float) -> float:
+        if not (0.0 < v <= 1.0) or math.isnan(v):
+            raise ValueError(f"alpha must be in (0, 1], got {v}")
+        return v
+
+    @field_validator("beta")
+    @classmethod
+    def _beta(cls, v: float) -> float:
+        if not (v >= 0.0) or math.isinf(v):
+            raise ValueError(f"beta must be a finite number >= 0, got {v}")
+        return v
+
+    @field_validator("T")
+    @classmethod
+    def _temp(cls, v: float) -> float:
+        if not (v > 0.0) or math.isinf(v):
+            raise ValueError(f"T must be a finite number > 0, got {v}")
+        return v
+
+
+class DatasetConfig(_Strict):
+    """One dataset of the sweep and its logging variants."""
+    name: str = Field(description="registry name: bibtex, delicious, eurlex-4k, wiki10-31k, amazon-670k, synthetic")
+    path: str | None = Field(None, description="folder or file of user-supplied data; default: <data_root>/<registry folder>")
+    synthetic: SyntheticConfig | None = Field(None, description="sizes for name=synthetic")
+    propensity_A: float | None = Field(None, description="Jain et al. A; default from the registry")
+    propensity_B: float | None = Field(None, description="Jain et al. B; default from the registry")
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="share of training instances held out as the validation log")
+    variants: list[VariantConfig] = Field(description="logging variants (alpha, beta, T)")
+
+    @model_validator(mode="after")
+    def _unique_variants(self) -> "DatasetConfig":
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must be unique, got {names}")
+        if not names:
+            raise ValueError("at least one variant is needed")
+        return self
+
+
+class ModelConfig(_Strict):
+    """Shared core model: sparse encoder to width `dim` + linear head; the logging model."""
+    dim: int = Field(256, gt=0, description="encoder output width d")
+    epochs: int = Field(10, gt=0, description="logging-model training epochs (one-vs-all)")
+    lr: float = Field(2e-3, gt=0, description="logging-model Adam learning rate")
+    batch_size: int = Field(256, gt=0, description="logging-model batch size")
+    weight_decay: float = Field(0.0, ge=0, description="logging-model weight decay")
+    n_candidates: int = Field(100, gt=0, description="K: candidates C(x) = top-K labels of p_hat")
+    topk_chunk_mb: int = Field(256, gt=0, description="memory budget of one chunk of the chunked top-k (MiB)")
+    slate_size: int = Field(5, gt=0, description="ell: logged slate length")
+
+
+class MethodConfig(_Strict):
+    """Per-method settings. `p`/`lam` only for methods that use them (the registry checks)."""
+    p: list[int] | None = Field(None, description="grid of action-selector sizes p")
+    lam: list[float] | None = Field(None, description="grid of reward translations lambda")
+    lr: float | None = Field(None, gt=0, description="learning rate; default training.lr")
+    init: Literal["logging", "random"] = Field("logging", description="head initialisation")
+    softmax: Literal["full", "sampled"] = Field("full", description="BanditNet: full softmax over L or sampled")
+    n_negatives: int = Field(1024, gt=0, description="sampled softmax: negatives per instance")
+    support: Literal["phi", "candidates"] = Field("phi", description="POXM test-time support")
+
+
+class TrainingConfig(_Strict):
+    epochs: int = Field(10, gt=0, description="epochs for every trained head")
+    batch_size: int = Field(256, gt=0, description="mini-batch size")
+    lr: float = Field(1e-3, gt=0, description="default Adam learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay on the head")
+    mc_slates: int = Field(32, gt=0, description="Monte-Carlo slates per instance for stochastic metrics")
+    eval_max_support: int = Field(1024, gt=0, description="full-L policies are evaluated on their top this many labels")
+
+
+class ResourcesConfig(_Strict):
+    cpus_per_trial: float = Field(1, gt=0, description="CPUs per Train worker")
+    gpus_per_trial: float = Field(0, ge=0, description="GPUs per Train worker (fractions share a card)")
+    num_workers: int = Field(1, gt=0, description="Ray Train workers per trial")
+    max_concurrent_trials: int | None = Field(None, gt=0, description="default: what the resources allow")
+    max_failures: int = Field(2, ge=0, description="retries of a crashed trial (from its checkpoint)")
+
+
+class MlflowConfig(_Strict):
+    tracking_uri: str | None = Field(None, description="default: sqlite store inside the run directory")
+    experiment: str | None = Field(None, description="default: the sweep name")
+
+
+class SweepConfig(_Strict):
+    """A whole benchmark sweep. `poxm prepare` and `poxm train` read the same file."""
+    name: str = Field(description="sweep name; the run directory is <runs_dir>/<name>-<hash>")
+    seeds: list[int] = Field([0], description="seeds: logging model, variants' noise, slates, heads")
+    data_root: str | None = Field(None, description="where registry datasets live; default $POXM_DATA_ROOT or ../shared/data")
+    runs_dir: str = Field("runs", description="where run directories are created")
+    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="torch device")
+    datasets: list[DatasetConfig]
+    model: ModelConfig = ModelConfig()
+    methods: dict[str, MethodConfig] = Field(description="method registry name -> settings")
+    training: TrainingConfig = TrainingConfig()
+    resources: ResourcesConfig = ResourcesConfig()
+    group_by: Literal["method", "seed"] = Field("method", description="one trial per (dataset, variant, seed, method) or per (dataset, variant, seed) with all methods")
+    mlflow: MlflowConfig = MlflowConfig()
+
+    @model_validator(mode="after")
+    def _unique(self) -> "SweepConfig":
+        names = [d.name for d in self.datasets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"dataset names must be unique, got {names}")
+        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+            raise ValueError(f"seeds must be a non-empty list of distinct ints, got {self.seeds}")
+        return self
+
+    def dataset(self, name: str) -> DatasetConfig:
+        for d in self.datasets:
+            if d.name == name:
+                return d
+        raise PoxmInputError(f"unknown dataset '{name}' in this config" + nearest(name, [d.name for d in self.datasets]))
+
+
+# --------------------------------------------------------------------------------------------
+# strict loading
+
+def _check_keys(model: type[BaseModel], data: Any, where: str, source: str) -> None:
+    """Walk `data` against `model` and raise on the first unknown key, naming the nearest one."""
+    if not isinstance(data, dict):
+        return
+    fields = model.model_fields
+    for key, val in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            raise PoxmInputError(f"{source}: unknown config key '{path}'" + nearest(str(key), fields))
+        ann = fields[key].annotation
+        for sub in _submodels(ann):
+            if isinstance(val, dict) and sub is not None:
+                if _is_dict_of(ann):
+                    for k2, v2 in val.items():
+                        _check_keys(sub, v2, f"{path}.{k2}", source)
+                else:
+                    _check_keys(sub, val, path, source)
+            elif isinstance(val, list):
+                for i, item in enumerate(val):
+                    _check_keys(sub, item, f"{path}[{i}]", source)
+
+
+def _submodels(ann: Any) -> list[type[BaseModel]]:
+    import typing
+    out: list[type[BaseModel]] = []
+    stack = [ann]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            out.append(a)
+        for arg in typing.get_args(a):
+            stack.append(arg)
+    return out
+
+
+def _is_dict_of(ann: Any) -> bool:
+    import typing
+    return typing.get_origin(ann) is dict
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'training.lr=1e-4' -> (['training', 'lr'], 0.0001). Values are parsed as YAML."""
+    if "=" not in text:
+        raise PoxmInputError(f"override '{text}': expected key=value, e.g. training.epochs=3")
+    key, _, raw = text.partition("=")
+    if not key:
+        raise PoxmInputError(f"override '{text}': empty key")
+    try:
+        val = yaml.safe_load(raw) if raw != "" else None
+    except yaml.YAMLError as exc:
+        raise PoxmInputError(f"override '{text}': value is not valid YAML ({exc.__class__.__name__})") from None
+    return key.split("."), val
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Set nested keys; list items are addressed by index (datasets.0.variants.1.T=3)."""
+    data = json.loads(json.dumps(data))  # deep copy of plain data
+    for ov in overrides:
+        path, val = parse_override(ov)
+        cur: Any = data
+        for i, part in enumerate(path[:-1]):
+            if isinstance(cur, list):
+                try:
+                    cur = cur[int(part)]
+                except (ValueError, IndexError):
+                    raise PoxmInputError(f"override '{ov}': '{part}' is not a valid index") from None
+            else:
+                cur = cur.setdefault(part, {})
+        last = path[-1]
+        if isinstance(cur, list):
+            try:
+                cur[int(last)] = val
+            except (ValueError, IndexError):
+                raise PoxmInputError(f"override '{ov}': '{last}' is not a valid index") from None
+        else:
+            cur[last] = val
+    return data
+
+
+def _yaml_line(source: str, text: str | None, path: tuple) -> str:
+    """Best effort 'file:line' for a key path (pydantic loc), for one-line errors."""
+    if not text or not path:
+        return source
+    key = next((p for p in reversed(path) if isinstance(p, str)), None)
+    if key is None:
+        return source
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip().lstrip("- ")
+        if s.startswith(f"{key}:") or f" {key}:" in line or f"{{{key}:" in line:
+            return f"{source}:{i}"
+    return source
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+                data: dict | None = None) -> SweepConfig:
+    """Load a SweepConfig from YAML (or a dict), apply overrides, validate strictly."""
+    source = str(path) if path is not None else "<config>"
+    text = None
+    if data is None:
+        p = Path(path)  # type: ignore[arg-type]
+        if not p.exists():
+            raise PoxmInputError(f"{p}: config file not found")
+        text = p.read_text()
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            raise PoxmInputError(f"{p}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        if not isinstance(data, dict):
+            raise PoxmInputError(f"{p}: expected a mapping of config keys at the top level")
+    data = apply_overrides(data, overrides or [])
+    _check_keys(SweepConfig, data, "", source)
+    try:
+        return SweepConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        got_s = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        raise PoxmInputError(f"{_yaml_line(source, text, err['loc'])}: config key '{loc}': {msg}{got_s}") from None
+
+
+def resolved_dict(cfg: BaseModel) -> dict:
+    return cfg.model_dump(mode="json")
+
+
+def resolved_yaml(cfg: BaseModel) -> str:
+    """The fully resolved config as YAML (what `--print-config` prints and what runs log)."""
+    return yaml.safe_dump(resolved_dict(cfg), sort_keys=False, default_flow_style=None)
+
+
+def config_hash(obj: Any, n: int = 12) -> str:
+    """Content hash of any JSON-able object or pydantic model (sorted keys)."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json")
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:n]
+
+
+def default_data_root() -> Path:
+    """$POXM_DATA_ROOT, else ../shared/data next to the repository (the layout of this workplace)."""
+    env = os.environ.get("POXM_DATA_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parents[1]
+    return (here.parent / "shared" / "data").resolve()

@@ -1,0 +1,57 @@
+"""What the prepare stage hands to every trial: the shared core model's outputs for one
+(dataset, logging variant, seed). Everything here is computed once and cached (see docs/artifacts.md).
+
+Shapes: n_tr training instances, n_te test instances, d encoder width, L labels, K candidates,
+ell slate length. No array here is n x L.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True)
+class VariantPolicy:
+    """Logging policy rho on C(x) for one split, candidates in rho order (descending, ties by label id).
+
+    Phi^p(x) = cand[:, :p]. rho[i, k] = rho(cand[i, k] | x_i); rows sum to 1.
+    """
+    cand: np.ndarray   # (n, K) int64 label ids, sorted by rho descending
+    rho: np.ndarray    # (n, K) float64
+
+    def __post_init__(self) -> None:
+        if self.cand.shape != self.rho.shape or self.cand.ndim != 2:
+            raise ValueError(f"cand {self.cand.shape} and rho {self.rho.shape} must be equal (n, K) shapes")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Inputs of a trial. `log_train`/`log_val` index rows of the training split (`instance`)."""
+    dataset: str
+    variant: str
+    seed: int
+    Z_train: np.ndarray            # (n_tr, d) float32 frozen encoder outputs
+    Z_test: np.ndarray             # (n_te, d) float32
+    W: np.ndarray                  # (L, d) float32 logging model head weights
+    b: np.ndarray                  # (L,) float32 logging model head bias
+    policy_train: VariantPolicy    # rho on training instances
+    policy_test: VariantPolicy     # rho on test instances
+    log_train: "BanditLog"         # logged slates used for gradient steps
+    log_val: "BanditLog"           # held-out logged slates: selection reads only these
+    inv_propensity: np.ndarray     # (L,) float64, 1/p_l (Jain et al.)
+    Y_test: sp.csr_matrix          # (n_te, L) test labels: only metrics read them
+    Y_train: sp.csr_matrix | None = None  # (n_tr, L) read ONLY by the supervised skyline
+    meta: dict = field(default_factory=dict)  # hashes, stats, config of the prepare stage
+
+    @property
+    def n_labels(self) -> int:
+        return int(self.W.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.W.shape[1])
+
+
+from poxm_core.bandit.log import BanditLog  # noqa: E402  (type used above)
