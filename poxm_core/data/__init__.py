@@ -1,0 +1,17 @@
+"""Extreme multi-label data: containers, readers, the dataset registry, synthetic data, propensities."""
+from poxm_core.data.propensity import inverse_propensities, label_propensities
+from poxm_core.data.readers import (TextTfidf, find_split_sparse, read_split_sparse, read_split_sparse_dir,
+                                    read_text_tfidf, read_xc_bow)
+from poxm_core.data.registry import (DATASETS, DatasetSpec, KnownShape, PaperVariant, get_spec, load_dataset,
+                                     propensity_params, register_dataset)
+from poxm_core.data.synthetic import PRESETS, SyntheticPreset, make_synthetic, synthetic_from_config
+from poxm_core.data.types import XMCData, XMCSplit
+
+__all__ = [
+    "XMCData", "XMCSplit",
+    "read_xc_bow", "read_split_sparse", "read_split_sparse_dir", "find_split_sparse", "read_text_tfidf", "TextTfidf",
+    "DATASETS", "DatasetSpec", "KnownShape", "PaperVariant", "register_dataset", "get_spec", "load_dataset",
+    "propensity_params",
+    "PRESETS", "SyntheticPreset", "make_synthetic", "synthetic_from_config",
+    "label_propensities", "inverse_propensities",
+]

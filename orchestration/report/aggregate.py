@@ -1,0 +1,147 @@
+"""Mean +- std over seeds of the selected points, with partial and missing cells made visible.
+
+Pure functions of result rows. A *cell* is (dataset, variant, method, metric). Its status is
+  ok       every expected seed has a value
+  partial  some expected seeds have a value: shown as "mean ± std (n=2/3)"
+  missing  the sweep expects it, no seed has a value: shown as "—"
+  not_run  the sweep does not expect it (method not configured): shown as "—", listed apart
+The std is the sample standard deviation over seeds (ddof = 1); with one seed there is none and
+only the mean is shown.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import product
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+CELL_KEYS = ["dataset", "variant", "method", "metric"]
+EXPECT_KEYS = ["dataset", "variant", "method", "seed"]
+MISSING = "—"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: mean and sample std over `n` of `n_expected` seeds (fractions, not x100)."""
+    mean: float = math.nan
+    std: float = math.nan
+    n: int = 0
+    n_expected: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.n == 0:
+            return "missing" if self.n_expected > 0 else "not_run"
+        return "partial" if self.n < self.n_expected else "ok"
+
+    def text(self, scale: float = 100.0, digits: int = 2) -> str:
+        """'52.38 ± 1.20', '52.38 ± 1.20 (n=2/3)', '52.38' (one seed), or '—'."""
+        if self.n == 0 or not math.isfinite(self.mean):
+            return MISSING
+        s = f"{scale * self.mean:.{digits}f}"
+        if self.n > 1 and math.isfinite(self.std):
+            s += f" ± {scale * self.std:.{digits}f}"
+        if self.status == "partial":
+            s += f" (n={self.n}/{self.n_expected})"
+        return s
+
+
+def seed_stats(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean, sample std (ddof=1) and count over seeds per (dataset, variant, method, metric).
+
+    `rows` holds one value per (cell, seed) (e.g. ``selection.selected_rows``); duplicates of a
+    (cell, seed) keep the row with the largest epoch. Non-finite values do not count as a seed.
+    """
+    cols = CELL_KEYS + ["mean", "std", "n", "seeds"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    one = rows.sort_values("epoch", kind="stable").drop_duplicates(CELL_KEYS + ["seed"], keep="last")
+    one = one[np.isfinite(one["value"].to_numpy(dtype=float))]
+    if one.empty:
+        return pd.DataFrame(columns=cols)
+    g = one.groupby(CELL_KEYS, sort=True)
+    out = g["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else math.nan,
+                         n="count").reset_index()
+    seeds = g["seed"].agg(lambda s: tuple(sorted(int(x) for x in s))).rename("seeds").reset_index()
+    return out.merge(seeds, on=CELL_KEYS)[cols]
+
+
+def expected_from_grid(grid: Iterable[Mapping]) -> pd.DataFrame:
+    """Expected (dataset, variant, method, seed) from sweep.json's grid points."""
+    recs = [{k: g[k] for k in EXPECT_KEYS} for g in grid]
+    df = pd.DataFrame(recs, columns=EXPECT_KEYS)
+    if not df.empty:
+        df = df.astype({"dataset": str, "variant": str, "method": str, "seed": "int64"})
+    return df.drop_duplicates().reset_index(drop=True)
+
+
+def expected_from_config(config: Mapping) -> pd.DataFrame | None:
+    """Expected cells from a resolved sweep config (datasets x variants x methods x seeds), or None."""
+    try:
+        seeds = [int(s) for s in config.get("seeds", [0])]
+        methods = list(config["methods"])
+        dv = [(d["name"], v["name"]) for d in config["datasets"] for v in d["variants"]]
+    except (KeyError, TypeError, AttributeError):
+        return None
+    recs = [(d, v, m, s) for (d, v), m, s in product(dv, methods, seeds)]
+    return pd.DataFrame(recs, columns=EXPECT_KEYS).astype({"seed": "int64"})
+
+
+def expected_from_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Fallback when the sweep's grid is unknown: every method seen in a (dataset, variant) is
+    expected for every seed seen there."""
+    if rows.empty:
+        return pd.DataFrame(columns=EXPECT_KEYS)
+    recs = []
+    for (d, v), sub in rows.groupby(["dataset", "variant"], sort=True):
+        for m, s in product(sorted(sub["method"].unique()), sorted(sub["seed"].unique())):
+            recs.append((d, v, m, int(s)))
+    return pd.DataFrame(recs, columns=EXPECT_KEYS).astype({"seed": "int64"})
+
+
+def cell_grid(stats: pd.DataFrame, expected: pd.DataFrame, dataset: str, variant: str,
+              methods: list[str], metrics: list[str]) -> dict[tuple[str, str], Cell]:
+    """Cells of one table (dataset, variant): every (method, metric) asked for, present or not."""
+    s = stats[(stats["dataset"] == dataset) & (stats["variant"] == variant)]
+    e = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)]
+    n_exp = e.groupby("method")["seed"].nunique().to_dict()
+    by = {(r.method, r.metric): r for r in s.itertuples(index=False)}
+    out = {}
+    for m, k in product(methods, metrics):
+        r = by.get((m, k))
+        ne = int(n_exp.get(m, 0))
+        if r is None:
+            out[(m, k)] = Cell(n_expected=ne)
+        else:
+            # a cell with more seeds than the grid names (grid unknown or widened) is not partial
+            out[(m, k)] = Cell(float(r.mean), float(r.std), int(r.n), max(ne, int(r.n)))
+    return out
+
+
+def best_cells(cells: Mapping[tuple[str, str], Cell], metrics: list[str], eligible: list[str],
+               scale: float = 100.0, digits: int = 2) -> set[tuple[str, str]]:
+    """(method, metric) pairs holding the best (largest) mean of each metric among `eligible`
+    methods with a value; compared at the displayed precision, so displayed ties are all bold."""
+    best: set[tuple[str, str]] = set()
+    for k in metrics:
+        vals = {m: round(scale * cells[(m, k)].mean, digits) for m in eligible
+                if (m, k) in cells and cells[(m, k)].n > 0 and math.isfinite(cells[(m, k)].mean)}
+        if vals:
+            top = max(vals.values())
+            best |= {(m, k) for m, v in vals.items() if v == top}
+    return best
+
+
+def p_set(values: Iterable) -> str:
+    """'20' or '10/20': the distinct p chosen over seeds, sorted; '-' when unused (p = -1)."""
+    vals = sorted({int(v) for v in values if v is not None and math.isfinite(float(v)) and v >= 0})
+    return "/".join(str(v) for v in vals) if vals else "-"
+
+
+def lam_set(values: Iterable) -> str:
+    """'0.8' or '0.7/0.9': the distinct lambda chosen over seeds, sorted; '-' when unused (nan)."""
+    vals = sorted({float(v) for v in values if v is not None and math.isfinite(float(v))})
+    return "/".join(f"{v:g}" for v in vals) if vals else "-"

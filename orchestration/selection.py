@@ -1,0 +1,135 @@
+"""Selection of (p, lambda): honest by construction (DESIGN.md section 7).
+
+For each (dataset, variant, method, seed), among the grid points (p, lambda) that finished (rows with
+``final`` True), the chosen point is the one whose trained policy has the highest SNIS estimate on
+the held-out validation slice of the *logged* data (split 'val', metric 'SNIS'). Test rows are never
+read by that choice. The oracle choice (highest test R@5) is computed apart and labelled
+``selection='oracle'`` so the report can show what honest selection costs.
+
+Ties (equal values, compared exactly) go to the smaller p, then the smaller lambda (missing lambda
+last), so the choice does not depend on row order. A group with a single grid point (logging, dm,
+skyline) is selected trivially, even without an SNIS row. Grid points without a finite SNIS cannot
+be chosen by SNIS; a group where no point has one (and more than one point exists) gets no SNIS row
+and shows as missing in the tables.
+
+Everything here is a pure function of result rows (``poxm_core.results.COLUMNS``).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from poxm_core.results import COLUMNS
+
+GROUP = ["dataset", "variant", "method", "seed"]
+POINT = GROUP + ["p", "lam"]
+SELECT_METRIC = ("val", "SNIS")
+ORACLE_METRIC = ("test", "R@5")
+SELECTION_COLUMNS = GROUP + ["selection", "p", "lam", "val_SNIS", "test_R@5", "n_points"]
+
+
+def check_rows(rows: pd.DataFrame, name: str = "rows") -> pd.DataFrame:
+    """Validate and normalise a long-form result frame (dtypes of p, lam, seed, final)."""
+    if not isinstance(rows, pd.DataFrame):
+        raise TypeError(f"{name} must be a pandas DataFrame of result rows, got {type(rows).__name__}")
+    missing = [c for c in COLUMNS if c not in rows.columns]
+    if missing:
+        raise ValueError(f"{name} lacks result columns {missing}; expected poxm_core.results.COLUMNS")
+    out = rows[COLUMNS].copy()
+    out["p"] = pd.to_numeric(out["p"]).astype("int64")
+    out["lam"] = pd.to_numeric(out["lam"]).astype("float64")
+    out["seed"] = pd.to_numeric(out["seed"]).astype("int64")
+    out["value"] = pd.to_numeric(out["value"]).astype("float64")
+    out["stderr"] = pd.to_numeric(out["stderr"]).astype("float64")
+    out["epoch"] = pd.to_numeric(out["epoch"]).astype("int64")
+    if out["final"].dtype != bool:
+        out["final"] = out["final"].map(_as_bool)
+    for c in ("dataset", "variant", "method", "split", "metric"):
+        out[c] = out[c].astype(str)
+    return out
+
+
+def _as_bool(v) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    s = str(v).strip().lower()
+    if s in ("true", "1", "1.0"):
+        return True
+    if s in ("false", "0", "0.0", "", "nan"):
+        return False
+    raise ValueError(f"rows column 'final' must be boolean, got {v!r}")
+
+
+def _point_metric(final: pd.DataFrame, split: str, metric: str) -> pd.DataFrame:
+    """One value per grid point: the final row of (split, metric) with the largest epoch."""
+    sub = final[(final["split"] == split) & (final["metric"] == metric)]
+    sub = sub.sort_values("epoch", kind="stable").drop_duplicates(POINT, keep="last")
+    return sub[POINT + ["value"]]
+
+
+def _lam_key(lam: pd.Series) -> pd.Series:
+    return lam.fillna(math.inf)
+
+
+def _argmax(points: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Per group, the row with the largest finite `col`; ties -> smaller p, then smaller lam."""
+    ok = points[np.isfinite(points[col].to_numpy(dtype=float))]
+    ordered = ok.assign(_neg=-ok[col], _lam=_lam_key(ok["lam"])).sort_values(
+        GROUP + ["_neg", "p", "_lam"], kind="stable")
+    return ordered.drop_duplicates(GROUP, keep="first").drop(columns=["_neg", "_lam"])
+
+
+def select(rows: pd.DataFrame) -> pd.DataFrame:
+    """SNIS-selected and oracle grid point per (dataset, variant, method, seed).
+
+    Returns one row per group and selection kind, columns ``SELECTION_COLUMNS``:
+    dataset, variant, method, seed, selection ('snis' | 'oracle'), p, lam, val_SNIS (the chosen
+    point's validation SNIS), test_R@5 (its test R@5, for display only), n_points (grid points of
+    the group that finished).
+    """
+    rows = check_rows(rows)
+    final = rows[rows["final"]]
+    points = final[POINT].drop_duplicates().reset_index(drop=True)
+    if points.empty:
+        return pd.DataFrame(columns=SELECTION_COLUMNS)
+    n_points = points.groupby(GROUP, dropna=False).size().rename("n_points").reset_index()
+    points = points.merge(n_points, on=GROUP)
+    snis = _point_metric(final, *SELECT_METRIC).rename(columns={"value": "val_SNIS"})
+    r5 = _point_metric(final, *ORACLE_METRIC).rename(columns={"value": "test_R@5"})
+    points = points.merge(snis, on=POINT, how="left").merge(r5, on=POINT, how="left")
+
+    single = points[points["n_points"] == 1]
+    multi = points[points["n_points"] > 1]
+    # The SNIS choice sees only validation columns: test_R@5 is dropped before the argmax.
+    by_snis = _argmax(multi.drop(columns=["test_R@5"]), "val_SNIS").merge(
+        multi[POINT + ["test_R@5"]], on=POINT, how="left")
+    by_oracle = _argmax(multi, "test_R@5")
+    unselected = set(map(tuple, multi[GROUP].drop_duplicates().to_numpy())) - set(
+        map(tuple, by_snis[GROUP].to_numpy()))
+    if unselected:
+        warnings.warn(f"no finite validation SNIS for {len(unselected)} group(s) with several grid points, "
+                      f"e.g. {sorted(unselected)[0]}: not selected", stacklevel=2)
+    out = pd.concat([single.assign(selection="snis"), by_snis.assign(selection="snis"),
+                     single.assign(selection="oracle"), by_oracle.assign(selection="oracle")],
+                    ignore_index=True)
+    out = out[SELECTION_COLUMNS].sort_values(["selection"] + GROUP, kind="stable",
+                                             key=lambda s: s.map({"snis": 0, "oracle": 1}) if s.name == "selection" else s)
+    return out.reset_index(drop=True)
+
+
+def selected_rows(rows: pd.DataFrame, selection: pd.DataFrame, which: str = "snis",
+                  split: str = "test") -> pd.DataFrame:
+    """The final rows of `split` (default 'test') at the chosen grid points of `which` selection."""
+    if which not in ("snis", "oracle"):
+        raise ValueError(f"which must be 'snis' or 'oracle', got {which!r}")
+    rows = check_rows(rows)
+    chosen = selection[selection["selection"] == which][POINT].copy()
+    chosen["p"] = chosen["p"].astype("int64")
+    chosen["lam"] = chosen["lam"].astype("float64")
+    chosen["seed"] = chosen["seed"].astype("int64")
+    picked = rows[rows["final"] & (rows["split"] == split)]
+    # merge matches NaN lam to NaN lam (methods without lambda).
+    return picked.merge(chosen, on=POINT, how="inner").reset_index(drop=True)

@@ -1,0 +1,251 @@
+"""The dataset registry: name -> `DatasetSpec` (where the files are, expected shapes, propensity A/B,
+the paper's logging variants). Adding a dataset is one `register_dataset(DatasetSpec(...))` line; a
+format the readers do not know comes with a `reader` callable.
+
+`load_dataset(dcfg, data_root, seed)` finds the files under ``dcfg.path`` or ``<data_root>/<folder>``,
+reads them, checks the shapes against the registry and returns an `XMCData`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from poxm_core.data.readers import TEXT_FILES, find_split_sparse, read_split_sparse, read_text_tfidf, read_xc_bow
+from poxm_core.data.types import XMCData, XMCSplit
+from poxm_core.errors import PoxmInputError, nearest
+
+if TYPE_CHECKING:
+    from poxm_core.config import DatasetConfig
+
+
+@dataclass(frozen=True)
+class PaperVariant:
+    """A logging-policy variant (alpha, beta, T) of the paper's appendix table ``logging_param``."""
+    name: str
+    alpha: float
+    beta: float
+    T: float
+
+
+@dataclass(frozen=True)
+class KnownShape:
+    """One published shape of a dataset; None where unknown. `layouts` limits where it applies."""
+    source: str
+    N_train: int | None
+    N_test: int | None
+    D: int | None
+    L: int | None
+    layouts: tuple[str, ...] = ("xc_bow", "split_sparse", "text")
+
+    def mismatches(self, found: dict[str, int], layout: str) -> list[str]:
+        keys = ("N_train", "N_test", "L") if layout == "text" else ("N_train", "N_test", "D", "L")
+        # D of the text layout is the vocabulary of our TF-IDF vectoriser, not a property of the data.
+        return [k for k in keys if getattr(self, k) is not None and getattr(self, k) != found[k]]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A registered dataset.
+
+    N_train/N_test/D/L are the paper's Table 1 shape (None where unknown); `other_shapes` are further
+    published shapes that are accepted too (e.g. the XC BoW release of EUR-Lex). `train_files` /
+    `test_files` are XC BoW file names tried in order inside `folder`; the split sparse layout
+    (trn_X_Xf.txt ...) and the AttentionXML text layout (train_texts.txt ...) are always accepted too.
+    `reader(dcfg, data_root, seed) -> XMCData`, when set, replaces the file search (synthetic data, or
+    a format of your own).
+    """
+    name: str
+    folder: str
+    description: str
+    A: float = 0.55
+    B: float = 1.5
+    N_train: int | None = None
+    N_test: int | None = None
+    D: int | None = None
+    L: int | None = None
+    other_shapes: tuple[KnownShape, ...] = ()
+    train_files: tuple[str, ...] = ()
+    test_files: tuple[str, ...] = ()
+    variants: tuple[PaperVariant, ...] = ()
+    reader: Callable[["DatasetConfig", Path, int], XMCData] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"name: expected a non-empty string, got {self.name!r}")
+        if len(self.train_files) != len(self.test_files):
+            raise ValueError(f"{self.name}: train_files and test_files must pair up, got {self.train_files} / {self.test_files}")
+        if not (self.A > 0 and self.B > 0):
+            raise ValueError(f"{self.name}: propensity A and B must be > 0, got A={self.A}, B={self.B}")
+
+    def known_shapes(self) -> tuple[KnownShape, ...]:
+        paper = KnownShape("paper Table 1", self.N_train, self.N_test, self.D, self.L)
+        return (paper,) + self.other_shapes
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(spec: DatasetSpec) -> DatasetSpec:
+    """Add `spec` to `DATASETS` (a name may be registered once)."""
+    if not isinstance(spec, DatasetSpec):
+        raise TypeError(f"spec: expected a DatasetSpec, got {type(spec).__name__}")
+    if spec.name in DATASETS:
+        raise ValueError(f"dataset '{spec.name}' is already registered")
+    DATASETS[spec.name] = spec
+    return spec
+
+
+def get_spec(name: str) -> DatasetSpec:
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise PoxmInputError(f"unknown dataset '{name}'{nearest(str(name), DATASETS)}; "
+                             f"registered: {', '.join(sorted(DATASETS))}") from None
+
+
+def propensity_params(dcfg: "DatasetConfig") -> tuple[float, float]:
+    """(A, B) of Jain et al.: the config's propensity_A / propensity_B where set, else the registry's."""
+    spec = get_spec(dcfg.name)
+    A = spec.A if dcfg.propensity_A is None else float(dcfg.propensity_A)
+    B = spec.B if dcfg.propensity_B is None else float(dcfg.propensity_B)
+    return A, B
+
+
+# --------------------------------------------------------------------------------------------
+# locating and loading files
+
+@dataclass(frozen=True)
+class DatasetFiles:
+    layout: str  # "xc_bow" | "split_sparse" | "text"
+    train: tuple[Path, ...]
+    test: tuple[Path, ...]
+
+
+def locate_files(spec: DatasetSpec, where: Path) -> DatasetFiles:
+    """Find the dataset under `where`: a folder (XC BoW, then split sparse, then text layout) or an XC BoW
+    training file whose name contains 'train' (its test file: the same name with 'test')."""
+    where = Path(where)
+    if where.is_file():
+        if "train" not in where.name:
+            raise PoxmInputError(f"{where}: a file path must be the XC BoW training file, its name containing 'train'")
+        test = where.with_name(where.name.replace("train", "test"))
+        if not test.is_file():
+            raise PoxmInputError(f"{test}: file not found (the test twin of {where.name})")
+        return DatasetFiles("xc_bow", (where,), (test,))
+    if not where.is_dir():
+        raise PoxmInputError(f"{where}: dataset '{spec.name}' not found (no such folder); set the dataset's "
+                             f"'path' or the data root ($POXM_DATA_ROOT)")
+    for tr, te in zip(spec.train_files, spec.test_files):
+        if (where / tr).is_file() or (where / te).is_file():
+            for p in (where / tr, where / te):
+                if not p.is_file():
+                    raise PoxmInputError(f"{p}: file not found (XC BoW layout of '{spec.name}')")
+            return DatasetFiles("xc_bow", (where / tr,), (where / te,))
+    split = find_split_sparse(where)
+    if split is not None:
+        return DatasetFiles("split_sparse", split["train"], split["test"])
+    text = {s: tuple(where / n for n in names) for s, names in TEXT_FILES.items()}
+    if any(p.is_file() for pair in text.values() for p in pair):
+        missing = [p.name for pair in text.values() for p in pair if not p.is_file()]
+        if missing:
+            raise PoxmInputError(f"{where}: text layout is incomplete, missing {', '.join(missing)}")
+        return DatasetFiles("text", text["train"], text["test"])
+    wanted = [f"{a}/{b}" for a, b in zip(spec.train_files, spec.test_files)]
+    wanted += ["trn_X_Xf.txt+trn_X_Y.txt+tst_X_Xf.txt+tst_X_Y.txt", "train_texts.txt+train_labels.txt+test_texts.txt+test_labels.txt"]
+    raise PoxmInputError(f"{where}: no data files of '{spec.name}' found; expected one of: {'; '.join(wanted)}")
+
+
+def check_shape(spec: DatasetSpec, files: DatasetFiles, found: dict[str, int]) -> None:
+    """Raise unless `found` (N_train, N_test, D, L) matches one of the spec's known shapes."""
+    shapes = [s for s in spec.known_shapes() if files.layout in s.layouts]
+    if not shapes:
+        return
+    diffs = [(s, s.mismatches(found, files.layout)) for s in shapes]
+    if any(not d for _, d in diffs):
+        return
+    best, bad = min(diffs, key=lambda sd: len(sd[1]))
+    culprit = files.test[0] if all(k == "N_test" for k in bad) else files.train[0]
+    expected = " or ".join(
+        f"{', '.join(f'{k}={getattr(s, k)}' for k in ('N_train', 'N_test', 'D', 'L') if getattr(s, k) is not None)} ({s.source})"
+        for s in shapes)
+    got = ", ".join(f"{k}={found[k]}" for k in ("N_train", "N_test", "D", "L"))
+    raise PoxmInputError(f"{culprit}: '{spec.name}' has unexpected shape, found {got}; expected {expected}")
+
+
+def _load_files(spec: DatasetSpec, where: Path) -> XMCData:
+    files = locate_files(spec, where)
+    if files.layout == "xc_bow":
+        Xtr, Ytr = read_xc_bow(files.train[0])
+        Xte, Yte = read_xc_bow(files.test[0])
+    elif files.layout == "split_sparse":
+        Xtr, Ytr = read_split_sparse(*files.train)
+        Xte, Yte = read_split_sparse(*files.test)
+    else:
+        t = read_text_tfidf(*files.train, *files.test)
+        Xtr, Ytr, Xte, Yte = t.X_train, t.Y_train, t.X_test, t.Y_test
+    for what, a, b in (("D", Xtr.shape[1], Xte.shape[1]), ("L", Ytr.shape[1], Yte.shape[1])):
+        if a != b:
+            raise PoxmInputError(f"{files.test[-1]}: {what}={b} but the training file {files.train[-1].name} has {what}={a}")
+    found = {"N_train": Xtr.shape[0], "N_test": Xte.shape[0], "D": Xtr.shape[1], "L": Ytr.shape[1]}
+    check_shape(spec, files, found)
+    return XMCData(spec.name, XMCSplit(Xtr, Ytr), XMCSplit(Xte, Yte))
+
+
+def load_dataset(dcfg: "DatasetConfig", data_root: Path | str, seed: int = 0) -> XMCData:
+    """Read the dataset `dcfg.name` from ``dcfg.path`` or ``<data_root>/<spec.folder>``; `seed` is used by
+    generated datasets only. Shapes are checked against the registry (one-line error naming the file)."""
+    spec = get_spec(dcfg.name)
+    if spec.reader is not None:
+        return spec.reader(dcfg, Path(data_root), seed)
+    where = Path(dcfg.path) if dcfg.path else Path(data_root) / spec.folder
+    return _load_files(spec, where)
+
+
+def _load_synthetic(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
+    from poxm_core.data.synthetic import synthetic_from_config
+
+    if dcfg.synthetic is None:
+        raise PoxmInputError("datasets[name=synthetic].synthetic: required for the synthetic dataset "
+                             "(e.g. synthetic: {preset: eurlex, scale: 0.1})")
+    return synthetic_from_config(dcfg.synthetic, seed)
+
+
+# --------------------------------------------------------------------------------------------
+# the registry entries
+
+_EURLEX_VARIANTS = (PaperVariant("A", 0.2, 0.0, 2.0), PaperVariant("B", 0.2, 1.5, 5.0), PaperVariant("C", 0.2, 4.0, 18.0))
+# Bibtex, Delicious and synthetic data are not in the paper: they get EUR-Lex's variant A as a default.
+_DEFAULT_VARIANTS = (PaperVariant("A", 0.2, 0.0, 2.0),)
+
+register_dataset(DatasetSpec(
+    name="bibtex", folder="bibtex", description="Bibtex (XC repository / Mulan), binary BoW; not in the paper",
+    N_train=4880, N_test=2515, D=1836, L=159, train_files=("bibtex_train.txt",), test_files=("bibtex_test.txt",),
+    variants=_DEFAULT_VARIANTS))
+register_dataset(DatasetSpec(
+    name="delicious", folder="delicious", description="Delicious (XC repository / Mulan), binary BoW; not in the paper",
+    N_train=12920, N_test=3185, D=500, L=983, train_files=("delicious_train.txt",), test_files=("delicious_test.txt",),
+    variants=_DEFAULT_VARIANTS))
+register_dataset(DatasetSpec(
+    name="eurlex-4k", folder="eurlex-4k",
+    description="EUR-Lex 4K, user-supplied. Paper: AttentionXML raw text -> TF-IDF; the XC BoW release is accepted too",
+    N_train=15449, N_test=3865, D=186104, L=3956,
+    other_shapes=(KnownShape("XC BoW release", 15539, 3809, 5000, 3993, layouts=("xc_bow", "split_sparse")),),
+    train_files=("eurlex_train.txt", "train.txt"), test_files=("eurlex_test.txt", "test.txt"),
+    variants=_EURLEX_VARIANTS))
+register_dataset(DatasetSpec(
+    name="wiki10-31k", folder="wiki10-31k", description="Wiki10-31K, user-supplied", A=0.5, B=0.4,
+    N_train=14146, N_test=6616, D=101938, L=30938,
+    train_files=("wiki10_train.txt", "train.txt"), test_files=("wiki10_test.txt", "test.txt"),
+    variants=(PaperVariant("A", 0.1, 0.0, 1.0),)))
+register_dataset(DatasetSpec(
+    name="amazon-670k", folder="amazon-670k", description="Amazon-670K, user-supplied", A=0.6, B=2.6,
+    N_train=490449, N_test=153025, D=135909, L=670091,
+    train_files=("amazon_train.txt", "amazon670k_train.txt", "train.txt"),
+    test_files=("amazon_test.txt", "amazon670k_test.txt", "test.txt"),
+    variants=(PaperVariant("A", 0.2, 0.0, 2.0),)))
+register_dataset(DatasetSpec(
+    name="synthetic", folder="synthetic",
+    description="generated: power-law labels, topic features (poxm_core.data.synthetic); sizes from the config",
+    variants=_DEFAULT_VARIANTS, reader=_load_synthetic))
+

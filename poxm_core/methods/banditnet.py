@@ -1,0 +1,49 @@
+"""BanditNet (Joachims et al. 2018; DESIGN §6): the translated IS objective with a softmax over all L labels.
+
+    loss = -(1/B) sum_i sum_j w_ij([L]) (r_ij - lam),   w_ij = pi_[L](y_ij | x_i, y_i,<j) / q_ij
+
+pi_[L] is the Plackett-Luce conditional of DESIGN §5 over every label (logits (B, L) per batch; the
+step costs O(B L d)). Option softmax="sampled" (for very large L): the normaliser is estimated from
+the logged actions plus n_negatives labels drawn uniformly with replacement (shared by the batch,
+a seeded generator per head), each negative logit shifted by log(L / n_negatives) (the log-Q
+correction: E[(L/n) sum_k e^{s_k}] = sum_y e^{s_y}); a negative that equals one of the instance's
+logged actions is masked. log of the estimated normaliser is a biased (standard) approximation of
+the exact one. Test time: pi over all L, stochastic (evaluated on its top `eval_max_support` labels).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from poxm_core.estimators import pl_log_conditionals_torch
+from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
+
+
+def full_or_sampled_logpi(score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+    """(B, ell) log pi_[L](y_ij | x_i, y_<j): exact (full softmax) or sampled-softmax approximation."""
+    if ctx.mc.softmax == "full":
+        return pl_log_conditionals_torch(score(None), batch.actions, check=False)
+    B, ell = batch.actions.shape
+    L, k = ctx.n_labels, ctx.mc.n_negatives
+    neg = torch.randint(L, (k,), generator=ctx.gen).to(batch.actions.device)
+    ids = torch.cat([batch.actions, neg.expand(B, k)], dim=1)
+    logits = score(ids)                                             # (B, ell + k)
+    collide = (batch.actions.unsqueeze(2) == neg.view(1, 1, k)).any(dim=1)   # (B, k)
+    neg_logits = torch.where(collide, torch.full_like(logits[:, ell:], float("-inf")),
+                             logits[:, ell:] + math.log(L / k))
+    scores = torch.cat([logits[:, :ell], neg_logits], dim=1)
+    pos = torch.arange(ell, device=scores.device).expand(B, ell)
+    return pl_log_conditionals_torch(scores, pos, check=False)
+
+
+class BanditNet(Method):
+    name = "banditnet"
+    uses_lam = True
+    train_support = "all"
+    test_policy = "softmax"
+    options = ("softmax", "n_negatives")
+    suggested_lr = 1e-4
+
+    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.lam)

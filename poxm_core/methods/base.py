@@ -1,0 +1,159 @@
+"""The Method interface (DESIGN §6): what a method trains on, its loss, and its test-time policy.
+
+A method is a small stateless object declared in one module and registered in `registry.py`:
+
+  name            registry name ("poxm")
+  trains          False for the logging policy (nothing to learn)
+  uses_p/uses_lam whether the (p, lam) grids apply; `validate` rejects a grid given to a method
+                  that ignores it, naming the key methods.<name>.p
+  train_support   which labels the loss touches: "none" | "logged" | "all" | "phi" | "candidates" |
+                  "full labels"
+  test_policy     "rho" (logging), "greedy" (top-k over C(x) by score), or "softmax" (Plackett-Luce
+                  over `test_support(...)`: "phi" = Phi^p(x), "candidates" = C(x), "all" = [L])
+  loss(score, batch, ctx)
+                  the minimised objective on one mini-batch, a function of the head parameters only
+                  through `score(ids)`: ids (B, m) label ids -> logits s(x_i, ids[i, c]) (B, m), or
+                  ids=None -> logits over all L labels (B, L). The trainer's scorer gathers only the
+                  rows it is asked for, so a loss that asks for Phi^p(x) never touches another label.
+
+Heads are linear on the frozen encoder: s(x, y) = W[y] . z(x) + b[y] (W (L, d), b (L,)).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from poxm_core.config import MethodConfig
+from poxm_core.errors import PoxmInputError
+
+__all__ = ["Batch", "HeadContext", "Method", "Scorer", "translated_loss", "DEFAULT_P", "DEFAULT_LAM"]
+
+# DESIGN §6 grids, used when a method that needs p or lam is given none.
+DEFAULT_P = (10, 20, 50, 100)
+DEFAULT_LAM = (0.7, 0.8, 0.9, 1.0)
+
+Scorer = Callable[[torch.Tensor | None], torch.Tensor]
+
+
+@dataclass
+class Batch:
+    """One mini-batch of logged training instances, as tensors on the training device.
+
+    z (B, d) float32 frozen encoder outputs; actions, cand_pos (B, ell) int64; q, rewards (B, ell)
+    float32; cand (B, K) int64 candidates in rho order (Phi^p(x) = cand[:, :p]); inv_prop_actions
+    (B, ell) float32 = 1/p_{y_ij}; labels: CSR (B, L) true labels, only set when a skyline head is
+    trained (nothing else may read them); n_labels L.
+    """
+    z: torch.Tensor
+    actions: torch.Tensor
+    cand_pos: torch.Tensor
+    q: torch.Tensor
+    rewards: torch.Tensor
+    cand: torch.Tensor
+    inv_prop_actions: torch.Tensor
+    n_labels: int
+    labels: sp.csr_matrix | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.z.shape[0])
+
+
+@dataclass
+class HeadContext:
+    """What a loss may know about its head: the grid point, the method's config, a seeded generator
+    (CPU; for sampled negatives), and the number of labels."""
+    p: int | None
+    lam: float | None
+    mc: MethodConfig
+    gen: torch.Generator
+    n_labels: int
+
+
+def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor, lam: float,
+                    scale: torch.Tensor | None = None) -> torch.Tensor:
+    """-(1/B) sum_i sum_j w_ij (r_ij - lam), w_ij = exp(log pi_ij - log q_ij) (paper Eq. obj_not_corrected).
+
+    logpi, q, rewards (B, ell); -inf in logpi means the position is dropped (weight 0, gradient 0).
+    scale (B, ell) multiplies the weights (wPOXM: 1/p_{y_ij}; PM-BanditNet: 1{y_ij in Phi^p}).
+    """
+    finite = torch.isfinite(logpi)
+    safe = torch.where(finite, logpi - torch.log(q), torch.zeros_like(logpi))
+    w = torch.where(finite, torch.exp(safe), torch.zeros_like(logpi))
+    if scale is not None:
+        w = w * scale
+    return -(w * (rewards - lam)).sum(dim=1).mean()
+
+
+class Method:
+    """Base class: declare the class attributes, implement `loss` (if trains) and maybe `validate`."""
+    name: ClassVar[str] = ""
+    trains: ClassVar[bool] = True
+    uses_p: ClassVar[bool] = False
+    uses_lam: ClassVar[bool] = False
+    train_support: ClassVar[str] = "none"
+    test_policy: ClassVar[str] = "softmax"
+    # MethodConfig keys (besides p, lam, lr, init) this method reads; setting another one is an error.
+    options: ClassVar[tuple[str, ...]] = ()
+    # what docs/methods.md suggests; the trainer uses MethodConfig.lr, else training.lr
+    suggested_lr: ClassVar[float | None] = None
+
+    # ------------------------------------------------------------------ config
+    def validate(self, mc: MethodConfig) -> None:
+        """Reject settings this method would silently ignore, naming the config key."""
+        if not isinstance(mc, MethodConfig):
+            raise TypeError(f"methods.{self.name}: expected a MethodConfig, got {type(mc).__name__}")
+        given = mc.model_fields_set
+        if mc.p is not None and not self.uses_p:
+            raise PoxmInputError(f"methods.{self.name}.p: method '{self.name}' does not use p (action selector); remove it")
+        if mc.lam is not None and not self.uses_lam:
+            raise PoxmInputError(f"methods.{self.name}.lam: method '{self.name}' does not use lam; remove it")
+        if not self.trains:
+            for key in ("lr", "init"):
+                if key in given:
+                    raise PoxmInputError(f"methods.{self.name}.{key}: method '{self.name}' trains nothing; remove it")
+        for key in ("softmax", "n_negatives", "support"):
+            if key in given and key not in self.options:
+                raise PoxmInputError(f"methods.{self.name}.{key}: method '{self.name}' has no option '{key}'"
+                                     + (f" (its options: {', '.join(self.options)})" if self.options else ""))
+        if mc.p is not None:
+            if not mc.p or any(isinstance(v, bool) or v < 1 for v in mc.p) or len(set(mc.p)) != len(mc.p):
+                raise PoxmInputError(f"methods.{self.name}.p: expected distinct positive ints, got {mc.p}")
+        if mc.lam is not None:
+            if not mc.lam or any(not math.isfinite(v) for v in mc.lam) or len(set(mc.lam)) != len(mc.lam):
+                raise PoxmInputError(f"methods.{self.name}.lam: expected distinct finite floats, got {mc.lam}")
+
+    def grid(self, mc: MethodConfig) -> list[tuple[int | None, float | None]]:
+        """The (p, lam) grid points of this method (DESIGN §6 defaults when a used grid is absent)."""
+        self.validate(mc)
+        ps = list(mc.p if mc.p is not None else DEFAULT_P) if self.uses_p else [None]
+        lams = list(mc.lam if mc.lam is not None else DEFAULT_LAM) if self.uses_lam else [None]
+        return [(p, lam) for p in ps for lam in lams]
+
+    def test_support(self, mc: MethodConfig) -> str:
+        """'rho' | 'phi' | 'candidates' | 'all' (the support of the test-time policy)."""
+        return {"rho": "rho", "greedy": "candidates"}.get(self.test_policy, "all")
+
+    def needs_labels(self) -> bool:
+        """True only for the supervised skyline (the one reader of training labels)."""
+        return False
+
+    # ------------------------------------------------------------------ training
+    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        raise NotImplementedError(f"method '{self.name}' trains nothing")
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
+
+def dense_targets(labels: sp.csr_matrix, device: torch.device) -> torch.Tensor:
+    """(B, L) float32 0/1 targets of a batch (batch-bounded memory)."""
+    t = torch.zeros(labels.shape, dtype=torch.float32, device=device)
+    rows = np.repeat(np.arange(labels.shape[0]), np.diff(labels.indptr))
+    t[torch.as_tensor(rows, device=device), torch.as_tensor(labels.indices.astype(np.int64), device=device)] = 1.0
+    return t

@@ -1,0 +1,24 @@
+"""Direct Method (DESIGN §6): a reward model fit on the logged (x, y_ij, r_ij) only.
+
+    loss = (1/(B ell)) sum_i sum_j BCE(s(x_i, y_ij), r_ij)      (logistic loss, logits s = W[y].z + b[y])
+
+Touches only the rows of the logged actions. Test time: greedy top-k over C(x) by predicted reward
+sigma(s) (the ranking by s). The trainer also uses a DM head as the reward model of the DR estimate.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from poxm_core.methods.base import Batch, HeadContext, Method, Scorer
+
+
+class DirectMethod(Method):
+    name = "dm"
+    train_support = "logged"
+    test_policy = "greedy"
+    suggested_lr = 1e-3
+
+    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        logits = score(batch.actions)                                   # (B, ell)
+        return F.binary_cross_entropy_with_logits(logits, batch.rewards)

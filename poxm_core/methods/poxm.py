@@ -1,0 +1,37 @@
+"""POXM (paper §4, Eq. obj_not_corrected; DESIGN §6): translated selective importance sampling.
+
+    loss = -(1/B) sum_i sum_j w_ij(Phi^p) (r_ij - lam),   w_ij(Phi^p) = pi_Phi(y_ij | x_i, y_i,<j) / q_ij
+
+pi_Phi is the Plackett-Luce conditional (DESIGN §5) of the softmax restricted to Phi^p(x_i) =
+cand[i, :p]; positions with y_ij outside Phi^p get weight 0. The loss asks the scorer for the p
+logits of Phi^p(x) only, so a step reads and updates at most B*p rows of W: its cost does not grow
+with L. Test time: pi restricted to Phi^p(x), stochastic (option support="candidates": C(x)).
+"""
+from __future__ import annotations
+
+import torch
+
+from poxm_core.config import MethodConfig
+from poxm_core.estimators import pl_log_conditionals_torch, selector_pos
+from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
+
+
+class POXM(Method):
+    name = "poxm"
+    uses_p = True
+    uses_lam = True
+    train_support = "phi"
+    test_policy = "softmax"
+    options = ("support",)
+    suggested_lr = 1e-4
+
+    def test_support(self, mc: MethodConfig) -> str:
+        return mc.support   # "phi" | "candidates"
+
+    def weight_scale(self, batch: Batch) -> torch.Tensor | None:
+        return None
+
+    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        scores = score(batch.cand[:, :ctx.p])                          # (B, p): Phi^p(x) only
+        logpi = pl_log_conditionals_torch(scores, selector_pos(batch.cand_pos, ctx.p), check=False)
+        return translated_loss(logpi, batch.q, batch.rewards, ctx.lam, self.weight_scale(batch))

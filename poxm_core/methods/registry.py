@@ -1,0 +1,34 @@
+"""The method registry: name -> Method. Adding a method is one module and one line here."""
+from __future__ import annotations
+
+from poxm_core.config import MethodConfig
+from poxm_core.errors import PoxmInputError, nearest
+from poxm_core.methods.banditnet import BanditNet
+from poxm_core.methods.base import Method
+from poxm_core.methods.dm import DirectMethod
+from poxm_core.methods.logging_policy import Logging
+from poxm_core.methods.pm_banditnet import PMBanditNet
+from poxm_core.methods.poxm import POXM
+from poxm_core.methods.skyline import Skyline
+from poxm_core.methods.wpoxm import WPOXM
+
+__all__ = ["METHODS", "get_method", "head_grid"]
+
+METHODS: dict[str, Method] = {m.name: m for m in (Logging(), DirectMethod(), BanditNet(), PMBanditNet(),
+                                                  POXM(), WPOXM(), Skyline())}
+
+
+def get_method(name: str) -> Method:
+    """The registered method `name`; an unknown name is a PoxmInputError naming the nearest one."""
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise PoxmInputError(f"methods.{name}: unknown method '{name}'" + nearest(str(name), METHODS)) from None
+
+
+def head_grid(name: str, mc: MethodConfig | None = None):
+    """HeadSpec for every (p, lam) grid point of method `name` under its config."""
+    from poxm_core.training.spec import HeadSpec
+
+    m = get_method(name)
+    return [HeadSpec(name, p, lam) for p, lam in m.grid(mc if mc is not None else MethodConfig())]

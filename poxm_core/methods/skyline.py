@@ -1,0 +1,33 @@
+"""Supervised skyline (DESIGN §6): the head trained one-vs-all with FULL labels on every fit instance.
+
+    loss = (1/B) sum_i sum_{y in [L]} BCE(s(x_i, y), 1{y in Y*_i})
+
+(the logging model's objective, summed over labels as in `model/logging_model.py`, on all fit
+instances instead of the alpha sample). Logits over all L per batch: memory O(B L), bounded by the
+batch. It is the only method that reads training labels (Prepared.Y_train). Test time: greedy top-k
+over C(x) by score, like DM.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from poxm_core.errors import PoxmInputError
+from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, dense_targets
+
+
+class Skyline(Method):
+    name = "skyline"
+    train_support = "full labels"
+    test_policy = "greedy"
+    suggested_lr = 1e-3
+
+    def needs_labels(self) -> bool:
+        return True
+
+    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        if batch.labels is None:
+            raise PoxmInputError("skyline: the prepared data has no training labels (Prepared.Y_train is None)")
+        logits = score(None)                                            # (B, L)
+        target = dense_targets(batch.labels, logits.device)
+        return F.binary_cross_entropy_with_logits(logits, target, reduction="sum") / batch.size

@@ -1,0 +1,106 @@
+"""What one trial trains: `TrialSpec(dataset, variant, seed, heads)`, each head a `HeadSpec(method, p, lam)`.
+
+A trial is one pass of the trainer over one prepared (dataset, variant, seed); its heads are trained
+side by side on the same mini-batches (docs/training.md). `trial_specs(cfg, group_by)` enumerates
+the sweep's grid as trials: "method" gives one trial per (dataset, variant, seed, method) holding
+that method's whole (p, lam) grid; "seed" one trial per (dataset, variant, seed) with every head.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from poxm_core.errors import PoxmInputError
+
+__all__ = ["HeadSpec", "TrialSpec", "trial_specs"]
+
+
+def _fmt(v) -> str:
+    return "none" if v is None else repr(v)
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """One grid point of a method: p (action-selector size) and lam (reward translation), None where unused."""
+    method: str
+    p: int | None = None
+    lam: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, str) or not self.method:
+            raise TypeError(f"method: expected a method name, got {self.method!r}")
+        if self.p is not None and (isinstance(self.p, bool) or not isinstance(self.p, int) or self.p < 1):
+            raise PoxmInputError(f"p: expected a positive int or None, got {self.p!r}")
+        if self.lam is not None:
+            if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam):
+                raise PoxmInputError(f"lam: expected a finite float or None, got {self.lam!r}")
+            object.__setattr__(self, "lam", float(self.lam))
+
+    @property
+    def key(self) -> str:
+        """'poxm/p=10/lam=0.9' ('none' where unused): the prefix of its metric names."""
+        return f"{self.method}/p={_fmt(self.p)}/lam={_fmt(self.lam)}"
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "p": self.p, "lam": self.lam}
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial: a prepared (dataset, variant, seed) and the heads trained on it together."""
+    dataset: str
+    variant: str
+    seed: int
+    heads: tuple[HeadSpec, ...]
+
+    def __post_init__(self) -> None:
+        heads = tuple(self.heads)
+        if not heads or not all(isinstance(h, HeadSpec) for h in heads):
+            raise TypeError(f"heads: expected a non-empty tuple of HeadSpec, got {self.heads!r}")
+        keys = [h.key for h in heads]
+        if len(set(keys)) != len(keys):
+            raise PoxmInputError(f"heads: a head appears twice in {keys}")
+        object.__setattr__(self, "heads", heads)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed: expected an int, got {self.seed!r}")
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(h.method for h in self.heads))
+
+    @property
+    def name(self) -> str:
+        """Stable identity (no timestamp): 'eurlex-4k-A-s0-poxm' or '...-s0-all' for many methods."""
+        m = self.methods
+        return f"{self.dataset}-{self.variant}-s{self.seed}-{m[0] if len(m) == 1 else 'all'}"
+
+    def to_dict(self) -> dict:
+        return {"dataset": self.dataset, "variant": self.variant, "seed": self.seed,
+                "heads": [h.to_dict() for h in self.heads]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrialSpec":
+        return cls(d["dataset"], d["variant"], int(d["seed"]), tuple(HeadSpec(**h) for h in d["heads"]))
+
+
+def trial_specs(cfg, group_by: str | None = None) -> list[TrialSpec]:
+    """Every trial of a sweep config, in config order (datasets, variants, seeds, methods).
+
+    group_by: "method" (default cfg.group_by) -> one trial per (dataset, variant, seed, method) with
+    all its (p, lam) heads; "seed" -> one trial per (dataset, variant, seed) with every method's heads.
+    """
+    from poxm_core.methods import head_grid
+
+    group_by = cfg.group_by if group_by is None else group_by
+    if group_by not in ("method", "seed"):
+        raise PoxmInputError(f"group_by: expected 'method' or 'seed', got {group_by!r}")
+    grids = {name: head_grid(name, mc) for name, mc in cfg.methods.items()}
+    out: list[TrialSpec] = []
+    for d in cfg.datasets:
+        for v in d.variants:
+            for s in cfg.seeds:
+                if group_by == "seed":
+                    out.append(TrialSpec(d.name, v.name, s, tuple(h for g in grids.values() for h in g)))
+                else:
+                    out.extend(TrialSpec(d.name, v.name, s, tuple(g)) for g in grids.values())
+    return out
