@@ -59,7 +59,8 @@ def bench_bigread(n: int = 500_000) -> None:
         t = time.perf_counter()
         X, Y = read_xc_bow(p)
         dt = time.perf_counter() - t
-        ok = (X != d.train.X).nnz == 0 if False else np.allclose(X.data, d.train.X.data, atol=1e-6)
+        ok = (np.array_equal(X.indptr, d.train.X.indptr) and np.array_equal(X.indices, d.train.X.indices)
+              and np.allclose(X.data, d.train.X.data, atol=1e-6))
         print(f"read_xc_bow {n} lines ({size:.0f} MiB, nnz X={X.nnz}, Y={Y.nnz}): {dt:.1f} s; values match: {ok}; "
               f"peak RSS {_peak_mib():.0f} MiB (includes the generator)")
 

@@ -1,0 +1,9 @@
+"""The report: tables (CSV/Markdown/LaTeX) and figures (PNG/PDF) from a run's result rows.
+
+`build_report(run_dir) -> Path` writes run_dir/report/ (index.md, index.html, selection.csv,
+tables/, figures/). Every table and figure is a pure function of the long-form result rows
+(poxm_core.results) selected by orchestration.selection. See docs/report.md.
+"""
+from orchestration.report.build import build_report
+
+__all__ = ["build_report"]

@@ -144,4 +144,9 @@ def p_set(values: Iterable) -> str:
 def lam_set(values: Iterable) -> str:
     """'0.8' or '0.7/0.9': the distinct lambda chosen over seeds, sorted; '-' when unused (nan)."""
     vals = sorted({float(v) for v in values if v is not None and math.isfinite(float(v))})
-    return "/".join(f"{v:g}" for v in vals) if vals else "-"
+    return "/".join(_lam_text(v) for v in vals) if vals else "-"
+
+
+def _lam_text(v: float) -> str:
+    s = f"{v:g}"
+    return s if ("." in s or "e" in s or "n" in s) else s + ".0"  # 1.0, not 1, as in the grid

@@ -66,7 +66,7 @@ def _read_header(f: IO[str], path: Path, names: tuple[str, ...]) -> tuple[int, .
 def _chunks(f: IO[str], path: Path, n_rows: int) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number of the first row, rows without newline); check the row count against the header.
 
-    Blank lines at the very end of the file are ignored; a blank line inside is a row with nothing in it.
+    A blank line is a row with nothing in it; blank lines at the very end beyond the header's N are ignored.
     """
     lineno = 2
     seen = 0
@@ -88,6 +88,11 @@ def _chunks(f: IO[str], path: Path, n_rows: int) -> Iterator[tuple[int, list[str
             raise PoxmInputError(f"{path}:{lineno + n_rows - seen}: header says N={n_rows} rows, found more rows than that")
         yield lineno, body
         lineno += len(body)
+        seen += len(body)
+    if pending_blank and seen < n_rows:
+        # Trailing blank lines are rows without labels/features as far as the header asks for them.
+        body = pending_blank[:n_rows - seen]
+        yield lineno, body
         seen += len(body)
     if seen != n_rows:
         raise PoxmInputError(f"{path}: header says N={n_rows} rows, found {seen} (truncated file?)")
@@ -140,7 +145,8 @@ def _parse_pairs(parts: list[str], ncols: int, path: Path, first_line: int, what
         ok = nums is not None and nums.size == 2 * counts.sum()
     if ok:
         idx, val = nums[0::2], nums[1::2]
-        val32 = val.astype(np.float32)
+        with np.errstate(over="ignore"):  # overflow to inf is caught just below
+            val32 = val.astype(np.float32)
         ok = bool((idx.size == 0 or idx.max() < ncols) and np.isfinite(val32).all())
     if not ok:
         for k, p in enumerate(parts):

@@ -72,10 +72,16 @@ def _lse_np(a: np.ndarray, axis: int) -> np.ndarray:
     return np.squeeze(out, axis=axis)
 
 
+def _row_shift_np(scores: np.ndarray) -> np.ndarray:
+    mx = np.max(scores, axis=1, keepdims=True) if scores.shape[1] else np.zeros((scores.shape[0], 1))
+    return np.where(np.isfinite(mx), mx, 0.0)
+
+
 def _remaining_np(scores: np.ndarray, pos: np.ndarray, extra: np.ndarray | None = None):
     """(s_j, log remaining mass at j, valid) ; shared by the conditionals and the expectations."""
     n, m = scores.shape
     ell = pos.shape[1]
+    scores = scores - _row_shift_np(scores)   # log pi depends on differences only; keeps magnitudes small
     valid = pos >= 0
     rows = np.arange(n)[:, None]
     s_j = np.where(valid, scores[rows, np.where(valid, pos, 0)], -np.inf)
@@ -166,6 +172,10 @@ def _lse_torch(a: torch.Tensor, dim: int) -> torch.Tensor:
 def _remaining_torch(scores: torch.Tensor, pos: torch.Tensor):
     n, m = scores.shape
     ell = pos.shape[1]
+    # log pi depends on differences only: shifting by the (detached) row max keeps float32 exact-ish
+    # (adding back a max of 1e4 inside logsumexp would cost ~1e-3 absolute in float32)
+    mx = scores.detach().amax(dim=1, keepdim=True) if m else scores.new_zeros((n, 1))
+    scores = scores - torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
     neg_inf = torch.full((), float("-inf"), dtype=scores.dtype, device=scores.device)
     valid = pos >= 0
     safe_pos = torch.where(valid, pos, torch.zeros_like(pos))

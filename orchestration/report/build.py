@@ -1,0 +1,257 @@
+"""`build_report(run_dir)`: read a run directory's result rows, select, aggregate, write the report.
+
+Reads (layout written by orchestration):
+  results/rows.csv      long-form rows (poxm_core.results.COLUMNS), required
+  results/prepare.csv   dataset, variant, seed, metric, value (covering@k, logging statistics), optional
+  config.yaml           resolved sweep config (name, seeds, datasets/variants, methods), optional
+  sweep.json            expected grid: list of {dataset, variant, method, p, lam, seed}, optional
+Writes run_dir/report/ atomically (built in a temporary sibling, then swapped in):
+  tables/*.{csv,md,tex}, figures/*.{png,pdf}, selection.csv, index.md, index.html
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from orchestration.report import figures as F
+from orchestration.report import paper
+from orchestration.report import tables as T
+from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, expected_from_grid,
+                                            expected_from_rows, seed_stats)
+from orchestration.report.index import render_html, render_markdown
+from orchestration.selection import POINT, check_rows, select, selected_rows
+from poxm_core.errors import PoxmInputError
+from poxm_core.results import COLUMNS
+
+PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+
+def read_rows(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        raise PoxmInputError(f"{path}: result rows not found (run the sweep, or check the run directory)")
+    try:
+        df = pd.read_csv(path, keep_default_na=True)
+    except pd.errors.EmptyDataError:
+        return check_rows(pd.DataFrame(columns=COLUMNS))
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise PoxmInputError(f"{path}:1: expected columns {COLUMNS}, missing {missing}")
+    try:
+        return check_rows(df, name=str(path))
+    except (ValueError, TypeError) as exc:
+        raise PoxmInputError(f"{path}: {exc}") from None
+
+
+def read_prepare(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else "object") for c in PREPARE_COLUMNS})
+    df = pd.read_csv(path)
+    missing = [c for c in PREPARE_COLUMNS if c not in df.columns]
+    if missing:
+        raise PoxmInputError(f"{path}:1: expected columns {PREPARE_COLUMNS}, missing {missing}")
+    df = df[PREPARE_COLUMNS].copy()
+    for c in ("dataset", "variant", "metric"):
+        df[c] = df[c].astype(str)
+    df["value"] = pd.to_numeric(df["value"], errors="coerce")
+    return df
+
+
+def read_config(path: Path) -> dict:
+    """The resolved config as plain data (not re-validated: a report of an old run must still build)."""
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PoxmInputError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def read_grid(path: Path) -> list[dict] | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PoxmInputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    grid = data.get("grid") if isinstance(data, dict) else data
+    if not isinstance(grid, list):
+        raise PoxmInputError(f"{path}: expected a list of grid points (or {{'grid': [...]}}), got {type(grid).__name__}")
+    for i, g in enumerate(grid):
+        if not isinstance(g, dict) or any(k not in g for k in EXPECT_KEYS):
+            raise PoxmInputError(f"{path}: grid point {i} must be an object with keys {POINT}, got {g!r}")
+    return grid
+
+
+def _variant_params(config: dict) -> dict[tuple[str, str], dict]:
+    out = {}
+    for d in config.get("datasets", []) or []:
+        for v in d.get("variants", []) or []:
+            if isinstance(d, dict) and isinstance(v, dict) and "name" in d and "name" in v:
+                out[(str(d["name"]), str(v["name"]))] = v
+    return out
+
+
+def _ordered(values, preferred: list) -> list:
+    values = list(dict.fromkeys(values))
+    return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
+
+
+# --------------------------------------------------------------------------------------------
+# coverage notes: what is missing or partial, never silently dropped
+
+def _grid_frame(grid: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame([{k: g.get(k) for k in POINT} for g in grid], columns=POINT)
+    df["p"] = pd.to_numeric(df["p"].fillna(-1)).astype("int64")
+    df["lam"] = pd.to_numeric(df["lam"]).astype("float64")
+    df["seed"] = df["seed"].astype("int64")
+    for c in ("dataset", "variant", "method"):
+        df[c] = df[c].astype(str)
+    return df.drop_duplicates()
+
+
+def coverage_notes(rows: pd.DataFrame, selection: pd.DataFrame, expected: pd.DataFrame,
+                   grid: list[dict] | None, source: str, limit: int = 40) -> list[str]:
+    notes = [f"Expected trials taken from {source}."]
+    snis = selection[selection["selection"] == "snis"]
+    have = set(map(tuple, snis[EXPECT_KEYS].to_numpy()))
+    missing = [t for t in map(tuple, expected[EXPECT_KEYS].to_numpy()) if t not in have]
+    if missing:
+        by: dict[tuple, list] = {}
+        for d, v, m, s in missing:
+            by.setdefault((d, v, m), []).append(int(s))
+        n_exp = expected.groupby(["dataset", "variant", "method"])["seed"].nunique().to_dict()
+        items = []
+        for (d, v, m), seeds in sorted(by.items()):
+            kind = "missing" if len(seeds) == n_exp[(d, v, m)] else "partial"
+            items.append(f"{kind}: {d} / {v} / {m}: no selected result for seed(s) {sorted(seeds)} "
+                         f"({n_exp[(d, v, m)] - len(seeds)}/{n_exp[(d, v, m)]} seeds present)")
+        notes += items[:limit] + ([f"... and {len(items) - limit} more"] if len(items) > limit else [])
+    else:
+        notes.append("Every expected (dataset, variant, method, seed) has a selected result.")
+    if grid is not None:
+        g = _grid_frame(grid)
+        final = rows[rows["final"]][POINT].drop_duplicates()
+        done = g.merge(final.assign(_done=True), on=POINT, how="left")
+        todo = done[done["_done"].isna()]
+        if len(todo):
+            short = (todo.groupby(["dataset", "variant", "method", "seed"]).size().rename("n_missing")
+                     .reset_index().merge(g.groupby(["dataset", "variant", "method", "seed"]).size()
+                                          .rename("n_grid").reset_index()))
+            notes.append(f"{len(todo)} of {len(g)} grid points have no final result; selection ran over "
+                         "the finished points only:")
+            lines = [f"{r.dataset} / {r.variant} / {r.method} / seed {r.seed}: "
+                     f"{r.n_grid - r.n_missing}/{r.n_grid} grid points finished" for r in short.itertuples()]
+            notes += lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+        else:
+            notes.append(f"All {len(g)} grid points of sweep.json finished.")
+    extra = sorted(set(map(tuple, snis[EXPECT_KEYS].to_numpy())) - set(map(tuple, expected[EXPECT_KEYS].to_numpy())))
+    if extra:
+        notes.append(f"{len(extra)} result(s) outside the expected grid are included, e.g. {extra[0]}.")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# build
+
+def _write_report(run_dir: Path, out: Path) -> None:
+    rows = read_rows(run_dir / "results" / "rows.csv")
+    prepare = read_prepare(run_dir / "results" / "prepare.csv")
+    config = read_config(run_dir / "config.yaml")
+    grid = read_grid(run_dir / "sweep.json")
+    if grid is not None:
+        expected, source = expected_from_grid(grid), "sweep.json"
+    elif (exp := expected_from_config(config)) is not None:
+        expected, source = exp, "config.yaml (datasets × variants × methods × seeds)"
+    else:
+        expected, source = expected_from_rows(rows[rows["final"]]), \
+            "the results themselves (no sweep.json or config.yaml: every method seen is expected for every seed seen)"
+
+    selection = select(rows)
+    stats = seed_stats(selected_rows(rows, selection, "snis"))
+    params = _variant_params(config)
+    conf_ds = [str(d.get("name")) for d in config.get("datasets", []) or [] if isinstance(d, dict)]
+    datasets = _ordered(list(expected["dataset"]) + list(rows["dataset"]) + list(prepare["dataset"]), conf_ds)
+    dv = sorted(set(zip(expected["dataset"], expected["variant"])) | set(zip(rows["dataset"], rows["variant"])))
+
+    tdir, fdir = out / "tables", out / "figures"
+    tdir.mkdir(parents=True)
+    fdir.mkdir(parents=True)
+    sel_path = out / "selection.csv"
+    T.atomic_write_text(sel_path, selection.to_csv(index=False))
+
+    name = str(config.get("name", run_dir.name))
+    blocks: list[tuple] = [("h1", f"poxm report — {name}"),
+                           ("p", f"Run directory `{run_dir.name}`. {len(rows)} result rows, "
+                                 f"{int(rows['final'].sum())} final. Regenerate with `poxm report {run_dir}`."),
+                           ("h2", "Coverage of the sweep"), ("ul", coverage_notes(rows, selection, expected, grid, source))]
+
+    def links(paths: dict[str, Path]) -> list[tuple[str, str]]:
+        return [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()]
+
+    for d in datasets:
+        blocks.append(("h2", f"Dataset {d}"))
+        for (dd, v) in [x for x in dv if x[0] == d]:
+            blocks.append(("h3", f"{d}, variant {v}"))
+            show_paper = paper.matches_paper(d, v, params.get((d, v)))
+            if d in paper.TABLE2 and not show_paper:
+                blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
+                                    f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
+            for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper),
+                      T.metric_table("greedy", d, v, stats, expected, selection),
+                      T.selection_table(d, v, selection, expected)):
+                blocks += [("table", t), ("links", links(T.write_table(t, tdir)))]
+            fig = F.estimator_figure(rows, d, v, fdir)
+            if fig is not None:
+                blocks.append(("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
+                               [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths]))
+        if (prepare["dataset"] == d).any():
+            t = T.logging_stats_table(d, prepare)
+            blocks += [("h3", f"{d}: logging policy"), ("table", t), ("links", links(T.write_table(t, tdir)))]
+        for fig in (F.covering_figure(prepare, rows, d, fdir), F.robustness_figure(rows, selection, prepare, d, fdir)):
+            if fig is not None:
+                blocks.append(("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
+                               [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths]))
+    blocks += [("h2", "Selection"),
+               ("p", "Per (dataset, variant, method, seed): the (p, λ) with the highest SNIS estimate on the "
+                     "validation log (selection='snis'; ties → smaller p, then smaller λ), and apart, the oracle "
+                     "choice by test R@5 (selection='oracle', uses test labels, never used by the tables)."),
+               ("links", [("selection.csv", "selection.csv")])]
+    T.atomic_write_text(out / "index.md", render_markdown(blocks))
+    T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}"))
+
+
+def build_report(run_dir: str | os.PathLike) -> Path:
+    """Build run_dir/report/ from run_dir/results/*.csv; returns the report directory.
+
+    Built in a temporary directory beside it, then swapped in, so a failed build leaves the old
+    report untouched and no half-written report looks complete.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PoxmInputError(f"{run_dir}: run directory not found")
+    final = run_dir / "report"
+    tmp = Path(tempfile.mkdtemp(prefix=".report.tmp-", dir=run_dir))
+    try:
+        _write_report(run_dir, tmp)
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=".report.old-", dir=run_dir))
+            os.replace(final, old / "report")
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final

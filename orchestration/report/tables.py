@@ -1,0 +1,319 @@
+"""Report tables per (dataset, variant): CSV, Markdown and LaTeX (booktabs). DESIGN.md section 10.
+
+  results_<d>_<v>    stochastic metrics R@k, nDCR@k, PSR@k (k = 3, 5) like the paper's Table 2,
+                     with the paper's numbers as a second block where the logging policy matches
+  greedy_<d>_<v>     greedy top-k metrics P@k, nDCG@k, PSP@k (k = 1, 3, 5)
+  selection_<d>_<v>  SNIS-selected vs oracle (p, lambda) and the test R@5 each gives
+  logging_<d>        logging-policy statistics of prepare.csv per variant
+
+Values are x100, mean ± sample std over seeds at the SNIS-selected points. Bold: best mean per
+column among bandit-feedback rows present (the supervised skyline uses full labels, so it is
+italic and never bold, as in the paper); ties at the displayed precision are all bold.
+Pure functions of result rows; `write_table` is the only function that touches files.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestration.report import paper
+from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
+
+METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "skyline"]
+METHOD_NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet",
+                "pm_banditnet": "PM-BanditNet", "poxm": "POXM", "wpoxm": "wPOXM",
+                "skyline": "Supervised skyline"}
+FULL_INFORMATION = ("skyline",)
+STOCHASTIC = ["R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"]
+GREEDY = ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5"]
+# A deterministic top-k slate has R@k = P@k, nDCR@k = nDCG@k, PSR@k = PSP@k.
+GREEDY_TWIN = {"R@": "P@", "nDCR@": "nDCG@", "PSR@": "PSP@"}
+DAGGER = "†"
+
+
+@dataclass
+class Table:
+    """A rendered table: display strings plus the machine-readable frame written as CSV."""
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    bold: set[tuple[int, int]] = field(default_factory=set)
+    italic_rows: set[int] = field(default_factory=set)
+    sections: dict[int, str] = field(default_factory=dict)  # row index -> label of a block starting there
+    notes: list[str] = field(default_factory=list)
+    frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def method_list(present: list[str]) -> list[str]:
+    """The fixed paper order, then any other registered method that has results, sorted."""
+    return METHOD_ORDER + sorted(set(present) - set(METHOD_ORDER))
+
+
+def method_name(m: str) -> str:
+    return METHOD_NAMES.get(m, m)
+
+
+def _twin(metric: str) -> str:
+    for a, b in GREEDY_TWIN.items():
+        if metric.startswith(a):
+            return b + metric[len(a):]
+    return metric
+
+
+def _selected_pl(selection: pd.DataFrame, dataset: str, variant: str, method: str,
+                 which: str = "snis") -> tuple[str, str]:
+    s = selection[(selection["dataset"] == dataset) & (selection["variant"] == variant)
+                  & (selection["method"] == method) & (selection["selection"] == which)]
+    return p_set(s["p"]), lam_set(s["lam"])
+
+
+def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, expected: pd.DataFrame,
+                 selection: pd.DataFrame, show_paper: bool = False) -> Table:
+    """Table (a) kind='results' (stochastic metrics) or (b) kind='greedy' for one (dataset, variant).
+
+    `stats` from ``aggregate.seed_stats`` of the SNIS-selected test rows; `expected` the expected
+    (dataset, variant, method, seed); `selection` from ``selection.select``.
+    """
+    if kind not in ("results", "greedy"):
+        raise ValueError(f"kind must be 'results' or 'greedy', got {kind!r}")
+    metrics = STOCHASTIC if kind == "results" else GREEDY
+    here = stats[(stats["dataset"] == dataset) & (stats["variant"] == variant)]
+    exp_here = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)]
+    methods = method_list(list(here["method"].unique()) + list(exp_here["method"].unique()))
+    cells = cell_grid(stats, expected, dataset, variant, methods, metrics)
+    twinned: set[str] = set()
+    if kind == "results":
+        twins = cell_grid(stats, expected, dataset, variant, methods, [_twin(k) for k in metrics])
+        for m in methods:
+            if all(cells[(m, k)].n == 0 for k in metrics) and any(twins[(m, _twin(k))].n > 0 for k in metrics):
+                twinned.add(m)
+                for k in metrics:
+                    cells[(m, k)] = twins[(m, _twin(k))]
+    eligible = [m for m in methods if m not in FULL_INFORMATION]
+    best = best_cells(cells, metrics, eligible)
+
+    columns = ["Method"] + metrics + ["p", "λ"]
+    rows, bold, italic, recs = [], set(), set(), []
+    for i, m in enumerate(methods):
+        p_txt, lam_txt = _selected_pl(selection, dataset, variant, m)
+        label = method_name(m) + (DAGGER if m in twinned else "")
+        rows.append([label] + [cells[(m, k)].text() for k in metrics] + [p_txt, lam_txt])
+        bold |= {(i, 1 + j) for j, k in enumerate(metrics) if (m, k) in best}
+        if m in FULL_INFORMATION:
+            italic.add(i)
+        rec = {"dataset": dataset, "variant": variant, "source": "ours", "method": m,
+               "method_name": method_name(m), "greedy_twin": m in twinned}
+        for k in metrics:
+            c = cells[(m, k)]
+            rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_n": c.n,
+                        f"{k}_n_expected": c.n_expected, f"{k}_status": c.status,
+                        f"{k}_best": (m, k) in best})
+        rec.update({"p": p_txt, "lam": lam_txt})
+        recs.append(rec)
+
+    sections: dict[int, str] = {}
+    notes = []
+    if show_paper and kind == "results":
+        sections[0] = "This run (SNIS-selected p, λ)"
+        sections[len(rows)] = "Paper, Table 2 (Lopez et al., AAAI 2021)"
+        for m in methods:
+            vals = paper.paper_row(dataset, m)
+            if vals is None:
+                continue
+            label = ("AttentionXML (skyline)" if m == "skyline" else method_name(m))
+            if m in FULL_INFORMATION:
+                italic.add(len(rows))
+            rows.append([label] + [f"{vals[k]:.2f}" for k in metrics] + ["", ""])
+            rec = {"dataset": dataset, "variant": variant, "source": "paper", "method": m,
+                   "method_name": label, "greedy_twin": False, "p": "", "lam": ""}
+            rec.update({f"{k}_mean": vals[k] for k in metrics})
+            recs.append(rec)
+        notes.append(f"Paper block: {paper.SOURCE}; AttentionXML is the paper's supervised skyline.")
+    title_kind = ("Stochastic policies: expected reward metrics" if kind == "results"
+                  else "Greedy top-k metrics")
+    notes.insert(0, "Values ×100, mean ± std over seeds at the SNIS-selected (p, λ); p and λ: the values "
+                    "selected over seeds. Bold: best among bandit-feedback methods; the supervised "
+                    "skyline (full labels) is italic. “—”: no result; (n=a/b): a of b expected seeds.")
+    if twinned:
+        notes.append(f"{DAGGER} greedy policy without stochastic rows: its P@k, nDCG@k, PSP@k are shown, which "
+                     "equal R@k, nDCR@k, PSR@k for a deterministic slate.")
+    return Table(name=f"{kind}_{dataset}_{variant}", title=f"{title_kind} — {dataset}, variant {variant}",
+                 columns=columns, rows=rows, bold=bold, italic_rows=italic, sections=sections,
+                 notes=notes, frame=pd.DataFrame(recs))
+
+
+def _mean_std_text(vals: np.ndarray, n_expected: int) -> str:
+    vals = vals[np.isfinite(vals)]
+    return Cell(float(vals.mean()) if len(vals) else math.nan,
+                float(vals.std(ddof=1)) if len(vals) > 1 else math.nan,
+                len(vals), max(n_expected, len(vals))).text()
+
+
+def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
+                    expected: pd.DataFrame | None = None) -> Table:
+    """Table (c): for methods with a (p, lambda) grid, SNIS-selected vs oracle points and test R@5."""
+    sel = selection[(selection["dataset"] == dataset) & (selection["variant"] == variant)]
+    multi = sel[sel["n_points"] > 1]
+    methods = [m for m in method_list(list(multi["method"].unique())) if m in set(multi["method"])]
+    columns = ["Method", "seeds", "SNIS p", "SNIS λ", "SNIS: test R@5", "oracle p", "oracle λ",
+               "oracle: test R@5", "oracle − SNIS"]
+    rows, recs = [], []
+    for m in methods:
+        s = multi[(multi["method"] == m) & (multi["selection"] == "snis")].set_index("seed")
+        o = multi[(multi["method"] == m) & (multi["selection"] == "oracle")].set_index("seed")
+        seeds = sorted(set(s.index) | set(o.index))
+        n = len(seeds)
+        if expected is not None:
+            e = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)
+                         & (expected["method"] == m)]
+            n = max(n, int(e["seed"].nunique()))
+        common = sorted(set(s.index) & set(o.index))
+        gap = (o.loc[common, "test_R@5"] - s.loc[common, "test_R@5"]).to_numpy(dtype=float)
+        row = [method_name(m), f"{len(seeds)}/{n}" if len(seeds) < n else str(n), p_set(s["p"]), lam_set(s["lam"]),
+               _mean_std_text(s["test_R@5"].to_numpy(dtype=float), n), p_set(o["p"]), lam_set(o["lam"]),
+               _mean_std_text(o["test_R@5"].to_numpy(dtype=float), n), _mean_std_text(gap, n)]
+        rows.append(row)
+        recs.append(dict(zip(["dataset", "variant", "method"] + columns[1:], [dataset, variant, m] + row[1:])))
+    notes = ["Test R@5 ×100, mean ± std over seeds. SNIS: (p, λ) chosen by the validation-log SNIS "
+             "estimate (what the results tables use). Oracle: chosen by test R@5 — uses test labels, "
+             "shown only to measure the cost of honest selection. Per-seed choices: selection.csv."]
+    if not rows:
+        notes.append("No method with more than one finished grid point here.")
+    return Table(name=f"selection_{dataset}_{variant}",
+                 title=f"Selection of (p, λ): SNIS vs oracle — {dataset}, variant {variant}",
+                 columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
+
+
+def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
+    """Logging-policy statistics (prepare.csv) per variant: every metric, mean ± std over seeds.
+
+    Values in [0, 1] are shown x100; others (e.g. entropies) as they are."""
+    sub = prepare[prepare["dataset"] == dataset]
+    variants = sorted(sub["variant"].unique())
+    cov = sub[sub["metric"].str.startswith("covering@")]
+    other = sorted(set(sub["metric"]) - set(cov["metric"]))
+    ks = sorted(int(m.split("@")[1]) for m in cov["metric"].unique())
+    show_cov = [f"covering@{k}" for k in ks if k in (1, 5, 10, 20, 50, 100) or k == ks[-1]]
+    metrics = other + show_cov
+    columns = ["Statistic"] + [f"variant {v}" for v in variants]
+    rows, recs = [], []
+    for k in metrics:
+        row = [k]
+        for v in variants:
+            vals = sub[(sub["variant"] == v) & (sub["metric"] == k)]["value"].to_numpy(dtype=float)
+            vals = vals[np.isfinite(vals)]
+            if not len(vals):
+                row.append(MISSING)
+                continue
+            frac = bool(np.all((vals >= 0) & (vals <= 1)))
+            sc = 100.0 if frac else 1.0
+            txt = f"{sc * vals.mean():.2f}" + (f" ± {sc * vals.std(ddof=1):.2f}" if len(vals) > 1 else "")
+            row.append(txt)
+            recs.append({"dataset": dataset, "variant": v, "metric": k, "scale": sc,
+                         "mean": sc * vals.mean(), "std": sc * vals.std(ddof=1) if len(vals) > 1 else math.nan,
+                         "n": len(vals)})
+        rows.append(row)
+    notes = ["Fractions ×100 (mean ± std over seeds); covering@k: share of test instances' true labels "
+             "inside the top-k of ρ. Full covering curve: the covering figure and the CSV."]
+    return Table(name=f"logging_{dataset}", title=f"Logging policy statistics — {dataset}",
+                 columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def to_markdown(t: Table) -> str:
+    """GitHub-flavoured Markdown: bold **x**, italic rows *x*, block labels as bold rows."""
+    ncol = len(t.columns)
+    out = [f"**{t.title}**", "", "| " + " | ".join(map(_md_escape, t.columns)) + " |",
+           "|" + "|".join([":---"] + ["---:"] * (ncol - 1)) + "|"]
+    for i, row in enumerate(t.rows):
+        if i in t.sections:
+            out.append("| " + " | ".join([f"**{_md_escape(t.sections[i])}**"] + [""] * (ncol - 1)) + " |")
+        cells = []
+        for j, c in enumerate(row):
+            c = _md_escape(c)
+            if c and (i, j) in t.bold:
+                c = f"**{c}**"
+            elif c and i in t.italic_rows:
+                c = f"*{c}*"
+            cells.append(c)
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    out += [n + "  " for n in t.notes]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_TEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX_UNI = {"±": r"$\pm$", "—": "--", "−": "$-$", "λ": r"$\lambda$", "ρ": r"$\rho$",
+            DAGGER: r"$^\dagger$", "×": r"$\times$", "“": "``", "”": "''", "Δ": r"$\Delta$"}
+
+
+def tex_escape(s: str) -> str:
+    s = "".join(_TEX_ESC.get(ch, ch) for ch in s)
+    for a, b in _TEX_UNI.items():
+        s = s.replace(a, b)
+    return s
+
+
+def to_latex(t: Table) -> str:
+    """A booktabs table environment (needs \\usepackage{booktabs})."""
+    ncol = len(t.columns)
+    out = [r"\begin{table}[ht]", r"\centering", r"\small", rf"\caption{{{tex_escape(t.title)}}}",
+           rf"\label{{tab:{t.name.replace('_', '-')}}}",
+           r"\begin{tabular}{l" + "r" * (ncol - 1) + "}", r"\toprule",
+           " & ".join(tex_escape(c) for c in t.columns) + r" \\", r"\midrule"]
+    for i, row in enumerate(t.rows):
+        if i in t.sections:
+            if i > 0:
+                out.append(r"\midrule")
+            out.append(rf"\multicolumn{{{ncol}}}{{l}}{{\emph{{{tex_escape(t.sections[i])}}}}} \\")
+        cells = []
+        for j, c in enumerate(row):
+            c = tex_escape(c)
+            if c and (i, j) in t.bold:
+                c = rf"\textbf{{{c}}}"
+            elif c and i in t.italic_rows:
+                c = rf"\textit{{{c}}}"
+            cells.append(c)
+        out.append(" & ".join(cells) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}"]
+    if t.notes:
+        out.append(r"\par\smallskip{\footnotesize " + " ".join(tex_escape(n) for n in t.notes) + "}")
+    out.append(r"\end{table}")
+    return "\n".join(out) + "\n"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_table(t: Table, out_dir: Path) -> dict[str, Path]:
+    """Write <name>.csv, <name>.md, <name>.tex into out_dir; returns {'csv': path, ...}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out_dir / f"{t.name}.{ext}" for ext in ("csv", "md", "tex")}
+    atomic_write_text(paths["csv"], t.frame.to_csv(index=False))
+    atomic_write_text(paths["md"], to_markdown(t))
+    atomic_write_text(paths["tex"], to_latex(t))
+    return paths

@@ -1,0 +1,64 @@
+"""Trial checkpoints: out_dir/checkpoints/epoch_XXXX/{state.pt, meta.json}, written atomically.
+
+state.pt holds, for every trained head (key 'poxm/p=10/lam=0.9'), W, b and the RowAdam state
+(step count, first and second moments), plus the epoch, the result rows written so far and the
+trial identity (spec and the hash of the settings that determine the results). The random state is
+not stored because there is none to store: every generator of epoch e is re-seeded from
+(seed, e, head key) (docs/training.md), which is what makes a resumed trial identical to an
+uninterrupted one. A checkpoint directory is assembled under a temporary name in the same folder
+and renamed into place (os.replace), so a directory named epoch_XXXX is always complete; only the
+`keep` most recent ones are kept.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from poxm_core.errors import PoxmInputError
+
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "CKPT_RE"]
+
+CKPT_RE = re.compile(r"^epoch_(\d{4,})$")
+
+
+def save_checkpoint(out_dir: Path, epoch: int, state: dict, meta: dict, keep: int = 2) -> Path:
+    """Write checkpoints/epoch_{epoch:04d} atomically; prune older ones beyond `keep`. Returns its path."""
+    root = Path(out_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"epoch_{epoch:04d}"
+    tmp = root / f".tmp-epoch_{epoch:04d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(state, tmp / "state.pt")
+    (tmp / "meta.json").write_text(json.dumps({**meta, "epoch": epoch}, indent=1, sort_keys=True))
+    if final.exists():          # an earlier attempt reached this epoch: the new one replaces it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    done = sorted((p for p in root.iterdir() if CKPT_RE.match(p.name)), key=lambda p: int(CKPT_RE.match(p.name).group(1)))
+    for old in done[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The complete checkpoint of the highest epoch under out_dir/checkpoints, or None."""
+    root = Path(out_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := CKPT_RE.match(p.name)) and (p / "state.pt").is_file()]
+    return max(found)[1] if found else None
+
+
+def load_checkpoint(path: Path, device: torch.device) -> dict:
+    """The state dict of a checkpoint directory (tensors mapped to `device`)."""
+    path = Path(path)
+    f = path / "state.pt"
+    if not f.is_file():
+        raise PoxmInputError(f"{path}: not a trial checkpoint (expected {f.name} inside an epoch_XXXX folder)")
+    return torch.load(f, map_location=device, weights_only=False)

@@ -1,0 +1,177 @@
+"""A head's test-time policy, evaluated on the validation log (estimates) and on test labels (metrics).
+
+Policy kinds (from the method, docs/methods.md):
+  rho         the logging policy: scores log rho on C(x)
+  phi         softmax of s over Phi^p(x) = cand[:, :p]                       (POXM, wPOXM)
+  candidates  softmax of s over C(x)                                         (POXM support="candidates")
+  all         softmax of s over all L labels                                (BanditNet, PM-BanditNet)
+  greedy      the deterministic ranking of C(x) by s (ties: smaller label id)   (DM, skyline)
+
+Validation (pruned per-position weights, DESIGN §5): for every logged (x_i, y_ij) the log conditional
+log pi_A(y_ij | x_i, y_i,<j) for A = the policy's support S (IS, SNIS, DR) and for A = Phi^{p'}(x_i)
+(sIS, p' = the head's p, or K = |C(x)| for a method without p: Phi^K = C(x)). For the greedy policy,
+pi_A(. | x, y_<j) puts mass 1 on the best-scored label of A not in the logged prefix, so w_ij is
+1/q_ij or 0 (the temperature -> 0 limit of the softmax policy). DR (beyond the paper) adds the reward
+model's expectation under the same conditional (`pl_expectations`; the greedy pick's rhat).
+
+Test: a (support (n, m), probs (n, m)) table for `metrics.stochastic_metrics` and a ranking for
+`metrics.greedy_metrics`. An "all" policy is represented by its top `max_support` labels,
+renormalised; the mass left out is returned (the trainer writes it as a diagnostic row).
+
+Everything is chunked over instances: at most `_CHUNK_ELEMS` logits (or gathered head rows) at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
+from poxm_core.training.heads import HeadParams
+
+__all__ = ["PolicyView", "val_arrays", "test_table"]
+
+_CHUNK_ELEMS = 1 << 24
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """A head's test-time policy: kind (see module doc), p for kind 'phi', params (None for 'rho')."""
+    kind: str
+    p: int | None = None
+    params: HeadParams | None = None
+
+
+def _chunks(n: int, per_row: int):
+    c = max(1, _CHUNK_ELEMS // max(per_row, 1))
+    for a in range(0, n, c):
+        yield a, min(n, a + c)
+
+
+@torch.no_grad()
+def _gather_logits(params: HeadParams, z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(c, m) logits s(x_i, ids[i, c]) in float64."""
+    W = params.W.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)
+    return (torch.bmm(W, z.unsqueeze(2)).squeeze(2) + params.b[ids]).double()
+
+
+@torch.no_grad()
+def _full_logits(params: HeadParams, z: torch.Tensor) -> torch.Tensor:
+    return (z @ params.W.T + params.b).double()
+
+
+def _table_scores(view: PolicyView, z, cand, rho, m: int) -> torch.Tensor:
+    """(c, m) scores of the first m candidate columns (log rho for the logging policy)."""
+    if view.kind == "rho":
+        return torch.log(rho[:, :m])
+    return _gather_logits(view.params, z, cand[:, :m])
+
+
+def _greedy_logpi(scores: torch.Tensor, cand: torch.Tensor, cand_pos: torch.Tensor, m: int):
+    """(log pi (c, ell) in {0, -inf}, pick columns (c, ell)) of the greedy policy on cand[:, :m]."""
+    s = scores.cpu().numpy()
+    cd = cand.cpu().numpy()
+    order = np.lexsort((cd, -s), axis=-1)                 # greedy order: score desc, label id asc
+    grank = np.empty_like(order)
+    np.put_along_axis(grank, order, np.arange(s.shape[1])[None, :].repeat(s.shape[0], 0), axis=1)
+    grank = grank.astype(np.float64)
+    grank[:, m:] = np.inf
+    cp = cand_pos.cpu().numpy()
+    c, ell = cp.shape
+    picks = np.empty((c, ell), dtype=np.int64)
+    rows = np.arange(c)
+    for j in range(ell):
+        picks[:, j] = np.argmin(grank, axis=1)
+        grank[rows, cp[:, j]] = np.inf                    # the logged pick joins the prefix
+    logpi = np.where(picks == cp, 0.0, -np.inf)
+    return torch.as_tensor(logpi), torch.as_tensor(picks)
+
+
+def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarray, log, p_sis: int,
+               reward: HeadParams | None, device: torch.device) -> dict[str, np.ndarray]:
+    """(n, ell) float64 arrays on the logged slates of `log` (rows of Z/cand/rho by log.instance):
+    logpi_is, logpi_sis, and with a reward model also dm_term (E_{pi_S} rhat at each position) and
+    rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(reward head logits)."""
+    K = cand.shape[1]
+    out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged")}
+    L = view.params.W.shape[0] if view.params is not None else 0
+    d = Z.shape[1]
+    per_row = L if view.kind == "all" else K * d
+    for a, b in _chunks(log.n, per_row):
+        inst = log.instance[a:b]
+        z = torch.as_tensor(Z[inst], device=device)
+        cd = torch.as_tensor(cand[inst], device=device)
+        rh = torch.as_tensor(rho[inst], device=device, dtype=torch.float64)
+        act = torch.as_tensor(log.actions[a:b], device=device)
+        cp = torch.as_tensor(log.cand_pos[a:b], device=device)
+        if view.kind == "all":
+            S = _full_logits(view.params, z)
+            lp_is = pl_log_conditionals_torch(S, act, check=False)
+            lp_sis = pl_log_conditionals_torch(S.gather(1, cd[:, :p_sis]), selector_pos(cp, p_sis), check=False)
+        elif view.kind == "greedy":
+            S = _table_scores(view, z, cd, rh, K)
+            lp_is, picks_is = _greedy_logpi(S, cd, cp, K)
+            lp_sis, _ = _greedy_logpi(S, cd, cp, p_sis)
+        else:
+            m = view.p if view.kind == "phi" else K
+            S = _table_scores(view, z, cd, rh, K)
+            lp_is = pl_log_conditionals_torch(S[:, :m], selector_pos(cp, m), check=False)
+            lp_sis = pl_log_conditionals_torch(S[:, :p_sis], selector_pos(cp, p_sis), check=False)
+        out["logpi_is"].append(lp_is.cpu().numpy())
+        out["logpi_sis"].append(lp_sis.cpu().numpy())
+        if reward is not None:
+            rhat_log = torch.sigmoid(_gather_logits(reward, z, act))
+            if view.kind == "all":
+                dm = pl_expectations_torch(S, torch.sigmoid(_full_logits(reward, z)), act, check=False)
+            elif view.kind == "greedy":
+                vals = torch.sigmoid(_gather_logits(reward, z, cd)).cpu()
+                dm = vals.gather(1, picks_is)
+            else:
+                vals = torch.sigmoid(_gather_logits(reward, z, cd[:, :m]))
+                dm = pl_expectations_torch(S[:, :m], vals, selector_pos(cp, m), check=False)
+            out["dm_term"].append(dm.cpu().numpy())
+            out["rhat_logged"].append(rhat_log.cpu().numpy())
+    return {k: np.concatenate(v, axis=0).astype(np.float64) for k, v in out.items() if v}
+
+
+def test_table(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarray, kmax: int,
+               max_support: int, device: torch.device):
+    """(support (n, m) int64 | None, probs (n, m) float64 | None, ranking (n, kmax) int64, truncated mass).
+
+    support/probs are None for the greedy kind (a deterministic policy). The truncated mass is the
+    mean over instances of the probability outside the returned support (0 except for kind 'all').
+    """
+    from poxm_core.metrics import greedy_from_policy
+
+    n, K = cand.shape
+    if view.kind == "rho":
+        return cand.astype(np.int64), rho.astype(np.float64), cand[:, :kmax].astype(np.int64), 0.0
+    sup, prob, rank = [], [], []
+    lost = 0.0
+    L, d = view.params.W.shape
+    per_row = L if view.kind == "all" else K * d
+    for a, b in _chunks(n, per_row):
+        z = torch.as_tensor(Z[a:b], device=device)
+        cd = torch.as_tensor(cand[a:b], device=device)
+        if view.kind == "all":
+            S = _full_logits(view.params, z)
+            m = min(max_support, L)
+            top, ids = torch.topk(S, m, dim=1)
+            lse = torch.logsumexp(S, dim=1, keepdim=True)
+            kept = torch.exp(top - lse).sum(dim=1)
+            lost += float((1.0 - kept).clamp(min=0).sum())
+            ids_np, s_np = ids.cpu().numpy(), top.cpu().numpy()
+        else:
+            m = view.p if view.kind == "phi" else K
+            ids_np = cand[a:b, :m].astype(np.int64)
+            s_np = _gather_logits(view.params, z, cd[:, :m]).cpu().numpy()
+        rank.append(greedy_from_policy(ids_np, s_np, kmax))
+        if view.kind != "greedy":
+            e = np.exp(s_np - s_np.max(axis=1, keepdims=True))
+            sup.append(ids_np)
+            prob.append(e / e.sum(axis=1, keepdims=True))
+    ranking = np.concatenate(rank, axis=0)
+    if view.kind == "greedy":
+        return None, None, ranking, 0.0
+    return np.concatenate(sup, axis=0), np.concatenate(prob, axis=0), ranking, lost / max(n, 1)

@@ -1,0 +1,377 @@
+"""The single-trial trainer: every head of a TrialSpec trained in one pass over the cached data.
+
+    run_trial(cfg, spec, prepared, out_dir, resume_from=None, on_epoch=None, progress=True) -> DataFrame
+
+Loop (docs/training.md): for epoch e = 1..training.epochs, the fit log (`prepared.log_train`) is
+shuffled by a generator seeded from (seed, e) and cut into mini-batches; each batch is given to every
+trainable head in turn (its own W_h, b_h, RowAdam state and learning rate: MethodConfig.lr, else
+training.lr). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
+estimates and ESS of its test-time policy on the validation log; a checkpoint is written; then
+`on_epoch(e, metrics, ckpt_dir)`. At the end: test metrics (DESIGN §8), the final validation
+estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
+written as long-form rows to out_dir/rows.csv with out_dir/summary.json and out_dir/config.yaml.
+
+Heads share nothing but the batches, and every random draw of a head comes from a generator seeded
+by (seed, epoch, head key): a head trained in a group gives the same numbers as trained alone, and a
+trial resumed from its checkpoint ends identical to an uninterrupted one (CPU; deterministic kernels).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+
+from poxm_core.config import MethodConfig, SweepConfig, config_hash, resolved_dict
+from poxm_core.errors import PoxmInputError
+from poxm_core.estimators.base import effective_sample_size
+from poxm_core.estimators.registry import get_estimator
+from poxm_core.methods import Batch, HeadContext, Method, get_method
+from poxm_core.metrics import greedy_metrics, stochastic_metrics
+from poxm_core.prepared import Prepared
+from poxm_core.results import COLUMNS, make_row, mlflow_name, to_frame
+from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
+from poxm_core.training.heads import HeadParams, RowAdam, RowScorer, init_head, stable_seed
+from poxm_core.training.spec import HeadSpec, TrialSpec
+
+__all__ = ["run_trial", "KS", "REWARD_KEY"]
+
+KS = (1, 3, 5)
+REWARD_KEY = HeadSpec("dm").key   # the DR reward model is the DM head (trained hidden if not in the group)
+OnEpoch = Callable[[int, dict, Path], None]
+
+
+@dataclass
+class _Head:
+    spec: HeadSpec
+    method: Method
+    mc: MethodConfig
+    params: HeadParams | None
+    opt: RowAdam | None
+    hidden: bool = False          # the DR reward model when no DM head is in the group: no rows
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def trains(self) -> bool:
+        return self.method.trains
+
+    def view(self) -> PolicyView:
+        m = self.method
+        if m.test_policy == "rho":
+            return PolicyView("rho")
+        if m.test_policy == "greedy":
+            return PolicyView("greedy", params=self.params)
+        return PolicyView(m.test_support(self.mc), self.spec.p, self.params)
+
+
+# ------------------------------------------------------------------------------------- setup
+
+def _method_config(cfg: SweepConfig, name: str) -> MethodConfig:
+    return cfg.methods.get(name, MethodConfig()) if name == "dm" else cfg.methods[name]
+
+
+def _check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
+    if (prepared.dataset, prepared.variant, prepared.seed) != (spec.dataset, spec.variant, spec.seed):
+        raise PoxmInputError(f"prepared data is ({prepared.dataset}, {prepared.variant}, seed {prepared.seed}) but the "
+                             f"trial is ({spec.dataset}, {spec.variant}, seed {spec.seed})")
+    K = prepared.policy_train.cand.shape[1]
+    for h in spec.heads:
+        m = get_method(h.method)
+        if h.method not in cfg.methods:
+            raise PoxmInputError(f"methods.{h.method}: the trial has a '{h.method}' head but the config has no "
+                                 f"methods.{h.method} entry")
+        m.validate(cfg.methods[h.method])
+        if m.uses_p != (h.p is not None) or m.uses_lam != (h.lam is not None):
+            raise PoxmInputError(f"heads: {h.key}: method '{h.method}' expects p {'set' if m.uses_p else 'None'} "
+                                 f"and lam {'set' if m.uses_lam else 'None'}")
+        if h.p is not None and h.p > K:
+            raise PoxmInputError(f"methods.{h.method}.p: p={h.p} exceeds the {K} candidates C(x) "
+                                 f"(model.n_candidates); expected p <= {K}")
+        if m.needs_labels() and prepared.Y_train is None:
+            raise PoxmInputError(f"methods.{h.method}: needs training labels but the prepared data has no Y_train")
+
+
+def _build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, device: torch.device) -> list[_Head]:
+    specs = list(spec.heads)
+    hidden_reward = REWARD_KEY not in {h.key for h in specs}
+    if hidden_reward:
+        specs.append(HeadSpec("dm"))
+    heads = []
+    for h in specs:
+        m = get_method(h.method)
+        mc = _method_config(cfg, h.method)
+        params = opt = None
+        if m.trains:
+            params = init_head(prepared.W, prepared.b, mc.init, stable_seed(spec.seed, h.key, "init"), device)
+            opt = RowAdam(tuple(prepared.W.shape), device, lr=mc.lr or cfg.training.lr,
+                          weight_decay=cfg.training.weight_decay)
+        heads.append(_Head(h, m, mc, params, opt, hidden=hidden_reward and h.key == REWARD_KEY))
+    return heads
+
+
+def _result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
+    """Hash of every setting that determines the trial's numbers, except training.epochs (a trial
+    may be resumed to more epochs)."""
+    used = sorted({h.method for h in spec.heads} | {"dm"})
+    training = resolved_dict(cfg.training)
+    training.pop("epochs")
+    return config_hash({"spec": spec.to_dict(), "training": training, "model": resolved_dict(cfg.model),
+                        "dataset": resolved_dict(cfg.dataset(spec.dataset)) if any(d.name == spec.dataset for d in cfg.datasets) else spec.dataset,
+                        "methods": {m: resolved_dict(_method_config(cfg, m)) for m in used}})
+
+
+@contextlib.contextmanager
+def _deterministic():
+    """torch.use_deterministic_algorithms for the trial (warn-only where an op has no such kernel)."""
+    prev, prev_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
+
+
+# ------------------------------------------------------------------------------------- training
+
+def _batch(prepared: Prepared, rows: np.ndarray, labels: bool, device: torch.device) -> Batch:
+    log = prepared.log_train
+    inst = log.instance[rows]
+    t = lambda a, dt: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=device)  # noqa: E731
+    return Batch(z=t(prepared.Z_train[inst], torch.float32), actions=t(log.actions[rows], torch.int64),
+                 cand_pos=t(log.cand_pos[rows], torch.int64), q=t(log.q[rows], torch.float32),
+                 rewards=t(log.rewards[rows], torch.float32), cand=t(prepared.policy_train.cand[inst], torch.int64),
+                 inv_prop_actions=t(prepared.inv_propensity[log.actions[rows]], torch.float32),
+                 n_labels=prepared.n_labels, labels=prepared.Y_train[inst] if labels else None)
+
+
+def _train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: list[_Head], epoch: int,
+                 device: torch.device) -> dict[str, float]:
+    trainable = [h for h in heads if h.trains]
+    n = prepared.log_train.n
+    g = torch.Generator().manual_seed(stable_seed(spec.seed, "batches", epoch))
+    perm = torch.randperm(n, generator=g).numpy()
+    ctxs = {h.key: HeadContext(h.spec.p, h.spec.lam, h.mc,
+                               torch.Generator().manual_seed(stable_seed(spec.seed, h.key, "negatives", epoch)),
+                               prepared.n_labels) for h in trainable}
+    labels = any(h.method.needs_labels() for h in trainable)
+    total = {h.key: 0.0 for h in trainable}
+    B = cfg.training.batch_size
+    for a in range(0, n, B):
+        batch = _batch(prepared, perm[a:a + B], labels, device)
+        for h in trainable:
+            scorer = RowScorer(h.params, batch.z)
+            loss = h.method.loss(scorer, batch, ctxs[h.key])
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{h.key}: non-finite training loss at epoch {epoch} (lower its lr?)")
+            loss.backward()
+            h.opt.step(h.params, scorer)
+            total[h.key] += float(loss.detach()) * batch.size
+    return {k: v / n for k, v in total.items()}
+
+
+# ------------------------------------------------------------------------------------- evaluation
+
+def _p_sis(h: _Head, K: int) -> int:
+    return h.spec.p if h.spec.p is not None else K
+
+
+def _val_estimates(h: _Head, prepared: Prepared, reward: HeadParams | None, device) -> dict[str, tuple[float, float]]:
+    """{metric: (value, stderr)} on the validation log: IS, sIS, SNIS, ESS (+ DR with a reward model)."""
+    log = prepared.log_val
+    K = prepared.policy_train.cand.shape[1]
+    arr = val_arrays(h.view(), prepared.Z_train, prepared.policy_train.cand, prepared.policy_train.rho, log,
+                     _p_sis(h, K), reward, device)
+    q = log.q.astype(np.float64)
+    r = log.rewards.astype(np.float64)
+    w_is = np.exp(arr["logpi_is"] - np.log(q))
+    w_sis = np.exp(arr["logpi_sis"] - np.log(q))
+    out = {}
+    for name, metric, w, aux in (("is", "IS", w_is, {}), ("sis", "sIS", w_sis, {}), ("snis", "SNIS", w_is, {})):
+        e = get_estimator(name).estimate(w, r, **aux)
+        out[metric] = (e.value, e.stderr)
+    out["ESS"] = (effective_sample_size(w_is), math.nan)
+    if reward is not None:
+        e = get_estimator("dr").estimate(w_is, r, dm_term=arr["dm_term"], rhat_logged=arr["rhat_logged"])
+        out["DR"] = (e.value, e.stderr)
+    return out
+
+
+def _test_metrics(cfg: SweepConfig, spec: TrialSpec, h: _Head, prepared: Prepared, device) -> dict[str, tuple[float, float]]:
+    """{metric: (value, stderr)}: R@k, nDCR@k, PSR@k (stochastic, MC stderr), P@k, nDCG@k, PSP@k."""
+    tr = cfg.training
+    sup, probs, ranking, lost = test_table(h.view(), prepared.Z_test, prepared.policy_test.cand,
+                                           prepared.policy_test.rho, max(KS), tr.eval_max_support, device)
+    out = {k: (v, math.nan) for k, v in greedy_metrics(prepared.Y_test, ranking, prepared.inv_propensity, KS).items()}
+    out.update(_stochastic(prepared.Y_test, sup, probs, out, prepared.inv_propensity, KS, tr.mc_slates,
+                           stable_seed(spec.seed, h.key, "test-slates")))
+    if h.view().kind == "all":
+        out["truncated_mass"] = (lost, math.nan)
+    return out
+
+
+def _stochastic(Y, sup, probs, greedy: dict, inv, ks, n_slates: int, seed: int) -> dict[str, tuple[float, float]]:
+    if sup is None:   # a deterministic policy: every slate is the ranking, so R@k = P@k etc. exactly
+        ren = {"P": "R", "nDCG": "nDCR", "PSP": "PSR"}
+        return {f"{ren[k.split('@')[0]]}@{k.split('@')[1]}": (v[0], 0.0) for k, v in greedy.items()}
+    res = stochastic_metrics(Y, sup, probs, inv, ks, n_slates=n_slates, seed=seed)
+    return {k: (v, res.get(f"{k}_se", math.nan)) for k, v in res.items() if not k.endswith("_se")}
+
+
+def _val_truth(cfg: SweepConfig, spec: TrialSpec, h: _Head, prepared: Prepared, device) -> tuple[float, float] | None:
+    """V_true = E_{slate ~ pi}[sum_{j<=ell} 1{y_j in Y*_i}] averaged over the validation instances
+    (= ell * R@ell of the test-time policy on them, with their true labels). Ground truth for the
+    estimator-accuracy figure only."""
+    if prepared.Y_train is None:
+        return None
+    log = prepared.log_val
+    ell = log.slate_size
+    inst = log.instance
+    Y = prepared.Y_train[inst]
+    sup, probs, ranking, _ = test_table(h.view(), prepared.Z_train[inst], prepared.policy_train.cand[inst],
+                                        prepared.policy_train.rho[inst], ell, cfg.training.eval_max_support, device)
+    greedy = {k: (v, math.nan) for k, v in greedy_metrics(Y, ranking, prepared.inv_propensity, (ell,)).items()}
+    v, se = _stochastic(Y, sup, probs, greedy, prepared.inv_propensity, (ell,), cfg.training.mc_slates,
+                        stable_seed(spec.seed, h.key, "val-truth-slates"))[f"R@{ell}"]
+    return ell * v, ell * se
+
+
+def _rows(spec: TrialSpec, h: HeadSpec, split: str, values: dict, epoch: int, final: bool) -> list[dict]:
+    return [make_row(dataset=spec.dataset, variant=spec.variant, method=h.method, p=h.p, lam=h.lam, seed=spec.seed,
+                     split=split, metric=k, value=v, stderr=se, epoch=epoch, final=final)
+            for k, (v, se) in values.items()]
+
+
+# ------------------------------------------------------------------------------------- the trial
+
+def _state(heads: list[_Head], epoch: int, rows: list[dict], spec: TrialSpec, rhash: str) -> dict:
+    return {"epoch": epoch, "rows": rows, "spec": spec.to_dict(), "result_hash": rhash,
+            "heads": {h.key: {"W": h.params.W, "b": h.params.b, "opt": h.opt.state_dict()} for h in heads if h.trains}}
+
+
+def _restore(path: Path, heads: list[_Head], spec: TrialSpec, rhash: str, epochs: int, device) -> tuple[int, list[dict]]:
+    st = load_checkpoint(path, device)
+    if st.get("result_hash") != rhash or st.get("spec") != spec.to_dict():
+        raise PoxmInputError(f"{path}: checkpoint of a different trial or config (settings hash "
+                             f"{st.get('result_hash')} != {rhash}); use a fresh --out directory")
+    if st["epoch"] > epochs:
+        raise PoxmInputError(f"{path}: checkpoint is at epoch {st['epoch']} but training.epochs={epochs}")
+    for h in heads:
+        if h.trains:
+            s = st["heads"][h.key]
+            h.params.W.copy_(s["W"])
+            h.params.b.copy_(s["b"])
+            h.opt.load_state_dict(s["opt"])
+    return int(st["epoch"]), list(st["rows"])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
+              resume_from: Path | None = None, on_epoch: OnEpoch | None = None, progress: bool = True) -> pd.DataFrame:
+    """Train every head of `spec` on `prepared`; returns (and writes to out_dir/rows.csv) the result rows.
+
+    Continues from `resume_from` (a checkpoint dir) or else from the latest checkpoint in out_dir.
+    Metric keys given to on_epoch: mlflow_name(f"{head.key}/{metric}"), e.g. 'poxm/p_eq_10/lam_eq_0.9/SNIS'.
+    """
+    from poxm_core.model.core import resolve_device
+
+    if not isinstance(cfg, SweepConfig):
+        raise TypeError(f"cfg: expected a SweepConfig, got {type(cfg).__name__}")
+    if not isinstance(spec, TrialSpec):
+        raise TypeError(f"spec: expected a TrialSpec, got {type(spec).__name__}")
+    _check_spec(cfg, spec, prepared)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    t0 = time.perf_counter()
+    rhash = _result_hash(cfg, spec)
+    E = cfg.training.epochs
+    with _deterministic(), torch.no_grad():
+        heads = _build_heads(cfg, spec, prepared, device)
+    rows: list[dict] = []
+    start = 0
+    ckpt = Path(resume_from) if resume_from is not None else latest_checkpoint(out_dir)
+    if ckpt is not None:
+        start, rows = _restore(ckpt, heads, spec, rhash, E, device)
+    reward = next(h for h in heads if h.key == REWARD_KEY)
+    visible = [h for h in heads if not h.hidden]
+    epochs = range(start + 1, E + 1) if any(h.trains for h in heads) else range(0)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(epochs), desc=spec.name, unit="epoch", leave=False)
+    with _deterministic():
+        for epoch in epochs:
+            losses = _train_epoch(cfg, spec, prepared, heads, epoch, device)
+            metrics: dict[str, float] = {}
+            new: list[dict] = []
+            for h in visible:
+                if not h.trains:
+                    continue
+                vals = {"loss": (losses[h.key], math.nan)}
+                new += _rows(spec, h.spec, "train", vals, epoch, False)
+                est = _val_estimates(h, prepared, None, device)
+                new += _rows(spec, h.spec, "val", est, epoch, False)
+                for k, (v, se) in {**vals, **est}.items():
+                    metrics[mlflow_name(f"{h.key}/{k}")] = float(v)
+                    if not math.isnan(se):
+                        metrics[mlflow_name(f"{h.key}/{k}_se")] = float(se)
+            rows += new
+            ckpt_dir = save_checkpoint(out_dir, epoch, _state(heads, epoch, rows, spec, rhash),
+                                       {"trial": spec.name, "result_hash": rhash})
+            if bar is not None:
+                bar.update(1)
+            if on_epoch is not None:
+                on_epoch(epoch, metrics, ckpt_dir)
+        if bar is not None:
+            bar.close()
+        final: list[dict] = []
+        last = max(E, start) if any(h.trains for h in heads) else 0
+        for h in visible:
+            ep = last if h.trains else 0
+            final += _rows(spec, h.spec, "val", _val_estimates(h, prepared, reward.params, device), ep, True)
+            truth = _val_truth(cfg, spec, h, prepared, device)
+            if truth is not None:
+                final += _rows(spec, h.spec, "val_truth", {"V_true": truth}, ep, True)
+            final += _rows(spec, h.spec, "test", _test_metrics(cfg, spec, h, prepared, device), ep, True)
+    df = to_frame(rows + final)
+    _write_outputs(cfg, spec, out_dir, df, heads, time.perf_counter() - t0, str(device))
+    return df
+
+
+def _write_outputs(cfg, spec: TrialSpec, out_dir: Path, df: pd.DataFrame, heads: list[_Head], seconds: float,
+                   device: str) -> None:
+    tmp = out_dir / f".rows.csv.tmp-{os.getpid()}"
+    df.to_csv(tmp, index=False, columns=COLUMNS)
+    os.replace(tmp, out_dir / "rows.csv")
+    fin = df[df["final"]]
+    summary = {"trial": spec.to_dict(), "name": spec.name, "epochs": cfg.training.epochs, "device": device,
+               "seconds": round(seconds, 3),
+               "heads": {h.key: {"method": h.spec.method, "p": h.spec.p, "lam": h.spec.lam,
+                                 "lr": (h.mc.lr or cfg.training.lr) if h.trains else None,
+                                 "metrics": {f"{s}/{m}": float(v) for s, m, v in
+                                             fin[(fin.method == h.spec.method) & (fin.p == (h.spec.p if h.spec.p is not None else -1))
+                                                 & ((fin.lam == h.spec.lam) if h.spec.lam is not None else fin.lam.isna())]
+                                             [["split", "metric", "value"]].itertuples(index=False)}}
+                         for h in heads if not h.hidden}}
+    _write_atomic(out_dir / "summary.json", json.dumps(summary, indent=1))
+    _write_atomic(out_dir / "config.yaml", yaml.safe_dump({"config": resolved_dict(cfg), "trial": spec.to_dict()},
+                                                          sort_keys=False, default_flow_style=None))

@@ -1,0 +1,104 @@
+"""Synthetic generator: determinism, shapes, label statistics, a learnable signal, presets/config."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from poxm_core.config import SyntheticConfig
+from poxm_core.data import PRESETS, make_synthetic, synthetic_from_config
+from poxm_core.errors import PoxmInputError
+
+
+def _small(seed=0, **kw):
+    args = dict(n_train=1500, n_test=500, n_features=400, n_labels=60, mean_labels=3.0, seed=seed)
+    args.update(kw)
+    return make_synthetic(**args)
+
+
+def test_determinism_by_seed():
+    a, b, c = _small(seed=1), _small(seed=1), _small(seed=2)
+    for s in ("train", "test"):
+        assert (getattr(a, s).X != getattr(b, s).X).nnz == 0 and (getattr(a, s).Y != getattr(b, s).Y).nnz == 0
+    assert (a.train.X != c.train.X).nnz > 0
+
+
+def test_shapes_types_and_normalisation():
+    d = _small()
+    assert d.train.X.shape == (1500, 400) and d.test.X.shape == (500, 400)
+    assert d.train.Y.shape == (1500, 60) and d.test.Y.shape == (500, 60)
+    for m in (d.train.X, d.test.X, d.train.Y):
+        assert m.format == "csr" and m.dtype == np.float32 and m.has_sorted_indices
+    assert np.all(d.train.Y.data == 1.0) and d.train.Y.max() == 1.0  # no repeated labels within a row
+    norms = sp.linalg.norm(d.train.X, axis=1)
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-5)
+    assert d.train.X.min() >= 0
+
+
+@pytest.mark.parametrize("mean", [1.0, 3.0, 8.5])
+def test_mean_labels_close_to_target_and_rows_not_empty(mean):
+    d = _small(mean_labels=mean, n_labels=200)
+    k = d.train.Y.getnnz(axis=1)
+    assert abs(k.mean() - mean) < 0.06 * mean + 0.02
+    assert k.min() >= 1
+
+
+def test_label_frequencies_are_heavy_tailed():
+    d = _small(n_train=4000, n_labels=400, mean_labels=4.0)
+    freq = np.sort(d.train.Y.getnnz(axis=0))[::-1]
+    top_decile_share = freq[:40].sum() / freq.sum()
+    assert top_decile_share > 0.4  # a uniform law gives 0.1; r^-1 over 400 labels gives ~0.6
+    assert freq[0] > 20 * max(np.median(freq), 1)
+    # log-log slope of frequency vs rank on the head is near -1 (the exponent)
+    r = np.arange(1, 41)
+    slope = np.polyfit(np.log(r), np.log(freq[:40]), 1)[0]
+    assert -1.4 < slope < -0.6
+
+
+def test_signal_is_learnable_by_nearest_centroid():
+    d = _small(n_train=2000, n_test=500, n_features=500, n_labels=50, mean_labels=2.0)
+    centroids = (d.train.Y.T @ d.train.X).toarray()  # (L, D)
+    centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+    top1 = np.asarray((d.test.X @ centroids.T).argmax(axis=1)).ravel()
+    p_at_1 = d.test.Y[np.arange(d.test.n), top1].mean()
+    popular = np.asarray(d.train.Y.sum(axis=0)).ravel().argmax()
+    baseline = d.test.Y[:, popular].mean()  # best constant prediction
+    assert p_at_1 > 0.6 and p_at_1 > 2 * baseline
+    noise = _small(n_train=2000, n_test=500, n_features=500, n_labels=50, mean_labels=2.0, signal=0.0)
+    c0 = (noise.train.Y.T @ noise.train.X).toarray()
+    top0 = np.asarray((noise.test.X @ c0.T).argmax(axis=1)).ravel()
+    assert noise.test.Y[np.arange(noise.test.n), top0].mean() < p_at_1 / 2  # the signal is what makes it learnable
+
+
+def test_presets_match_table_1():
+    assert (PRESETS["eurlex"].n_train, PRESETS["eurlex"].n_test, PRESETS["eurlex"].n_features,
+            PRESETS["eurlex"].n_labels, PRESETS["eurlex"].mean_labels) == (15449, 3865, 186104, 3956, 5.30)
+    assert (PRESETS["wiki10"].n_train, PRESETS["wiki10"].n_labels, PRESETS["wiki10"].mean_labels) == (14146, 30938, 18.64)
+    assert (PRESETS["amazon670k"].n_train, PRESETS["amazon670k"].n_test, PRESETS["amazon670k"].n_labels) == (490449, 153025, 670091)
+
+
+def test_from_config_preset_overrides_then_scale():
+    d = synthetic_from_config(SyntheticConfig(preset="eurlex", scale=0.01, n_features=3000), seed=0)
+    assert (d.train.n, d.test.n, d.n_features, d.n_labels) == (154, 39, 3000, 3956)
+    d = synthetic_from_config(SyntheticConfig(n_train=100, n_test=40, n_features=80, n_labels=12, scale=0.5), seed=0)
+    assert (d.train.n, d.test.n, d.n_features, d.n_labels) == (50, 20, 80, 12)
+    assert abs(d.train.Y.getnnz(axis=1).mean() - 5.0) < 1.5  # default mean_labels 5
+
+
+def test_from_config_missing_sizes():
+    with pytest.raises(PoxmInputError, match=r"synthetic.n_test: required without a preset \(missing: n_test, n_labels"):
+        synthetic_from_config(SyntheticConfig(n_train=10, n_features=5), seed=0)
+
+
+@pytest.mark.parametrize("kw, exc, frag", [
+    ({"n_train": 0}, ValueError, "n_train: expected an int >= 1"),
+    ({"n_labels": 1}, ValueError, "n_labels: expected an int >= 2"),
+    ({"n_features": 2.5}, TypeError, "n_features: expected an int"),
+    ({"mean_labels": 0.0}, ValueError, "mean_labels: expected a finite number > 0"),
+    ({"signal": 1.5}, ValueError, "signal: expected a share in [0, 1]"),
+    ({"seed": -1}, ValueError, "seed: expected an int >= 0"),
+])
+def test_bad_arguments(kw, exc, frag):
+    with pytest.raises(exc) as e:
+        _small(**kw)
+    assert frag in str(e.value)
