@@ -69,7 +69,7 @@ def bench_synthetic(preset: str) -> None:
     p = PRESETS[preset]
     t = time.perf_counter()
     d = make_synthetic(p.n_train, p.n_test, p.n_features, p.n_labels, p.mean_labels, seed=0,
-                       mean_features=p.mean_features)
+                       mean_features=p.mean_features, signal=p.signal)
     dt = time.perf_counter() - t
     s = d.stats()
     print(f"make_synthetic {preset}: {dt:.1f} s, peak RSS {_peak_mib():.0f} MiB; "

@@ -46,7 +46,7 @@ def check_rows(rows: pd.DataFrame, name: str = "rows") -> pd.DataFrame:
     out["stderr"] = pd.to_numeric(out["stderr"]).astype("float64")
     out["epoch"] = pd.to_numeric(out["epoch"]).astype("int64")
     if out["final"].dtype != bool:
-        out["final"] = out["final"].map(_as_bool)
+        out["final"] = out["final"].map(_as_bool).astype(bool)
     for c in ("dataset", "variant", "method", "split", "metric"):
         out[c] = out[c].astype(str)
     return out

@@ -386,7 +386,8 @@ def summary_row(cache_dir: Path | str, dataset: str, seed: int, variant_dir: Pat
                 if k.startswith("P@")})
     sto = man["stats"]["logging_policy_test"]
     row.update({k: sto[k] for k in ("R@1", "R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5")})
-    row.update({f"cover@{k}": val for k, val in man["stats"]["covering_test"].items()})
+    cover = man["stats"]["covering_test"]
+    row.update({f"cover@{k}": cover[str(k)] for k in COVER_KS if str(k) in cover})
     row["seconds"] = round(sum(m["seconds"] for m in (man, *par.values())), 2)
     row["variant_hash"] = man["hash"]
     return row

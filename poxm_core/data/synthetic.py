@@ -5,7 +5,9 @@ Generative model (all vectorised in NumPy; features generated in row chunks so m
   with probability ∝ r^(-label_exponent);
 - instance i has k_i = 1 + Poisson(mean_labels - 1) distinct labels (k_i >= 1; Poisson(mean_labels) when
   mean_labels < 1), drawn from that law without repeats;
-- every label owns `topic_size` random "topic" feature ids; instance i draws m_i = max(1, Poisson(mean_features))
+- every label owns `topic_size` "topic" feature ids; labels fall into random clusters of ~`cluster_size`
+  and a share `shared_topic` of a label's topic words comes from its cluster's common pool, so sibling
+  labels are confusable (a label is not identified by one word); instance i draws m_i = max(1, Poisson(mean_features))
   word tokens: with probability `signal` a topic word of one of its labels (uniform), else a background
   word from a power law over the D features (frequent "stop words");
 - values are TF-IDF: (1 + ln tf) * (ln((1 + N_train) / (1 + df)) + 1) with df over the training rows
@@ -27,20 +29,23 @@ _CHUNK_ROWS = 32768
 
 @dataclass(frozen=True)
 class SyntheticPreset:
-    """Sizes of a generated dataset; `mean_features` is the mean number of word tokens per instance."""
+    """Sizes of a generated dataset; `mean_features` is the mean number of word tokens per instance and
+    `signal` the share of them drawn from the instance's labels' topics (sets how hard the data is)."""
     n_train: int
     n_test: int
     n_features: int
     n_labels: int
     mean_labels: float
     mean_features: int
+    signal: float
 
 
-# Paper Table 1 shapes; mean_features approximates the nnz per row of the public BoW releases.
+# Paper Table 1 shapes; mean_features approximates the nnz per row of the public BoW releases; `signal`
+# was set so that a nearest-centroid classifier reaches P@5 near published XMC figures (docs/data.md).
 PRESETS: dict[str, SyntheticPreset] = {
-    "eurlex": SyntheticPreset(15449, 3865, 186104, 3956, 5.30, 236),
-    "wiki10": SyntheticPreset(14146, 6616, 101938, 30938, 18.64, 673),
-    "amazon670k": SyntheticPreset(490449, 153025, 135909, 670091, 5.45, 71),
+    "eurlex": SyntheticPreset(15449, 3865, 186104, 3956, 5.30, 236, 0.08),
+    "wiki10": SyntheticPreset(14146, 6616, 101938, 30938, 18.64, 673, 0.025),
+    "amazon670k": SyntheticPreset(490449, 153025, 135909, 670091, 5.45, 71, 0.3),
 }
 
 
@@ -77,6 +82,22 @@ def _label_sets(n: int, n_labels: int, mean_labels: float, exponent: float, rng:
     itype = np.int32 if max(n_labels, labs.size) < 2**31 - 1 else np.int64
     return sp.csr_matrix((np.ones(labs.size, np.float32), labs.astype(itype), indptr.astype(itype)),
                          shape=(n, n_labels))
+
+
+def _topics(n_labels: int, n_features: int, topic_size: int, cluster_size: int, shared: float,
+            rng: np.random.Generator) -> np.ndarray:
+    """(L, topic_size) topic word ids. Labels fall into random clusters of ~cluster_size; the first
+    round(shared * topic_size) words of a label come from its cluster's common pool (so sibling labels are
+    confusable), the rest are the label's own."""
+    n_clusters = max(1, n_labels // cluster_size)
+    cluster = rng.integers(0, n_clusters, n_labels)
+    pool = rng.integers(0, n_features, size=(n_clusters, topic_size))
+    n_shared = int(round(shared * topic_size))
+    topics = rng.integers(0, n_features, size=(n_labels, topic_size))
+    if n_shared:
+        pick = rng.integers(0, topic_size, size=(n_labels, n_shared))
+        topics[:, :n_shared] = pool[cluster[:, None], pick]
+    return topics
 
 
 def _token_counts(Y: sp.csr_matrix, a: int, b: int, topics: np.ndarray, background, mean_features: float,
@@ -121,7 +142,8 @@ def _check_int(name: str, v, low: int) -> int:
 
 def make_synthetic(n_train: int, n_test: int, n_features: int, n_labels: int, mean_labels: float, seed: int, *,
                    mean_features: float = 64, label_exponent: float = 1.0, feature_exponent: float = 1.0,
-                   topic_size: int = 10, signal: float = 0.5, name: str = "synthetic") -> XMCData:
+                   topic_size: int = 10, signal: float = 0.3, cluster_size: int = 10, shared_topic: float = 0.8,
+                   name: str = "synthetic") -> XMCData:
     """Generate an `XMCData` (train X (n_train, D), test X (n_test, D), Y with L columns); deterministic in `seed`.
 
     See the module docstring for the generative model. Memory: O(nnz) plus one chunk of tokens.
@@ -131,12 +153,14 @@ def make_synthetic(n_train: int, n_test: int, n_features: int, n_labels: int, me
     n_features = _check_int("n_features", n_features, 1)
     n_labels = _check_int("n_labels", n_labels, 2)
     topic_size = _check_int("topic_size", topic_size, 1)
+    cluster_size = _check_int("cluster_size", cluster_size, 1)
     seed = _check_int("seed", seed, 0)
     for arg, v in (("mean_labels", mean_labels), ("mean_features", mean_features)):
         if not (np.isfinite(v) and v > 0):
             raise ValueError(f"{arg}: expected a finite number > 0, got {v}")
-    if not (0.0 <= signal <= 1.0):
-        raise ValueError(f"signal: expected a share in [0, 1], got {signal}")
+    for arg, v in (("signal", signal), ("shared_topic", shared_topic)):
+        if not (0.0 <= v <= 1.0):
+            raise ValueError(f"{arg}: expected a share in [0, 1], got {v}")
     for arg, v in (("label_exponent", label_exponent), ("feature_exponent", feature_exponent)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{arg}: expected a finite number >= 0, got {v}")
@@ -145,7 +169,7 @@ def make_synthetic(n_train: int, n_test: int, n_features: int, n_labels: int, me
     rng = np.random.default_rng([seed, 0])
     Y = _label_sets(n, n_labels, float(mean_labels), label_exponent, rng)
     itype = np.int32 if n_features < 2**31 - 1 else np.int64
-    topics = rng.integers(0, n_features, size=(n_labels, topic_size)).astype(itype)
+    topics = _topics(n_labels, n_features, topic_size, cluster_size, shared_topic, rng).astype(itype)
     background = _power_law_sampler(n_features, feature_exponent, rng)
     chunks = []
     for c, a in enumerate(range(0, n, _CHUNK_ROWS)):
@@ -173,7 +197,7 @@ def synthetic_from_config(scfg, seed: int) -> XMCData:
     """`SyntheticConfig` -> data: the preset's sizes, then the explicit sizes, then `scale` (N only)."""
     base = PRESETS[scfg.preset] if scfg.preset is not None else None
     sizes = {k: (getattr(base, k) if base else None) for k in ("n_train", "n_test", "n_features", "n_labels",
-                                                              "mean_labels", "mean_features")}
+                                                              "mean_labels", "mean_features", "signal")}
     for k in ("n_train", "n_test", "n_features", "n_labels", "mean_labels"):
         if getattr(scfg, k) is not None:
             sizes[k] = getattr(scfg, k)
@@ -183,7 +207,8 @@ def synthetic_from_config(scfg, seed: int) -> XMCData:
                              f"or set synthetic.preset to one of {', '.join(sorted(PRESETS))})")
     mean_labels = 5.0 if sizes["mean_labels"] is None else float(sizes["mean_labels"])
     mean_features = 64 if sizes["mean_features"] is None else sizes["mean_features"]
+    signal = 0.3 if sizes["signal"] is None else sizes["signal"]
     n_train = max(1, int(round(sizes["n_train"] * scfg.scale)))
     n_test = max(1, int(round(sizes["n_test"] * scfg.scale)))
     return make_synthetic(n_train, n_test, int(sizes["n_features"]), int(sizes["n_labels"]), mean_labels, seed,
-                          mean_features=mean_features)
+                          mean_features=mean_features, signal=signal)

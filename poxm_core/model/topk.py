@@ -73,7 +73,7 @@ def chunked_topk(Z: np.ndarray, W: np.ndarray, b: np.ndarray, k: int, chunk_mb: 
     scores = np.empty((n, k), dtype=np.float32)
     with torch.no_grad():
         for r0 in range(0, n, r):
-            z = torch.as_tensor(Z[r0:r0 + r], dtype=torch.float32, device=dev)
+            z = torch.as_tensor(np.array(Z[r0:r0 + r], dtype=np.float32), device=dev)  # copy: Z may be a read-only memmap
             best_s = best_i = None
             for c0 in range(0, L, c):
                 S = torch.addmm(bt[c0:c0 + c], z, Wt[c0:c0 + c].T)

@@ -1,0 +1,255 @@
+"""Aggregation, tables, figure data and build_report on hand-built rows (DESIGN.md section 10)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestration.report import build_report
+from orchestration.report import figures as F
+from orchestration.report import paper
+from orchestration.report.aggregate import (Cell, best_cells, cell_grid, expected_from_config,
+                                            expected_from_grid, lam_set, p_set, seed_stats)
+from orchestration.report.tables import metric_table, tex_escape, to_latex, to_markdown
+from orchestration.selection import select, selected_rows
+from poxm_core.errors import PoxmInputError
+from poxm_core.results import make_row, to_frame
+
+STOCH = ["R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"]
+
+
+def _test_rows(method, seed, values, p=None, lam=None, dataset="d", variant="A", snis=None):
+    kw = dict(dataset=dataset, variant=variant, method=method, p=p, lam=lam, seed=seed, epoch=2, final=True)
+    out = [make_row(split="test", metric=m, value=v, **kw) for m, v in values.items()]
+    if snis is not None:
+        out.append(make_row(split="val", metric="SNIS", value=snis, **kw))
+    return out
+
+
+# ---- aggregation ------------------------------------------------------------------------------
+
+def test_mean_and_sample_std_hand_computed():
+    rows = []
+    for seed, v in enumerate([0.1, 0.2, 0.4]):
+        rows += _test_rows("poxm", seed, {"R@5": v})
+    st = seed_stats(to_frame(rows))
+    r = st.iloc[0]
+    # mean = 0.7/3; deviations -0.1333, -0.0333, 0.1667: sum of squares 0.046667 / 2 -> sqrt = 0.152753
+    assert r["mean"] == pytest.approx(0.233333, abs=1e-6)
+    assert r["std"] == pytest.approx(0.152753, abs=1e-6)
+    assert r["n"] == 3 and r["seeds"] == (0, 1, 2)
+    assert Cell(r["mean"], r["std"], 3, 3).text() == "23.33 ± 15.28"
+
+
+def test_cell_text_partial_missing_single():
+    assert Cell(0.5, 0.01, 2, 3).text() == "50.00 ± 1.00 (n=2/3)"
+    assert Cell(0.5, math.nan, 1, 1).text() == "50.00"
+    assert Cell(n_expected=3).text() == "—" and Cell(n_expected=3).status == "missing"
+    assert Cell().status == "not_run"
+    assert Cell(0.5, 0.01, 2, 3).status == "partial"
+
+
+def test_partial_seed_and_missing_method_are_marked_not_dropped():
+    rows = []
+    for s in (0, 1):
+        rows += _test_rows("poxm", s, {m: 0.4 + 0.01 * s for m in STOCH})
+    for s in (0, 1, 2):
+        rows += _test_rows("logging", s, {m: 0.3 for m in STOCH})
+    df = to_frame(rows)
+    expected = expected_from_grid([{"dataset": "d", "variant": "A", "method": m, "p": -1, "lam": None, "seed": s}
+                                   for m in ("logging", "poxm", "banditnet") for s in (0, 1, 2)])
+    sel = select(df)
+    stats = seed_stats(selected_rows(df, sel))
+    cells = cell_grid(stats, expected, "d", "A", ["logging", "poxm", "banditnet"], ["R@5"])
+    assert cells[("poxm", "R@5")].status == "partial"
+    assert cells[("banditnet", "R@5")].status == "missing"
+    t = metric_table("results", "d", "A", stats, expected, sel)
+    labels = [r[0] for r in t.rows]
+    assert labels == ["Logging policy", "Direct Method", "BanditNet", "PM-BanditNet", "POXM", "wPOXM",
+                      "Supervised skyline"]
+    assert t.rows[labels.index("POXM")][2] == "40.50 ± 0.71 (n=2/3)"
+    assert t.rows[labels.index("BanditNet")][1:7] == ["—"] * 6
+    md = to_markdown(t)
+    assert "(n=2/3)" in md and "| BanditNet | — |" in md
+
+
+def test_best_is_bold_with_ties_and_skyline_excluded():
+    cells = {("a", "R@5"): Cell(0.41234, 0, 1, 1), ("b", "R@5"): Cell(0.41229, 0, 1, 1),  # both 41.23
+             ("c", "R@5"): Cell(0.30, 0, 1, 1), ("skyline", "R@5"): Cell(0.9, 0, 1, 1),
+             ("a", "R@3"): Cell(n_expected=1), ("c", "R@3"): Cell(0.2, 0, 1, 1)}
+    best = best_cells(cells, ["R@5", "R@3"], eligible=["a", "b", "c"])
+    assert best == {("a", "R@5"), ("b", "R@5"), ("c", "R@3")}
+
+
+def test_p_and_lam_sets():
+    assert p_set([20, 10, 20]) == "10/20" and p_set([-1, -1]) == "-"
+    assert lam_set([0.8, 0.8]) == "0.8" and lam_set([1.0, 0.7]) == "0.7/1.0" and lam_set([math.nan]) == "-"
+
+
+def test_expected_from_config():
+    e = expected_from_config({"seeds": [0, 1], "methods": {"poxm": {}, "dm": {}},
+                              "datasets": [{"name": "d", "variants": [{"name": "A"}, {"name": "B"}]}]})
+    assert len(e) == 2 * 2 * 2
+    assert expected_from_config({"name": "x"}) is None
+
+
+# ---- tables ------------------------------------------------------------------------------------
+
+def test_latex_and_markdown_carry_bold_numbers_and_paper_block():
+    rows = _test_rows("poxm", 0, {m: 0.5 for m in STOCH}, dataset="eurlex-4k") + \
+        _test_rows("logging", 0, {m: 0.25 for m in STOCH}, dataset="eurlex-4k")
+    df = to_frame(rows)
+    sel = select(df)
+    stats = seed_stats(selected_rows(df, sel))
+    exp = expected_from_grid([{"dataset": "eurlex-4k", "variant": "A", "method": m, "p": -1, "lam": None, "seed": 0}
+                              for m in ("poxm", "logging")])
+    t = metric_table("results", "eurlex-4k", "A", stats, exp, sel, show_paper=True)
+    tex, md = to_latex(t), to_markdown(t)
+    assert r"\toprule" in tex and r"\bottomrule" in tex and r"\textbf{50.00}" in tex
+    assert "**50.00**" in md and "| 25.00 |" in md.replace("Logging policy | 25.00", "| 25.00")
+    # the paper's POXM and AttentionXML rows for EUR-Lex (Table 2, tex lines 287-288)
+    assert "52.38" in md and r"\textit{73.08}" in tex and "AttentionXML" in md
+    assert r"$\pm$" not in tex.split(r"\midrule")[0]
+    assert tex_escape("a_b & 1 ± 2 — λ") == r"a\_b \& 1 $\pm$ 2 -- $\lambda$"
+
+
+def test_paper_matching_by_logging_parameters():
+    assert paper.matches_paper("eurlex-4k", "A", None)
+    assert not paper.matches_paper("eurlex-4k", "B", None)
+    assert paper.matches_paper("eurlex-4k", "base", {"alpha": 0.2, "beta": 0.0, "T": 2.0})
+    assert not paper.matches_paper("eurlex-4k", "A", {"alpha": 0.2, "beta": 1.5, "T": 5.0})
+    assert paper.matches_paper("wiki10-31k", "default", None)
+    assert not paper.matches_paper("bibtex", "A", None)
+    assert paper.paper_row("amazon-670k", "poxm")["R@5"] == 23.72
+
+
+def test_greedy_method_falls_back_to_its_greedy_twin_with_a_dagger():
+    df = to_frame(_test_rows("dm", 0, {"P@3": 0.3, "P@5": 0.2, "nDCG@3": 0.31, "nDCG@5": 0.25,
+                                       "PSP@3": 0.1, "PSP@5": 0.12}))
+    sel = select(df)
+    stats = seed_stats(selected_rows(df, sel))
+    t = metric_table("results", "d", "A", stats, pd.DataFrame(columns=["dataset", "variant", "method", "seed"]), sel)
+    dm = next(r for r in t.rows if r[0].startswith("Direct Method"))
+    assert dm[0] == "Direct Method†" and dm[1:3] == ["30.00", "20.00"]
+
+
+# ---- figure data -------------------------------------------------------------------------------
+
+def test_per_p_data_picks_lambda_by_snis_not_test():
+    rows = []
+    # p=10: lam 0.7 has higher SNIS but lower R@5 -> R@5 reported must be 0.2
+    rows += _test_rows("poxm", 0, {"R@5": 0.2}, p=10, lam=0.7, snis=0.9)
+    rows += _test_rows("poxm", 0, {"R@5": 0.6}, p=10, lam=0.8, snis=0.5)
+    rows += _test_rows("poxm", 0, {"R@5": 0.3}, p=20, lam=0.7, snis=0.4)
+    d = F.per_p_data(to_frame(rows), "d").set_index("p")
+    assert d.loc[10, "R5_mean"] == pytest.approx(0.2) and d.loc[10, "SNIS_mean"] == pytest.approx(0.9)
+    assert d.loc[20, "R5_mean"] == pytest.approx(0.3)
+
+
+def test_estimator_error_data_hand_computed():
+    rows = []
+    for seed, (truth, est) in enumerate([(1.0, 1.5), (2.0, 1.5)]):  # errors +0.5, -0.5
+        kw = dict(dataset="d", variant="A", method="poxm", p=10, lam=0.8, seed=seed, final=True, epoch=1)
+        rows += [make_row(split="val_truth", metric="V_true", value=truth, **kw),
+                 make_row(split="val", metric="IS", value=est, **kw)]
+    d = F.estimator_error_data(to_frame(rows), "d", "A").iloc[0]
+    assert d["estimator"] == "IS" and d["p"] == 10 and d["n"] == 2
+    assert d["bias"] == pytest.approx(0.0) and d["rmse"] == pytest.approx(0.5)
+    assert d["sd"] == pytest.approx(math.sqrt(0.5))  # sample std of (+0.5, -0.5)
+
+
+def test_covering_data_mean_over_seeds_and_logging_r5():
+    prep = pd.DataFrame([{"dataset": "d", "variant": "A", "seed": s, "metric": f"covering@{k}", "value": v}
+                         for s, vals in enumerate([(0.2, 0.5), (0.4, 0.7)]) for k, v in zip((1, 2), vals)]
+                        + [{"dataset": "d", "variant": "A", "seed": 0, "metric": "logging_policy/R@5", "value": 0.1}])
+    curve, r5 = F.covering_data(prep, to_frame([]), "d")
+    assert list(curve.sort_values("k")["mean"]) == pytest.approx([0.3, 0.6])
+    assert r5.iloc[0]["mean"] == pytest.approx(0.1)
+
+
+# ---- build_report ------------------------------------------------------------------------------
+
+def _run_dir(tmp: Path, with_sweep: bool = True) -> Path:
+    run = tmp / "run"
+    (run / "results").mkdir(parents=True)
+    rows, grid, prep = [], [], []
+    for d, variants in (("eurlex-4k", ("A", "B")), ("toy", ("A",))):
+        for v in variants:
+            for s in (0, 1, 2):
+                for k in range(1, 11):
+                    prep.append({"dataset": d, "variant": v, "seed": s, "metric": f"covering@{k}", "value": k / 12})
+                prep += [{"dataset": d, "variant": v, "seed": s, "metric": "logging_policy/R@5", "value": 0.2},
+                         {"dataset": d, "variant": v, "seed": s, "metric": "rho/top1_mass", "value": 0.4}]
+                for m in ("logging", "poxm", "banditnet"):
+                    pts = [(None, None)] if m == "logging" else [(10, 0.8), (20, 0.8)]
+                    for p, lam in pts:
+                        grid.append({"dataset": d, "variant": v, "method": m, "p": p if p else -1, "lam": lam, "seed": s})
+                        if m == "banditnet" and d == "toy":
+                            continue  # a whole method missing
+                        if m == "poxm" and d == "eurlex-4k" and v == "A" and s == 2:
+                            continue  # a missing seed
+                        base = {"logging": 0.2, "poxm": 0.45, "banditnet": 0.1}[m] + 0.01 * s + (0.05 if p == 20 else 0)
+                        kw = dict(p=p, lam=lam, dataset=d, variant=v, snis=base * 5)
+                        rows += _test_rows(m, s, {**{k: base for k in STOCH}, "P@1": base, "P@3": base, "P@5": base}, **kw)
+                        if p is not None:
+                            rkw = dict(dataset=d, variant=v, method=m, p=p, lam=lam, seed=s, final=True, epoch=2)
+                            rows += [make_row(split="val", metric=e, value=base * 5 + 0.1, **rkw) for e in ("IS", "sIS", "DR")]
+                            rows.append(make_row(split="val_truth", metric="V_true", value=base * 5, **rkw))
+    to_frame(rows).to_csv(run / "results" / "rows.csv", index=False)
+    pd.DataFrame(prep).to_csv(run / "results" / "prepare.csv", index=False)
+    (run / "config.yaml").write_text("name: tiny\nseeds: [0, 1, 2]\n")
+    if with_sweep:
+        (run / "sweep.json").write_text(json.dumps(grid))
+    return run
+
+
+def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
+    run = _run_dir(tmp_path)
+    out = build_report(run)
+    assert out == run / "report"
+    for d, v in (("eurlex-4k", "A"), ("eurlex-4k", "B"), ("toy", "A")):
+        for kind in ("results", "greedy", "selection"):
+            for ext in ("csv", "md", "tex"):
+                assert (out / "tables" / f"{kind}_{d}_{v}.{ext}").stat().st_size > 0
+        assert (out / "figures" / f"estimators_{d}_{v}.png").exists()
+    for d in ("eurlex-4k", "toy"):
+        for fig in ("covering", "robustness"):
+            for ext in ("png", "pdf"):
+                assert (out / "figures" / f"{fig}_{d}.{ext}").stat().st_size > 1000
+        assert (out / "tables" / f"logging_{d}.md").exists()
+    for f in ("index.md", "index.html", "selection.csv"):
+        assert (out / f).stat().st_size > 0
+    md = (out / "tables" / "results_eurlex-4k_A.md").read_text()
+    # poxm seeds 0, 1 at p=20 (SNIS-selected): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
+    assert "50.50 ± 0.71 (n=2/3)" in md and "52.38" in md
+    tex = (out / "tables" / "results_eurlex-4k_A.tex").read_text()
+    assert r"\textbf{50.50 $\pm$ 0.71 (n=2/3)}" in tex
+    assert "52.38" not in (out / "tables" / "results_eurlex-4k_B.md").read_text()  # B is not the paper's policy
+    toy = (out / "tables" / "results_toy_A.md").read_text()
+    assert "| BanditNet | — | — |" in toy
+    index = (out / "index.md").read_text()
+    assert "missing: toy / A / banditnet" in index and "partial: eurlex-4k / A / poxm" in index
+    assert "figures/covering_toy.png" in index and "tables/results_toy_A.tex" in index
+    sel = pd.read_csv(out / "selection.csv")
+    assert set(sel[(sel["method"] == "poxm") & (sel["selection"] == "snis")]["p"]) == {20}
+    html = (out / "index.html").read_text()
+    assert "<table>" in html and 'src="figures/robustness_eurlex-4k.png"' in html
+
+    build_report(run)  # a rebuild swaps the report in and leaves no temporary directories
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "report", "results", "sweep.json"]
+
+
+def test_build_report_without_sweep_json_and_bad_inputs(tmp_path):
+    run = _run_dir(tmp_path, with_sweep=False)
+    (run / "results" / "prepare.csv").unlink()
+    out = build_report(run)
+    assert "taken from the results themselves" in (out / "index.md").read_text()
+    with pytest.raises(PoxmInputError, match="rows.csv: result rows not found"):
+        build_report(tmp_path)
+    (run / "sweep.json").write_text("{not json")
+    with pytest.raises(PoxmInputError, match="sweep.json:1: not valid JSON"):
+        build_report(run)
+    assert (run / "report" / "index.md").exists()  # the old report survives a failed build

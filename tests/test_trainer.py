@@ -1,0 +1,203 @@
+"""The single-trial trainer: resume = uninterrupted, grouped heads = heads alone, the rows schema,
+hand-checkable validation quantities, and the trial grid."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from poxm_core.errors import PoxmInputError
+from poxm_core.results import COLUMNS
+from poxm_core.training import HeadSpec, TrialSpec, run_trial, trial_specs
+from poxm_core.training.evaluation import PolicyView, _greedy_logpi, val_arrays
+from poxm_core.training.train_command import final_table, pick_trial
+from trial_fixtures import tiny_config, tiny_prepared
+
+PREP = tiny_prepared()
+SMALL = {"logging": {}, "poxm": {"p": [4], "lam": [0.5], "lr": 0.01},
+         "banditnet": {"lam": [0.5], "lr": 0.01, "softmax": "sampled", "n_negatives": 6}, "dm": {"lr": 0.01}}
+
+
+def spec_of(cfg, *methods):
+    return next(s for s in trial_specs(cfg, "method") if s.methods == methods) if len(methods) == 1 else \
+        TrialSpec("tiny", "A", 0, tuple(h for s in trial_specs(cfg, "method") if s.methods[0] in methods for h in s.heads))
+
+
+def head_rows(df, method, p=-1):
+    return df[(df.method == method) & (df.p == p)].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------- resume
+
+def test_resume_after_one_epoch_equals_uninterrupted(tmp_path):
+    spec = spec_of(tiny_config(SMALL), "poxm", "banditnet")
+    full = run_trial(tiny_config(SMALL, epochs=3), spec, PREP, tmp_path / "a", progress=False)
+    run_trial(tiny_config(SMALL, epochs=1), spec, PREP, tmp_path / "b", progress=False)
+    resumed = run_trial(tiny_config(SMALL, epochs=3), spec, PREP, tmp_path / "b", progress=False)
+    pd.testing.assert_frame_equal(full, resumed)
+    assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["epoch_0002", "epoch_0003"]
+
+
+def test_crash_in_on_epoch_then_restart_equals_uninterrupted(tmp_path):
+    cfg = tiny_config(SMALL, epochs=3)
+    spec = spec_of(cfg, "poxm")
+    full = run_trial(cfg, spec, PREP, tmp_path / "a", progress=False)
+
+    def crash(epoch, metrics, ckpt):
+        if epoch == 2:
+            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError, match="killed"):
+        run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=crash, progress=False)
+    assert not (tmp_path / "b" / "rows.csv").exists()
+    seen = []
+    again = run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=lambda e, m, c: seen.append(e), progress=False)
+    assert seen == [3]
+    pd.testing.assert_frame_equal(full, again)
+    # explicit resume_from: same result
+    ck = tmp_path / "b" / "checkpoints" / "epoch_0002"
+    third = run_trial(cfg, spec, PREP, tmp_path / "c", resume_from=ck, progress=False)
+    pd.testing.assert_frame_equal(full, third)
+
+
+def test_resume_from_other_config_is_refused(tmp_path):
+    spec = spec_of(tiny_config(SMALL), "poxm")
+    run_trial(tiny_config(SMALL, epochs=1), spec, PREP, tmp_path, progress=False)
+    with pytest.raises(PoxmInputError, match="different trial or config"):
+        run_trial(tiny_config(SMALL, epochs=2, lr=0.5), spec, PREP, tmp_path, progress=False)
+
+
+# --------------------------------------------------------------------------------- grouping
+
+def test_grouped_heads_equal_heads_trained_alone(tmp_path):
+    cfg = tiny_config(SMALL, epochs=2)
+    group = spec_of(cfg, "logging", "poxm", "banditnet", "dm")
+    together = run_trial(cfg, group, PREP, tmp_path / "g", progress=False)
+    for method, p in (("poxm", 4), ("banditnet", -1), ("dm", -1), ("logging", -1)):
+        alone = run_trial(cfg, spec_of(cfg, method), PREP, tmp_path / method, progress=False)
+        pd.testing.assert_frame_equal(head_rows(together, method, p), head_rows(alone, method, p))
+
+
+# --------------------------------------------------------------------------------- rows and files
+
+def test_rows_schema_files_and_metric_names(tmp_path):
+    cfg = tiny_config(epochs=1)          # every method of the registry
+    spec = trial_specs(cfg, "seed")[0]
+    got = {}
+    df = run_trial(cfg, spec, PREP, tmp_path, on_epoch=lambda e, m, c: got.update(m), progress=False)
+    assert list(df.columns) == COLUMNS
+    assert set(df.split) == {"train", "val", "val_truth", "test"}
+    assert set(df[df.split == "val_truth"].metric) == {"V_true"}
+    fin = df[df.final]
+    want_test = {f"{m}@{k}" for m in ("R", "nDCR", "PSR", "P", "nDCG", "PSP") for k in (1, 3, 5)}
+    for h in spec.heads:
+        rows = fin[(fin.method == h.method) & (fin.p == (h.p or -1))]
+        assert want_test <= set(rows[rows.split == "test"].metric)
+        assert {"IS", "sIS", "SNIS", "DR", "ESS"} == set(rows[rows.split == "val"].metric)
+        assert rows.epoch.unique().tolist() == ([0] if h.method == "logging" else [1])
+        if h.method != "logging":
+            key = f"{h.method}/p_eq_{h.p if h.p else 'none'}/lam_eq_{h.lam if h.lam else 'none'}"
+            assert {f"{key}/{m}" for m in ("loss", "IS", "sIS", "SNIS", "ESS")} <= set(got)
+    assert not any("@" in k or "=" in k for k in got)
+    assert set(fin[fin.metric == "truncated_mass"].method) == {"banditnet", "pm_banditnet"}
+    assert fin[fin.split == "test"].value.between(0, 1).all()
+    # stochastic metrics carry a Monte-Carlo/exact stderr, greedy ones none
+    assert fin[fin.metric == "R@5"].stderr.notna().all() and fin[fin.metric == "P@5"].stderr.isna().all()
+    disk = pd.read_csv(tmp_path / "rows.csv")
+    assert list(disk.columns) == COLUMNS and len(disk) == len(df)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["heads"]) == {h.key for h in spec.heads}
+    assert "test/R@5" in summary["heads"]["poxm/p=4/lam=0.5"]["metrics"]
+    conf = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert conf["trial"] == spec.to_dict() and conf["config"]["training"]["epochs"] == 1
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+    assert len(final_table(df)) == len(spec.heads)
+
+
+def test_greedy_policy_metrics_are_exact():
+    cfg = tiny_config({"dm": {"lr": 0.01}}, epochs=1)
+    df = run_trial(cfg, spec_of(cfg, "dm"), PREP, __import__("tempfile").mkdtemp(), progress=False)
+    fin = df[df.final & (df.split == "test")].set_index("metric")
+    for k in (1, 3, 5):
+        assert fin.value[f"R@{k}"] == fin.value[f"P@{k}"] and fin.stderr[f"R@{k}"] == 0.0
+        assert fin.value[f"PSR@{k}"] == fin.value[f"PSP@{k}"]
+
+
+# --------------------------------------------------------------------------------- hand-checked values
+
+def test_logging_policy_weights_are_one_and_is_is_mean_reward(tmp_path):
+    cfg = tiny_config({"logging": {}}, epochs=1)
+    df = run_trial(cfg, spec_of(cfg, "logging"), PREP, tmp_path, progress=False)
+    val = df[df.final & (df.split == "val")].set_index("metric").value
+    mean_reward = PREP.log_val.rewards.sum(axis=1).mean()
+    for m in ("IS", "sIS", "SNIS"):
+        assert math.isclose(val[m], mean_reward, rel_tol=1e-7)   # w = rho-conditional / q = 1 up to rounding
+    assert math.isclose(val["ESS"], PREP.log_val.rewards.size, rel_tol=1e-7)
+
+
+def test_phi_policy_val_logpi_matches_hand_softmax():
+    from poxm_core.training.heads import HeadParams
+    P = HeadParams(torch.tensor(PREP.W), torch.tensor(PREP.b))
+    log = PREP.log_val
+    arr = val_arrays(PolicyView("phi", 4, P), PREP.Z_train, PREP.policy_train.cand, PREP.policy_train.rho, log, 4,
+                     None, torch.device("cpu"))
+    i = 0
+    inst = log.instance[i]
+    s = PREP.Z_train[inst].astype(np.float64) @ PREP.W.T.astype(np.float64) + PREP.b
+    phi = PREP.policy_train.cand[inst, :4]
+    removed = 0.0
+    for j in range(log.slate_size):
+        y = log.actions[i, j]
+        if y in phi:
+            want = s[y] - np.log(np.exp(s[phi]).sum() - removed)
+            assert math.isclose(arr["logpi_is"][i, j], want, rel_tol=1e-5)
+            removed += np.exp(s[y])
+        else:
+            assert arr["logpi_is"][i, j] == -np.inf
+    assert np.array_equal(arr["logpi_is"], arr["logpi_sis"])
+
+
+def test_greedy_conditional_picks_best_label_outside_the_logged_prefix():
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.9]], dtype=torch.float64)
+    cand = torch.tensor([[7, 4, 2, 3]])
+    # greedy order: label 3 (0.9, smaller id than 4), 4, 2, 7; logged slate columns (3, 1, 2)
+    lp, picks = _greedy_logpi(scores, cand, torch.tensor([[3, 1, 2]]), 4)
+    assert picks.tolist() == [[3, 1, 2]] and lp.tolist() == [[0.0, 0.0, 0.0]]
+    lp, picks = _greedy_logpi(scores, cand, torch.tensor([[1, 3, 0]]), 4)
+    assert picks.tolist() == [[3, 3, 2]] and lp.tolist() == [[-np.inf, 0.0, -np.inf]]
+    lp, picks = _greedy_logpi(scores, cand, torch.tensor([[3, 1, 2]]), 1)   # restricted to Phi^1 = {7}
+    assert picks.tolist() == [[0, 0, 0]] and bool(torch.isneginf(lp).all())
+
+
+# --------------------------------------------------------------------------------- input checks and grid
+
+def test_bad_trials_are_one_line_errors(tmp_path):
+    cfg = tiny_config({"poxm": {"p": [50], "lam": [0.5]}}, epochs=1)
+    with pytest.raises(PoxmInputError, match=r"methods\.poxm\.p: p=50 exceeds the 8 candidates"):
+        run_trial(cfg, spec_of(cfg, "poxm"), PREP, tmp_path, progress=False)
+    with pytest.raises(PoxmInputError, match="prepared data is"):
+        run_trial(cfg, TrialSpec("tiny", "B", 0, (HeadSpec("poxm", 50, 0.5),)), PREP, tmp_path, progress=False)
+    with pytest.raises(PoxmInputError, match=r"methods\.dm"):
+        run_trial(cfg, TrialSpec("tiny", "A", 0, (HeadSpec("dm"),)), PREP, tmp_path, progress=False)
+    with pytest.raises(PoxmInputError, match="twice"):
+        TrialSpec("tiny", "A", 0, (HeadSpec("dm"), HeadSpec("dm")))
+
+
+def test_trial_specs_grid_and_train_defaults():
+    cfg = tiny_config()
+    by_method = trial_specs(cfg, "method")
+    assert len(by_method) == 7 and sum(len(s.heads) for s in by_method) == 8
+    by_seed = trial_specs(cfg, "seed")
+    assert len(by_seed) == 1 and by_seed[0].heads == tuple(h for s in by_method for h in s.heads)
+    assert by_method[4].name == "tiny-A-s0-poxm" and by_seed[0].name == "tiny-A-s0-all"
+    assert TrialSpec.from_dict(by_seed[0].to_dict()) == by_seed[0]
+    t = pick_trial(cfg, method="poxm")
+    assert (t.dataset, t.variant, t.seed) == ("tiny", "A", 0) and [h.p for h in t.heads] == [4, 8]
+    with pytest.raises(PoxmInputError, match="did you mean 'poxm'"):
+        pick_trial(cfg, method="poxn")
+    with pytest.raises(PoxmInputError, match="--seed"):
+        pick_trial(cfg, seed=5)
