@@ -274,7 +274,7 @@ def _restore(path: Path, heads: list[_Head], spec: TrialSpec, rhash: str, epochs
             s = st["heads"][h.key]
             h.params.W.copy_(s["W"])
             h.params.b.copy_(s["b"])
-            pass
+            h.opt.load_state_dict(s["opt"])
     return int(st["epoch"]), list(st["rows"])
 
 
