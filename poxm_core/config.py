@@ -86,12 +86,12 @@ class DatasetConfig(_Strict):
 class ModelConfig(_Strict):
     """Shared core model: sparse encoder to width `dim` + linear head; the logging model."""
     dim: int = Field(256, gt=0, description="encoder output width d")
-    epochs: int = Field(10, gt=0, description="logging-model training epochs (one-vs-all)")
+    epochs: int = Field(20, gt=0, description="logging-model training epochs (one-vs-all); 20: see docs/artifacts.md, Measured")
     lr: float = Field(2e-3, gt=0, description="logging-model Adam learning rate")
     batch_size: int = Field(256, gt=0, description="logging-model batch size")
     weight_decay: float = Field(0.0, ge=0, description="logging-model weight decay")
     n_candidates: int = Field(100, gt=0, description="K: candidates C(x) = top-K labels of p_hat")
-    topk_chunk_mb: int = Field(256, gt=0, description="memory budget of one chunk of the chunked top-k (MiB)")
+    topk_chunk_mb: int = Field(256, gt=0, description="memory budget of one chunk of the chunked top-k and of one logging-model micro-batch of logits (MiB)")
     slate_size: int = Field(5, gt=0, description="ell: logged slate length")
 
 

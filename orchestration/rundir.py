@@ -1,0 +1,188 @@
+"""The run directory of a sweep: where every stage reads and writes (docs/orchestration.md).
+
+    <runs_dir>/<name>-<hash>/
+      config.yaml          resolved sweep config
+      sweep.json           name, hash, git commit, cache dir, grid points, trial names
+      driver.json          pid/host of the driver process while `run`/`resume` is active
+      mlflow_runs.json     MLflow ids: experiment, parent run, one run per grid point
+      trials/<trial>/      the trainer's out_dir (rows.csv, summary.json, checkpoints/) + state.json, done.json
+      ray/                 Ray Tune / Ray Train storage_path
+      mlflow.db, mlartifacts/   embedded MLflow store (default)
+      results/             rows.csv, prepare.csv, selection.csv, sweep_summary.json
+      report/              written by orchestration.report.build_report
+
+The name is stable: `<name>-<hash>` with hash = config_hash of the resolved config minus the keys
+that do not change results (mlflow, resources, runs_dir). Never a timestamp, so a rerun or resume
+finds the same directory, the same Ray experiment and the same MLflow runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from poxm_core.config import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
+from poxm_core.errors import PoxmInputError
+
+# Keys of the resolved config that do not change any number of the sweep: not in its identity.
+NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir")
+
+
+def sweep_hash(cfg: SweepConfig) -> str:
+    d = resolved_dict(cfg)
+    for k in NON_IDENTITY_KEYS:
+        d.pop(k, None)
+    return config_hash(d)
+
+
+def sweep_id(cfg: SweepConfig) -> str:
+    """'<name>-<hash>': the run directory's name, the MLflow experiment's default name."""
+    return f"{cfg.name}-{sweep_hash(cfg)}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write under a temporary name in the same directory, then os.replace: never a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    write_atomic(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: Path, default=None):
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return default
+    except json.JSONDecodeError as exc:
+        raise PoxmInputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+
+
+def git_commit() -> str:
+    """The commit of the checkout this package runs from ('+dirty' if it has changes), else 'unknown'."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return os.environ.get("POXM_GIT_COMMIT", "unknown")
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("POXM_GIT_COMMIT", "unknown")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run directory (all absolute)."""
+    root: Path
+
+    @classmethod
+    def for_config(cls, cfg: SweepConfig, runs_dir: str | os.PathLike | None = None) -> "RunDir":
+        base = Path(runs_dir if runs_dir is not None else cfg.runs_dir).expanduser().resolve()
+        return cls(base / sweep_id(cfg))
+
+    @classmethod
+    def existing(cls, path: str | os.PathLike) -> "RunDir":
+        """A run directory given on the command line: it must hold config.yaml and sweep.json."""
+        root = Path(path).expanduser().resolve()
+        if not root.is_dir():
+            raise PoxmInputError(f"{path}: run directory not found")
+        for f in ("config.yaml", "sweep.json"):
+            if not (root / f).is_file():
+                raise PoxmInputError(f"{path}: not a poxm run directory (no {f}; expected <runs_dir>/<name>-<hash>)")
+        return cls(root)
+
+    # --- files
+    config = property(lambda self: self.root / "config.yaml")
+    sweep = property(lambda self: self.root / "sweep.json")
+    driver = property(lambda self: self.root / "driver.json")
+    mlflow_runs = property(lambda self: self.root / "mlflow_runs.json")
+    mlflow_db = property(lambda self: self.root / "mlflow.db")
+    mlartifacts = property(lambda self: self.root / "mlartifacts")
+    trials = property(lambda self: self.root / "trials")
+    ray = property(lambda self: self.root / "ray")
+    results = property(lambda self: self.root / "results")
+    report = property(lambda self: self.root / "report")
+    rows_csv = property(lambda self: self.root / "results" / "rows.csv")
+    prepare_csv = property(lambda self: self.root / "results" / "prepare.csv")
+    selection_csv = property(lambda self: self.root / "results" / "selection.csv")
+    summary_json = property(lambda self: self.root / "results" / "sweep_summary.json")
+
+    def trial(self, name: str) -> Path:
+        return self.trials / name
+
+    def load_config(self) -> SweepConfig:
+        return load_config(self.config)
+
+    def read_sweep(self) -> dict:
+        return read_json(self.sweep, {})
+
+
+# --------------------------------------------------------------------------------------------
+# per-trial state files (read by `poxm status` without Ray)
+
+def trial_state(trial_dir: Path) -> dict:
+    """{'state': 'done'|'running'|'errored'|'pending', ...} from done.json / state.json."""
+    done = read_json(trial_dir / "done.json")
+    if done is not None:
+        return {"state": "done", **done}
+    st = read_json(trial_dir / "state.json")
+    if st is None:
+        return {"state": "pending"}
+    return st
+
+
+def set_trial_state(trial_dir: Path, state: str, **extra) -> None:
+    prev = read_json(trial_dir / "state.json", {}) or {}
+    prev.update(extra)
+    prev.update({"state": state, "updated": time.time()})
+    write_json(trial_dir / "state.json", prev)
+
+
+# --------------------------------------------------------------------------------------------
+# the driver lock: one `run`/`resume` per run directory at a time
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def driver_alive(rd: RunDir) -> dict | None:
+    """The driver.json of a live driver on this host, else None (absent, finished or killed)."""
+    d = read_json(rd.driver)
+    if not d or d.get("host") != socket.gethostname():
+        return None
+    return d if d.get("pid") and _pid_alive(int(d["pid"])) else None
+
+
+def acquire_driver(rd: RunDir) -> None:
+    live = driver_alive(rd)
+    if live is not None and int(live["pid"]) != os.getpid():
+        raise PoxmInputError(f"{rd.root}: run directory in use by a running driver (pid {live['pid']}); "
+                             "wait for it or stop it first")
+    write_json(rd.driver, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+
+
+def release_driver(rd: RunDir) -> None:
+    d = read_json(rd.driver)
+    if d and int(d.get("pid", -1)) == os.getpid():
+        rd.driver.unlink(missing_ok=True)
+
+
+def write_config(rd: RunDir, cfg: SweepConfig) -> None:
+    write_atomic(rd.config, resolved_yaml(cfg))

@@ -1,0 +1,331 @@
+"""MLflow tracking of a sweep: one experiment, one parent run, one nested run per grid point.
+
+Layout (docs/orchestration.md, "MLflow"):
+  experiment   cfg.mlflow.experiment, default '<name>-<hash>' (the run directory's name)
+  parent run   name '<name>-<hash>', tags poxm.role=sweep, poxm.sweep, config_hash, git_commit;
+               artifacts: config.yaml, sweep.json, results/*.csv, report/
+  point runs   one per grid point (dataset, variant, method, p, lam, seed), tag mlflow.parentRunId,
+               name 'dataset/variant/method/p=../lam=../seed=..'; params: every grid coordinate and
+               training setting; per-epoch metrics (step = epoch): loss, IS, sIS, SNIS, ESS (+ _se);
+               final metrics: test R_at_5 ... (poxm_core.results.mlflow_name), val_SNIS, val_DR ...
+
+The driver creates the store, the experiment and every run id before any trial starts (concurrent
+first use of a fresh sqlite store races on its schema migration), finds them by tags when they
+exist (so a resumed sweep adds no duplicate), and writes the mapping to run_dir/mlflow_runs.json.
+Train workers log to those ids with MlflowClient.log_batch and set them FINISHED.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from poxm_core.errors import PoxmInputError
+from poxm_core.results import mlflow_name
+
+ROLE_TAG, SWEEP_TAG, POINT_TAG, TRIAL_TAG = "poxm.role", "poxm.sweep", "poxm.point", "poxm.trial"
+PARENT_TAG = "mlflow.parentRunId"
+GRID = ("dataset", "variant", "method", "p", "lam", "seed")
+_BATCH = 100  # params/tags per log_batch call (MLflow's limit); metrics go up to 1000
+
+
+# --------------------------------------------------------------------------------------------
+# the tracking URI
+
+def resolve_uri(run_root: Path, cli_uri: str | None = None, config_uri: str | None = None) -> str:
+    """The absolute tracking URI: --mlflow-uri > $MLFLOW_TRACKING_URI > config mlflow.tracking_uri >
+    sqlite store inside the run directory. Relative sqlite paths are made absolute (Ray moves the
+    worker's cwd); a plain path to a .db file means sqlite; the retired file store is refused."""
+    uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or config_uri
+    if not uri:
+        return "sqlite:///" + str((Path(run_root) / "mlflow.db").resolve())
+    if uri.startswith(("http://", "https://", "databricks", "postgresql", "mysql", "mssql")):
+        return uri
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        return "sqlite:///" + str(Path(path).expanduser().resolve()) if not path.startswith("/") else uri
+    if uri.startswith("file:") or "://" not in uri:
+        path = uri[len("file:"):] if uri.startswith("file:") else uri
+        if path.endswith(".db"):
+            return "sqlite:///" + str(Path(path).expanduser().resolve())
+        raise PoxmInputError(f"--mlflow-uri/MLFLOW_TRACKING_URI: '{uri}' is a file store, which MLflow >= 3.13 "
+                             "refuses; expected sqlite:////abs/path/mlflow.db or http://host:port")
+    return uri
+
+
+def is_local_store(uri: str) -> bool:
+    return uri.startswith("sqlite:")
+
+
+def client(uri: str):
+    from mlflow import MlflowClient
+    return MlflowClient(tracking_uri=uri)
+
+
+# --------------------------------------------------------------------------------------------
+# grid points
+
+def point_key(p: Mapping) -> str:
+    """'dataset|variant|method|p|lam|seed' with p/lam 'none' where unused: the point's identity tag."""
+    def f(v):
+        return "none" if v is None or (isinstance(v, float) and math.isnan(v)) else repr(v)
+    return "|".join([str(p["dataset"]), str(p["variant"]), str(p["method"]), f(p["p"]), f(p["lam"]), str(p["seed"])])
+
+
+def point_name(p: Mapping) -> str:
+    parts = [p["dataset"], p["variant"], p["method"]]
+    if p["p"] is not None:
+        parts.append(f"p={p['p']}")
+    if p["lam"] is not None:
+        parts.append(f"lam={p['lam']}")
+    parts.append(f"seed={p['seed']}")
+    return "/".join(str(x) for x in parts)
+
+
+def _flat(prefix: str, d: Mapping) -> dict[str, str]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            out.update(_flat(key, v))
+        else:
+            out[key] = "none" if v is None else str(v)
+    return out
+
+
+def point_params(cfg_dict: Mapping, point: Mapping, trial: str) -> dict[str, str]:
+    """Every grid coordinate and training setting of a grid point, as MLflow params (strings)."""
+    ds = next(d for d in cfg_dict["datasets"] if d["name"] == point["dataset"])
+    var = next(v for v in ds["variants"] if v["name"] == point["variant"])
+    params = {k: "none" if point[k] is None else str(point[k]) for k in GRID}
+    params.update({"alpha": str(var["alpha"]), "beta": str(var["beta"]), "T": str(var["T"]),
+                   "val_fraction": str(ds["val_fraction"]), "trial": trial, "device": str(cfg_dict["device"]),
+                   "group_by": str(cfg_dict["group_by"])})
+    mc = dict(cfg_dict["methods"].get(point["method"], {}) or {})
+    mc.pop("p", None)
+    mc.pop("lam", None)
+    if mc.get("lr") is None:
+        mc["lr"] = cfg_dict["training"]["lr"]
+    params.update(_flat("method", mc))
+    params.update(_flat("training", cfg_dict["training"]))
+    params.update(_flat("model", cfg_dict["model"]))
+    if ds.get("synthetic"):
+        params.update(_flat("synthetic", {k: v for k, v in ds["synthetic"].items() if v is not None}))
+    return params
+
+
+# --------------------------------------------------------------------------------------------
+# driver side
+
+@dataclass(frozen=True)
+class SweepRuns:
+    """What the workers need: the URI and the run ids (what mlflow_runs.json holds)."""
+    uri: str
+    experiment_id: str
+    parent: str
+    points: dict[str, str]          # point_key -> run id
+
+    def to_dict(self) -> dict:
+        return {"tracking_uri": self.uri, "experiment_id": self.experiment_id, "parent_run_id": self.parent,
+                "points": self.points}
+
+
+def init_store(uri: str, experiment: str, artifact_root: Path | None) -> str:
+    """Create (or find) the experiment once, in the driver, before any worker touches the store.
+
+    With a local sqlite store, artifacts go to `artifact_root` (run_dir/mlartifacts) instead of a
+    ./mlruns next to whatever the cwd is."""
+    import mlflow
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        loc = artifact_root.resolve().as_uri() if (artifact_root is not None and is_local_store(uri)) else None
+        try:
+            return c.create_experiment(experiment, artifact_location=loc)
+        except mlflow.exceptions.MlflowException:
+            exp = c.get_experiment_by_name(experiment)   # created meanwhile by another driver
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        c.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def _search_all(c, exp_id: str, filter_string: str) -> list:
+    out, token = [], None
+    while True:
+        page = c.search_runs([exp_id], filter_string=filter_string, max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def ensure_parent(uri: str, exp_id: str, sweep: str, tags: Mapping[str, str]) -> str:
+    """The sweep's parent run (found by tags, else created), set RUNNING."""
+    c = client(uri)
+    found = _search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'sweep' and tags.`{SWEEP_TAG}` = '{sweep}'")
+    if found:
+        rid = sorted(found, key=lambda r: r.info.start_time)[0].info.run_id
+        c.update_run(rid, status="RUNNING")
+    else:
+        rid = c.create_run(exp_id, run_name=sweep, tags={ROLE_TAG: "sweep", SWEEP_TAG: sweep, **tags}).info.run_id
+    _log_tags(c, rid, tags)
+    return rid
+
+
+def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapping,
+                  points: Iterable[tuple[Mapping, str]], tags: Mapping[str, str],
+                  point_tags: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
+    """One run per grid point: the existing one (by tags poxm.sweep + poxm.point) or a new one with
+    its params and tags, status SCHEDULED until its trial starts. Returns {point_key: run_id}."""
+    from mlflow.entities import Param, RunTag
+
+    c = client(uri)
+    have: dict[str, str] = {}
+    for r in sorted(_search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'point' and tags.`{SWEEP_TAG}` = '{sweep}'"),
+                    key=lambda r: r.info.start_time):
+        have.setdefault(r.data.tags.get(POINT_TAG, ""), r.info.run_id)
+    out = {}
+    for point, trial in points:
+        key = point_key(point)
+        extra = dict((point_tags or {}).get(key, {}))
+        if key in have:
+            out[key] = have[key]
+            if extra:
+                _log_tags(c, have[key], extra)
+            continue
+        ptags = {ROLE_TAG: "point", SWEEP_TAG: sweep, POINT_TAG: key, TRIAL_TAG: trial, PARENT_TAG: parent,
+                 **{k: "none" if point[k] is None else str(point[k]) for k in GRID}, **tags, **extra}
+        run = c.create_run(exp_id, run_name=point_name(point), tags=ptags)
+        params = [Param(k, v) for k, v in point_params(cfg_dict, point, trial).items()]
+        for i in range(0, len(params), _BATCH):
+            c.log_batch(run.info.run_id, params=params[i:i + _BATCH])
+        c.update_run(run.info.run_id, status="SCHEDULED")
+        out[key] = run.info.run_id
+    return out
+
+
+def _log_tags(c, run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+    items = [RunTag(k, str(v)) for k, v in tags.items()]
+    for i in range(0, len(items), _BATCH):
+        c.log_batch(run_id, tags=items[i:i + _BATCH])
+
+
+def close_points(runs: SweepRuns, status_by_key: Mapping[str, str]) -> dict[str, int]:
+    """End every point run that is not FINISHED: FAILED for errored trials, KILLED for ones never
+    run; returns a count per final status. Nothing is left RUNNING or SCHEDULED."""
+    c = client(runs.uri)
+    counts: dict[str, int] = {}
+    by_id = {r.info.run_id: r for r in _search_all(c, runs.experiment_id,
+                                                    f"tags.`{PARENT_TAG}` = '{runs.parent}'")}
+    for key, rid in runs.points.items():
+        r = by_id.get(rid) or c.get_run(rid)
+        st = r.info.status
+        if st != "FINISHED":
+            st = status_by_key.get(key, "KILLED")
+            if st == "FINISHED":    # the trial finished but the worker did not close it (killed at the end)
+                c.set_terminated(rid, "FINISHED")
+            else:
+                c.set_terminated(rid, st)
+        counts[st] = counts.get(st, 0) + 1
+    return counts
+
+
+def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artifacts: Iterable[tuple[Path, str]]) -> None:
+    """Metrics, artifacts (files or folders, with their artifact path) and the end status of the parent run."""
+    from mlflow.entities import Metric
+    c = client(runs.uri)
+    now = int(time.time() * 1000)
+    ms = [Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
+    if ms:
+        c.log_batch(runs.parent, metrics=ms)
+    for path, where in artifacts:
+        path = Path(path)
+        if path.is_dir():
+            c.log_artifacts(runs.parent, str(path), where)
+        elif path.is_file():
+            c.log_artifact(runs.parent, str(path), where or None)
+    c.set_terminated(runs.parent, "FINISHED" if ok else "FAILED")
+
+
+def tag_selected(runs: SweepRuns, selection_rows: Iterable[Mapping]) -> None:
+    """Tag the grid-point runs chosen by selection: poxm.selected = 'snis' / 'oracle' / 'snis,oracle'."""
+    c = client(runs.uri)
+    chosen: dict[str, list[str]] = {}
+    for row in selection_rows:
+        p = None if int(row["p"]) < 0 else int(row["p"])
+        lam = None if row["lam"] is None or (isinstance(row["lam"], float) and math.isnan(row["lam"])) else float(row["lam"])
+        key = point_key({"dataset": row["dataset"], "variant": row["variant"], "method": row["method"],
+                         "p": p, "lam": lam, "seed": int(row["seed"])})
+        chosen.setdefault(key, []).append(str(row["selection"]))
+    for key, sels in chosen.items():
+        if key in runs.points:
+            c.set_tag(runs.points[key], "poxm.selected", ",".join(sorted(set(sels))))
+
+
+# --------------------------------------------------------------------------------------------
+# worker side
+
+class PointLogger:
+    """Logs one trial's heads to their pre-created runs (rank 0 of the trial's Train workers).
+
+    Per-epoch metrics (step = epoch) come from run_trial's on_epoch keys
+    mlflow_name(f'{head.key}/{metric}'); an epoch already logged before a crash is not logged again,
+    so a retried trial's curves equal an uninterrupted one's."""
+
+    def __init__(self, uri: str, head_runs: Mapping[str, str]):
+        """head_runs: {head.key ('poxm/p=10/lam=0.9'): run id}."""
+        self.c = client(uri)
+        self.prefix = {mlflow_name(k + "/"): rid for k, rid in head_runs.items()}
+        self.logged: dict[str, int] = {}
+
+    def start(self) -> None:
+        for rid in self.prefix.values():
+            self.c.update_run(rid, status="RUNNING")
+            hist = self.c.get_metric_history(rid, "loss")
+            self.logged[rid] = max((m.step for m in hist), default=0)
+
+    def log_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        from mlflow.entities import Metric
+        now = int(time.time() * 1000)
+        per_run: dict[str, list] = {}
+        for key, v in metrics.items():
+            for pre, rid in self.prefix.items():
+                if key.startswith(pre) and epoch > self.logged.get(rid, 0) and math.isfinite(float(v)):
+                    per_run.setdefault(rid, []).append(Metric(key[len(pre):], float(v), now, int(epoch)))
+                    break
+        for rid, ms in per_run.items():
+            self.c.log_batch(rid, metrics=ms)
+            self.logged[rid] = epoch
+
+    def log_final(self, df, head_runs_by_point: Mapping[tuple, str]) -> None:
+        """Final rows: test metrics as 'R_at_5' (+ '_se'), validation ones as 'val_SNIS', then FINISHED."""
+        from mlflow.entities import Metric
+        now = int(time.time() * 1000)
+        fin = df[df["final"]]
+        for pt, rid in head_runs_by_point.items():
+            method, p, lam = pt
+            sel = fin[(fin["method"] == method) & (fin["p"] == (-1 if p is None else p))]
+            sel = sel[sel["lam"].isna()] if lam is None else sel[sel["lam"] == lam]
+            ms = []
+            for r in sel.itertuples(index=False):
+                name = mlflow_name(r.metric) if r.split == "test" else f"{r.split}_{mlflow_name(r.metric)}"
+                if math.isfinite(r.value):
+                    ms.append(Metric(name, float(r.value), now, int(r.epoch)))
+                if math.isfinite(r.stderr) and r.stderr > 0:
+                    ms.append(Metric(name + "_se", float(r.stderr), now, int(r.epoch)))
+            for i in range(0, len(ms), 1000):
+                self.c.log_batch(rid, metrics=ms[i:i + 1000])
+            self.c.set_terminated(rid, "FINISHED")
+
+    def fail(self) -> None:
+        for rid in self.prefix.values():
+            try:
+                self.c.set_terminated(rid, "FAILED")
+            except Exception:  # noqa: BLE001  best effort while already failing
+                pass
