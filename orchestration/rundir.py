@@ -104,6 +104,7 @@ class RunDir:
 
     # --- files
     config = property(lambda self: self.root / "config.yaml")
+    config_input = property(lambda self: self.root / "config.input.yaml")
     sweep = property(lambda self: self.root / "sweep.json")
     driver = property(lambda self: self.root / "driver.json")
     mlflow_runs = property(lambda self: self.root / "mlflow_runs.json")
@@ -122,7 +123,8 @@ class RunDir:
         return self.trials / name
 
     def load_config(self) -> SweepConfig:
-        return load_config(self.config)
+        """The sweep's config, from the keys as given (config.input.yaml; see write_config)."""
+        return load_config(self.config_input if self.config_input.is_file() else self.config)
 
     def read_sweep(self) -> dict:
         return read_json(self.sweep, {})
@@ -184,5 +186,17 @@ def release_driver(rd: RunDir) -> None:
         rd.driver.unlink(missing_ok=True)
 
 
+def config_input(cfg: SweepConfig) -> dict:
+    """The keys as the user gave them (file + overrides), without the defaults filled in.
+
+    Validation that rejects a setting a method ignores looks at which keys were given, so what is
+    reloaded (resume, Ray workers) must be this, not the resolved dump where every key is present."""
+    return cfg.model_dump(mode="json", exclude_unset=True)
+
+
 def write_config(rd: RunDir, cfg: SweepConfig) -> None:
+    """config.yaml: fully resolved (for people and the report); config.input.yaml: what reloads it."""
+    import yaml
     write_atomic(rd.config, resolved_yaml(cfg))
+    write_atomic(rd.config_input, "# keys as given; config.yaml has every default resolved\n"
+                 + yaml.safe_dump(config_input(cfg), sort_keys=False, default_flow_style=None))

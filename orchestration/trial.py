@@ -105,7 +105,7 @@ def worker_loop(tlc: dict) -> None:
                                    "node": os.uname().nodename})
         write_json(trial_dir / "timing.json", timing)
     final = df[df["final"] & (df["split"] == "val") & (df["metric"] == "SNIS")]
-    ray.train.report({"done": 1, "epoch": int(df["epoch"].max()) if len(df) else 0,
+    ray.train.report({"finished": 1, "epoch": int(df["epoch"].max()) if len(df) else 0,
                       "best_val_SNIS": float(final["value"].max()) if len(final) else float("nan")})
 
 
@@ -126,7 +126,7 @@ def drive_trial(config: dict, ctx: dict) -> None:
     trial_dir.mkdir(parents=True, exist_ok=True)
     done = read_json(trial_dir / "done.json")
     if done is not None:      # finished before an interruption that Tune's state did not record
-        ray.tune.report({"done": 1, "epoch": done.get("epoch", 0), "skipped": 1})
+        ray.tune.report({"finished": 1, "epoch": done.get("epoch", 0), "skipped": 1})
         return
     spec = ctx["specs"][name]
     res = ctx["resources"]

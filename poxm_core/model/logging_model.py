@@ -97,7 +97,7 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
                leave=False)
     for _epoch in range(mcfg.epochs):
         order = shuffle.permutation(n)
-        total = 0.0
+        total = torch.zeros((), device=dev)  # summed on the device: no sync per step
         for bstart in range(0, n, mcfg.batch_size):
             batch = order[bstart:bstart + mcfg.batch_size]
             opt.zero_grad(set_to_none=True)
@@ -107,9 +107,9 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
                 loss = F.binary_cross_entropy_with_logits(logits, _dense_targets(Ys[mb], dev),
                                                           reduction="sum") / batch.size
                 loss.backward()
-                total += float(loss.detach())
+                total += loss.detach()
             opt.step()
             bar.update(1)
-        bar.set_postfix(loss=f"{total * mcfg.batch_size / n:.3f}")
+        bar.set_postfix(loss=f"{float(total) * mcfg.batch_size / n:.3f}")
     bar.close()
     return model.cpu().eval()
