@@ -1,2 +1,209 @@
-def main():
-    raise SystemExit("poxm: not built yet")
+"""`poxm`: the command line (docs/orchestration.md).
+
+  poxm prepare CONFIG [key=value ...]                      prepare stage only (cached)
+  poxm train   CONFIG [key=value ...] --out DIR [...]      one trial, no Ray
+  poxm run     CONFIG [key=value ...] [--address ADDR] [--mlflow-uri URI] [--print-config]
+  poxm resume  RUN_DIR                                     finish unfinished and errored trials
+  poxm status  RUN_DIR                                     trials done/running/errored/pending (no Ray)
+  poxm ui      RUN_DIR [--port N]                          MLflow UI on 127.0.0.1 for that run's store
+  poxm report  RUN_DIR                                     gather, select and rebuild the report
+
+Bad input (config keys, files, arguments) prints one line `poxm: error: ...` and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from poxm_core.errors import PoxmInputError
+
+EXIT_INPUT = 2
+EXIT_TRIALS_FAILED = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr, exit 2 (no usage block)."""
+
+    def error(self, message: str):  # noqa: D401
+        cmd = self.prog.removeprefix("poxm").strip()
+        raise PoxmInputError(f"{cmd + ': ' if cmd else ''}{message} (see `{self.prog} --help`)")
+
+
+def _overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", metavar="CONFIG", help="sweep config YAML (configs/*.yaml)")
+    p.add_argument("overrides", metavar="key=value", nargs="*",
+                   help="config overrides, e.g. training.epochs=3 seeds=[0,1] datasets.0.variants.0.T=4")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="poxm", description="POXM: learning ranking policies from extreme bandit feedback "
+                                          "- benchmark sweeps with Ray Tune/Train and MLflow.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("prepare", help="prepare stage only: logging model, candidates, variants, bandit logs (cached)",
+                       description="Prepare every dataset x seed of CONFIG into the content-addressed cache "
+                                   "and print the logging statistics.")
+    _overrides(p)
+    p.add_argument("--print-config", action="store_true", help="print the fully resolved config first")
+    p.add_argument("--cache-dir", help="prepare cache (default <runs_dir>/cache)")
+
+    p = sub.add_parser("train", help="train one trial (a group of heads) without Ray",
+                       description="Train one trial of CONFIG into --out (defaults: first dataset, variant, seed; "
+                                   "every method unless --method).")
+    _overrides(p)
+    p.add_argument("--out", help="output directory (rows.csv, summary.json, checkpoints/)")
+    p.add_argument("--dataset")
+    p.add_argument("--variant")
+    p.add_argument("--method")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--print-config", action="store_true", help="print the fully resolved config and exit")
+    p.add_argument("--cache-dir", help="prepare cache (default <runs_dir>/cache)")
+
+    p = sub.add_parser("run", help="run a whole sweep: prepare, trials (Ray Tune -> Ray Train), gather, select, report",
+                       description="Run every stage of the sweep in CONFIG, in <runs_dir>/<name>-<hash>. Running "
+                                   "it again continues the same sweep (finished trials are kept).")
+    _overrides(p)
+    p.add_argument("--address", help="existing Ray cluster (default $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI, e.g. http://host:5000 (default $MLFLOW_TRACKING_URI, "
+                                        "else config mlflow.tracking_uri, else sqlite in the run directory)")
+    p.add_argument("--runs-dir", help="override runs_dir (where run directories are created)")
+    p.add_argument("--cache-dir", help="prepare cache (default <runs_dir>/cache)")
+    p.add_argument("--print-config", action="store_true", help="print the fully resolved config and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--verbose", action="store_true", help="show Ray's and the workers' logs")
+
+    p = sub.add_parser("resume", help="finish an interrupted or failed sweep",
+                       description="Continue the sweep in RUN_DIR: unfinished and errored trials run again "
+                                   "(from their checkpoints), finished ones are kept; then gather, select, report.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--address", help="existing Ray cluster (default $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: the one the sweep started with)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--verbose", action="store_true")
+
+    p = sub.add_parser("status", help="trials done/running/errored/pending (from files, no Ray)",
+                       description="Print the state of every trial of the sweep in RUN_DIR.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+
+    p = sub.add_parser("ui", help="MLflow UI for a run's store on 127.0.0.1",
+                       description="Start `mlflow server` on the run's tracking store (the sqlite store in RUN_DIR).")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+
+    p = sub.add_parser("report", help="gather, select and rebuild the report of a run",
+                       description="Rebuild results/rows.csv, the selection and report/ of RUN_DIR from its trials' files.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log the report on the sweep's MLflow parent run")
+    return ap
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+
+def _print_config(path, overrides) -> int:
+    from poxm_core.config import load_config, resolved_yaml
+    print(resolved_yaml(load_config(path, overrides)), end="")
+    return 0
+
+
+def cmd_prepare(a) -> int:
+    from poxm_core.prepare import prepare_command
+    return int(prepare_command(a.config, a.overrides, print_config=a.print_config, cache_dir=a.cache_dir) or 0)
+
+
+def cmd_train(a) -> int:
+    from poxm_core.training import train_command
+    if not a.print_config and not a.out:
+        raise PoxmInputError("train: --out DIR is required (see `poxm train --help`)")
+    train_command(a.config, a.overrides, out_dir=a.out, print_config=a.print_config, dataset=a.dataset,
+                  variant=a.variant, method=a.method, seed=a.seed, cache_dir=a.cache_dir)
+    return 0
+
+
+def cmd_run(a) -> int:
+    from poxm_core.config import load_config
+    if a.print_config:
+        return _print_config(a.config, a.overrides)
+    cfg = load_config(a.config, a.overrides)
+    from orchestration.sweep import run_sweep
+    out = run_sweep(cfg, runs_dir=a.runs_dir, cache_dir=a.cache_dir, address=a.address, mlflow_uri=a.mlflow_uri,
+                    progress=not a.quiet, verbose=a.verbose)
+    return _outcome(out)
+
+
+def cmd_resume(a) -> int:
+    from orchestration.sweep import plan_from_run_dir, resume_sweep
+    plan_from_run_dir(a.run_dir)        # input errors before Ray starts
+    out = resume_sweep(a.run_dir, address=a.address, mlflow_uri=a.mlflow_uri, progress=not a.quiet, verbose=a.verbose)
+    return _outcome(out)
+
+
+def _outcome(out) -> int:
+    print(f"run dir: {out.run_dir}")
+    if out.ok:
+        return 0
+    print(f"poxm: {len(out.errored)} trial(s) errored, {out.n_trials - len(out.done)} not done; "
+          f"see `poxm status {out.run_dir}`, fix, then `poxm resume {out.run_dir}`", file=sys.stderr)
+    return EXIT_TRIALS_FAILED
+
+
+def cmd_status(a) -> int:
+    from orchestration.status import status_text
+    print(status_text(a.run_dir))
+    return 0
+
+
+def cmd_ui(a) -> int:
+    from orchestration.rundir import RunDir, read_json
+    rd = RunDir.existing(a.run_dir)
+    ml = read_json(rd.mlflow_runs, {}) or {}
+    uri = ml.get("tracking_uri") or ("sqlite:///" + str(rd.mlflow_db))
+    if not uri.startswith("sqlite:"):
+        print(f"this sweep logs to {uri}: open it in a browser (experiment id {ml.get('experiment_id', '?')})")
+        return 0
+    if not rd.mlflow_db.is_file():
+        raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
+    exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
+    cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
+        "server", "--backend-store-uri", uri, "--host", a.host, "--port", str(a.port), "--workers", "1"]
+    print(f"MLflow UI for {rd.root.name}: http://{a.host}:{a.port}  (Ctrl-C stops it)", flush=True)
+    os.execv(cmd[0], cmd)
+
+
+def cmd_report(a) -> int:
+    from orchestration.sweep import plan_from_run_dir, report_only
+    plan = plan_from_run_dir(a.run_dir)
+    path = report_only(plan, log_mlflow=not a.no_mlflow)
+    print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
+    return 0
+
+
+COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "run": cmd_run, "resume": cmd_resume,
+            "status": cmd_status, "ui": cmd_ui, "report": cmd_report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        a = build_parser().parse_args(argv)
+        if a.command is None:
+            build_parser().print_help()
+            return EXIT_INPUT
+        return COMMANDS[a.command](a)
+    except PoxmInputError as exc:
+        print(f"poxm: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return EXIT_INPUT
+    except FileNotFoundError as exc:
+        print(f"poxm: error: {exc.filename or exc}: file not found", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("poxm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

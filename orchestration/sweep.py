@@ -69,8 +69,11 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     cfg = cfg.model_copy(update={"runs_dir": str(base)})
     rd = RunDir.for_config(cfg, base)
     cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else base / "cache"
+    from poxm_core.data import get_spec
     from poxm_core.methods import get_method
-    for name, mc in cfg.methods.items():     # input errors now, not after Ray has retried a trial
+    for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
+        get_spec(d.name)
+    for name, mc in cfg.methods.items():
         get_method(name).validate(mc)
     specs = trial_specs(cfg, cfg.group_by)
     names = [s.name for s in specs]
@@ -105,6 +108,16 @@ def plan_from_run_dir(run_dir: str | os.PathLike) -> SweepPlan:
 
 # --------------------------------------------------------------------------------------------
 # stages
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of time intervals: the wall time during which some trial was computing."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
 
 def _ray_init(address: str | None, verbose: bool) -> bool:
     """Connect to `address` / $RAY_ADDRESS, else start a local Ray; True if this call started it."""
@@ -246,7 +259,7 @@ def stage_select_report(plan: SweepPlan, rows, say) -> Path | None:
     try:
         from orchestration.report import build_report
         return Path(build_report(plan.rd.root))
-    except PoxmInputError as exc:
+    except (PoxmInputError, ImportError) as exc:
         say(f"  report: not built ({exc})")
         return None
 
@@ -271,14 +284,18 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     write_plan(plan)
     acquire_driver(rd)
     started_ray = False
-    runs = None
+    runs = None                     # set while point runs exist that must not stay RUNNING
+    track = plan.cfg.mlflow.enabled
     try:
         say(f"poxm: sweep {rd.root.name}: {len(plan.specs)} trial(s), {len(plan.grid())} grid point(s)")
         say(f"  run dir  {rd.root}")
-        uri, exp_id, parent, tags = stage_track(plan, mlflow_uri)
-        say(f"  mlflow   {uri}")
-        started_ray = _ray_init(address, verbose)
+        if track:
+            uri, exp_id, parent, tags = stage_track(plan, mlflow_uri)
+            say(f"  mlflow   {uri}")
+        else:
+            say("  mlflow   off (mlflow.enabled=false)")
         local = not (address or os.environ.get("RAY_ADDRESS"))
+        started_ray = _ray_init(address, verbose)
         max_conc = _check_resources(plan.cfg, local)
         say(f"  ray      {ray.cluster_resources().get('CPU', 0):g} CPU, {ray.cluster_resources().get('GPU', 0):g} GPU; "
             f"up to {max_conc} trial(s) at once")
@@ -287,7 +304,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         prepared, prepare_compute = stage_prepare(plan, say)
         prepare_s = time.perf_counter() - t0
         gather_prepare(rd, prepared, plan.cache_dir)
-        runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
+        if track:
+            runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
 
         before = done_trials(rd.root, plan.names)
         from orchestration.progress import SweepProgress
@@ -295,7 +313,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         ctx = {"run_root": str(rd.root), "cache_dir": str(plan.cache_dir), "cfg": config_input(plan.cfg),
                "specs": {s.name: s.to_dict() for s in plan.specs},
                "resources": plan.cfg.resources.model_dump(), "crash": crash_spec(),
-               "mlflow": {"uri": uri, "points": runs.points}}
+               "mlflow": {"uri": runs.uri, "points": runs.points} if runs is not None else None}
         tuner, restored = _tuner(plan, ctx, max_conc, prog, restore=True)
         say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done")
         t1 = time.perf_counter()
@@ -313,38 +331,41 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         report = stage_select_report(plan, rows, say)
         report_s = time.perf_counter() - t2
 
-        compute = 0.0
-        for n in done:
-            d = read_json(rd.trial(n) / "done.json", {}) or {}
-            if n not in before:
-                compute += float(d.get("run_trial_s", 0.0))
+        compute, spans = 0.0, []
+        for n in sorted(set(done) - before):
+            for a in (read_json(rd.trial(n) / "timing.json", {}) or {}).get("attempts", []):
+                compute += float(a.get("run_trial_s", 0.0))
+                if "start" in a and "end" in a:
+                    spans.append((a["start"], a["end"]))
+        busy = _union(spans)
         wall = time.perf_counter() - t_start
         summary = {"sweep": rd.root.name, "trials": len(plan.specs), "done": len(done), "errored": len(errored),
                    "ran_now": len(set(done) - before), "grid_points": len(plan.grid()),
                    "wall_s": round(wall, 2), "prepare_s": round(prepare_s, 2),
                    "prepare_compute_s": round(prepare_compute, 2), "tune_s": round(tune_s, 2),
-                   "trial_compute_s": round(compute, 2), "gather_select_report_s": round(report_s, 2),
-                   "share_outside_trial_compute": round(1 - compute / wall, 4) if wall > 0 else None,
-                   "orchestration_overhead_s": round(wall - compute - prepare_compute, 2),
+                   "trial_compute_s": round(compute, 2), "trial_compute_busy_s": round(busy, 2),
+                   "gather_select_report_s": round(report_s, 2),
+                   "share_outside_trial_compute": round(1 - busy / wall, 4) if wall > 0 else None,
                    "max_concurrent_trials": max_conc}
         write_json(rd.summary_json, summary)
 
-        status = {}
-        for g in plan.grid():
-            key = tracking.point_key(g)
-            status[key] = "FINISHED" if g["trial"] in done else ("FAILED" if g["trial"] in errored else "KILLED")
-        tracking.close_points(runs, status)
-        if report is not None and rd.selection_csv.is_file():
-            import pandas as pd
-            tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
-        ok = not errored and len(done) == len(plan.specs)
-        tracking.finish_parent(
-            runs, ok, {k: v for k, v in summary.items() if isinstance(v, (int, float))},
-            [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
-            + ([(report, "report")] if report is not None else []))
-        runs = None
-        say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, "
-            f"trial compute {compute:.1f} s ({100 * (1 - compute / wall):.0f}% outside trial compute)")
+        if runs is not None:
+            status = {}
+            for g in plan.grid():
+                key = tracking.point_key(g)
+                status[key] = "FINISHED" if g["trial"] in done else ("FAILED" if g["trial"] in errored else "KILLED")
+            tracking.close_points(runs, status)
+            if report is not None and rd.selection_csv.is_file():
+                import pandas as pd
+                tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
+            ok = not errored and len(done) == len(plan.specs)
+            tracking.finish_parent(
+                runs, ok, {k: v for k, v in summary.items() if isinstance(v, (int, float))},
+                [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
+                + ([(report, "report")] if report is not None else []))
+            runs = None
+        say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
+            f"compute {compute:.1f} s ({100 * (1 - busy / wall):.0f}% of the wall time had no trial computing)")
         if report is not None:
             say(f"  report   {report / 'index.md'}")
         return SweepOutcome(rd.root, len(plan.specs), done, errored, summary, report)
@@ -360,6 +381,27 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         if started_ray:
             ray.shutdown()
         release_driver(rd)
+
+
+def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
+    """`poxm report`: gather the finished trials' rows, select, rebuild report/ (no Ray); log it on
+    the sweep's MLflow parent run when there is one."""
+    from orchestration.gather import gather_prepare, gather_rows
+
+    rd = plan.rd
+    if not rd.prepare_csv.is_file():
+        from poxm_core.prepare import prepare
+        prepared = {(d.name, s): {k: str(v) for k, v in prepare(plan.cfg, d.name, s, plan.cache_dir, progress=False).items()}
+                    for d in plan.cfg.datasets for s in plan.cfg.seeds}
+        gather_prepare(rd, prepared, plan.cache_dir)
+    rows = gather_rows(rd, plan.names)
+    report = stage_select_report(plan, rows, print)
+    ml = read_json(rd.mlflow_runs, None)
+    if log_mlflow and report is not None and ml:
+        c = tracking.client(ml["tracking_uri"])
+        c.log_artifacts(ml["parent_run_id"], str(report), "report")
+        c.log_artifacts(ml["parent_run_id"], str(rd.results), "results")
+    return report
 
 
 def run_sweep(cfg: SweepConfig, *, runs_dir=None, cache_dir=None, address=None, mlflow_uri=None,

@@ -82,8 +82,14 @@ def worker_loop(tlc: dict) -> None:
             _maybe_crash(tlc.get("crash"), spec.name, epoch, trial_dir)
 
     ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        resumed = f"ray:{Path(ckpt.path).name}"
+    else:   # a worker that died right after a report can leave Ray without it; the trial dir has it
+        from poxm_core.training.checkpoint import latest_checkpoint
+        last = latest_checkpoint(out_dir)
+        resumed = None if last is None else f"trial_dir:{last.name}"
     try:
-        t1 = time.perf_counter()
+        t1, wall1 = time.perf_counter(), time.time()
         if ckpt is not None:
             with ckpt.as_directory() as d:
                 df = run_trial(cfg, spec, prepared, out_dir, resume_from=Path(d), on_epoch=on_epoch, progress=False)
@@ -101,7 +107,8 @@ def worker_loop(tlc: dict) -> None:
             logger.log_final(df, points)
         timing = read_json(trial_dir / "timing.json", {"attempts": []})
         timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
-                                   "resumed_from": None if ckpt is None else Path(ckpt.path).name,
+                                   "start": round(wall1, 3), "end": round(time.time(), 3),
+                                   "resumed_from": resumed,
                                    "node": os.uname().nodename})
         write_json(trial_dir / "timing.json", timing)
     final = df[df["final"] & (df["split"] == "val") & (df["metric"] == "SNIS")]

@@ -105,6 +105,16 @@ class MethodConfig(_Strict):
     n_negatives: int = Field(1024, gt=0, description="sampled softmax: negatives per instance")
     support: Literal["phi", "candidates"] = Field("phi", description="POXM test-time support")
 
+    @model_validator(mode="after")
+    def _defaults_are_not_settings(self) -> "MethodConfig":
+        # A key written out at its default value (as `--print-config` and run_dir/config.yaml do)
+        # sets nothing: drop it from model_fields_set, which the methods registry reads to reject
+        # settings a method would ignore, so a resolved config loads back as the same config.
+        for key in list(self.model_fields_set):
+            if getattr(self, key) == type(self).model_fields[key].default:
+                self.model_fields_set.discard(key)
+        return self
+
 
 class TrainingConfig(_Strict):
     epochs: int = Field(10, gt=0, description="epochs for every trained head")
@@ -124,6 +134,7 @@ class ResourcesConfig(_Strict):
 
 
 class MlflowConfig(_Strict):
+    enabled: bool = Field(True, description="false: no MLflow tracking (a machine without mlflow, e.g. a GPU smoke test)")
     tracking_uri: str | None = Field(None, description="default: sqlite store inside the run directory")
     experiment: str | None = Field(None, description="default: the sweep name")
 

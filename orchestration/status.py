@@ -1,0 +1,66 @@
+"""`poxm status RUN_DIR`: the sweep's trials and stages from the run directory's files (no Ray).
+
+A trial is  done         trials/<t>/done.json exists
+            running      state.json says running and the driver (driver.json) is alive
+            interrupted  state.json says running but no driver is alive (killed): `poxm resume` continues it
+            errored      its last attempt failed (state.json holds the first line of the error)
+            pending      not started
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from orchestration.rundir import RunDir, driver_alive, read_json, trial_state
+
+STATES = ("done", "running", "interrupted", "errored", "pending")
+
+
+def trial_table(rd: RunDir) -> list[dict]:
+    sw = rd.read_sweep()
+    alive = driver_alive(rd) is not None
+    out = []
+    for name in sw.get("trials", []):
+        st = trial_state(rd.trial(name))
+        state = st.get("state", "pending")
+        if state == "running" and not alive:
+            state = "interrupted"
+        timing = read_json(rd.trial(name) / "timing.json", {"attempts": []}) or {"attempts": []}
+        out.append({"trial": name, "state": state,
+                    "epoch": st.get("epoch", ""), "epochs": st.get("epochs", st.get("epoch", "") if state == "done" else ""),
+                    "attempts": len(timing["attempts"]),
+                    "compute_s": round(sum(a.get("run_trial_s", 0.0) for a in timing["attempts"]), 1),
+                    "updated_s_ago": round(time.time() - st["updated"]) if "updated" in st else "",
+                    "error": st.get("error", "") if state == "errored" else ""})
+    return out
+
+
+def status_text(run_dir) -> str:
+    rd = RunDir.existing(run_dir)
+    sw = rd.read_sweep()
+    rows = trial_table(rd)
+    counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
+    live = driver_alive(rd)
+    ml = read_json(rd.mlflow_runs, {}) or {}
+    lines = [f"sweep      {sw.get('id', rd.root.name)}  ({len(rows)} trials, {len(sw.get('grid', []))} grid points)",
+             f"run dir    {rd.root}",
+             f"driver     {'running (pid ' + str(live['pid']) + ')' if live else 'not running'}",
+             f"mlflow     {ml.get('tracking_uri', '(not initialised yet)')}",
+             "trials     " + "  ".join(f"{s} {counts[s]}" for s in STATES),
+             f"results    {'yes' if rd.rows_csv.is_file() else 'no'}; report {'yes' if (rd.report / 'index.md').is_file() else 'no'}",
+             ""]
+    if rows:
+        w = max(len(r["trial"]) for r in rows)
+        lines.append(f"{'trial':<{w}}  {'state':<11}  {'epoch':>7}  {'tries':>5}  {'compute_s':>9}  note")
+        for r in rows:
+            ep = f"{r['epoch']}/{r['epochs']}" if r["epoch"] != "" else ""
+            note = r["error"] or (f"updated {r['updated_s_ago']} s ago" if r["state"] in ("running", "interrupted") else "")
+            lines.append(f"{r['trial']:<{w}}  {r['state']:<11}  {ep:>7}  {r['attempts']:>5}  {r['compute_s']:>9}  {note}")
+    if counts["interrupted"] or counts["errored"] or (counts["pending"] and not live):
+        lines.append("")
+        lines.append(f"continue with: poxm resume {rd.root}")
+    return "\n".join(lines)
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / "sweep.json").is_file()

@@ -1,0 +1,120 @@
+"""The `poxm` command line through subprocess: help, --print-config, and one-line errors (exit 2)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+POXM = [sys.executable, "-m", "orchestration.cli"]
+
+GOOD = {
+    "name": "cli",
+    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 100, "n_test": 50, "n_features": 50, "n_labels": 20,
+                                                     "mean_labels": 2},
+                  "variants": [{"name": "A", "alpha": 0.5}]}],
+    "methods": {"logging": {}, "poxm": {"p": [5], "lam": [0.9]}},
+}
+
+
+def poxm(*args, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(POXM + [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def write(tmp_path: Path, data: dict, name="c.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("poxm: error: "), lines[0]
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+@pytest.mark.parametrize("cmd", ["", "prepare", "train", "run", "resume", "status", "ui", "report"])
+def test_help(cmd):
+    r = poxm(*([cmd] if cmd else []), "--help")
+    assert r.returncode == 0 and "usage: poxm" in r.stdout
+
+
+def test_unknown_config_key_names_nearest(tmp_path):
+    bad = dict(GOOD, trainng={"epochs": 2})
+    assert_one_line_error(poxm("run", write(tmp_path, bad)), "unknown config key 'trainng'", "did you mean 'training'")
+
+
+def test_unknown_nested_key(tmp_path):
+    bad = dict(GOOD, training={"epohcs": 2})
+    assert_one_line_error(poxm("run", write(tmp_path, bad)), "training.epohcs", "did you mean 'epochs'")
+
+
+def test_missing_config_file(tmp_path):
+    assert_one_line_error(poxm("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+    assert_one_line_error(poxm("prepare", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+
+
+def test_unknown_dataset(tmp_path):
+    bad = dict(GOOD, datasets=[dict(GOOD["datasets"][0], name="bibtexx")])
+    assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "bibtexx", "did you mean 'bibtex'")
+
+
+def test_unknown_method(tmp_path):
+    bad = dict(GOOD, methods={"poxn": {"p": [5], "lam": [0.9]}})
+    assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "poxn", "did you mean 'poxm'")
+
+
+@pytest.mark.parametrize("override,needle", [("training.epochs", "expected key=value"),
+                                             ("training.epochs=zero", "training.epochs"),
+                                             ("trainig.epochs=3", "did you mean 'training'"),
+                                             ("datasets.7.name=x", "not a valid index")])
+def test_bad_override(tmp_path, override, needle):
+    assert_one_line_error(poxm("run", write(tmp_path, GOOD), override), needle)
+
+
+def test_bad_arguments(tmp_path):
+    assert_one_line_error(poxm("run", write(tmp_path, GOOD), "--no-such-flag"), "unrecognized arguments")
+    assert_one_line_error(poxm("run"), "CONFIG")
+    assert_one_line_error(poxm("frobnicate"), "invalid choice")
+    assert_one_line_error(poxm("train", write(tmp_path, GOOD)), "--out")
+
+
+def test_bad_run_dir(tmp_path):
+    for cmd in ("resume", "status", "report", "ui"):
+        assert_one_line_error(poxm(cmd, tmp_path / "missing"), "run directory not found")
+    assert_one_line_error(poxm("status", tmp_path), "not a poxm run directory")
+
+
+def test_print_config_is_resolved_and_loads_back(tmp_path):
+    from orchestration.rundir import sweep_hash
+    from poxm_core.config import load_config
+
+    src = write(tmp_path, GOOD)
+    r = poxm("run", src, "training.epochs=3", "--print-config")
+    assert r.returncode == 0, r.stderr
+    printed = yaml.safe_load(r.stdout)
+    assert printed["training"]["epochs"] == 3 and printed["training"]["batch_size"] == 256   # a default, filled in
+    assert printed["methods"]["logging"]["init"] == "logging"
+    again = load_config(write(tmp_path, printed, "printed.yaml"))
+    assert sweep_hash(again) == sweep_hash(load_config(src, ["training.epochs=3"]))
+    from orchestration.sweep import plan_sweep
+    plan_sweep(again, runs_dir=tmp_path / "runs")     # the resolved config is a valid sweep (methods validate)
+
+
+def test_shipped_configs_load_and_plan(tmp_path):
+    from orchestration.sweep import plan_sweep
+    from poxm_core.config import load_config
+
+    found = sorted((REPO / "configs").glob("*.yaml"))
+    assert {p.name for p in found} >= {"quickstart.yaml", "bibtex.yaml", "delicious.yaml", "eurlex.yaml",
+                                       "wiki10-31k.yaml", "amazon-670k.yaml", "gpu-smoke.yaml"}
+    for p in found:
+        plan = plan_sweep(load_config(p), runs_dir=tmp_path / "runs")
+        assert plan.specs, p.name

@@ -1,0 +1,270 @@
+"""End to end through real Ray (2 CPUs), real Ray Train jobs, the real trainer and real MLflow stores.
+
+One tiny sweep (generated data, 2 variants x 1 seed, group_by seed -> 2 trials of 6 heads, 2 epochs)
+is the reference; the other tests change one thing and compare with it:
+  - a trial whose worker process dies once after epoch 1 is retried from its checkpoint;
+  - `poxm run` killed (SIGKILL of its process group) after one trial finished, then `poxm resume`;
+  - logging to an MLflow tracking server started as a real process, read back over HTTP.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+POXM = [sys.executable, "-m", "orchestration.cli"]
+
+TINY = {
+    "name": "tiny-e2e",
+    "seeds": [0],
+    "datasets": [{"name": "synthetic",
+                  "synthetic": {"n_train": 500, "n_test": 150, "n_features": 200, "n_labels": 40, "mean_labels": 2},
+                  "variants": [{"name": "A", "alpha": 0.3, "beta": 0, "T": 2},
+                               {"name": "B", "alpha": 0.3, "beta": 1, "T": 4}]}],
+    "model": {"dim": 12, "epochs": 2, "n_candidates": 15},
+    "training": {"epochs": 2, "mc_slates": 4, "batch_size": 128},
+    "group_by": "seed",
+    "resources": {"cpus_per_trial": 1, "max_failures": 2},
+    "methods": {"logging": {}, "dm": {"lr": 0.01}, "poxm": {"p": [5, 10], "lam": [0.5, 0.9], "lr": 0.01}},
+}
+N_POINTS = 2 * (1 + 1 + 4)   # variants x (logging + dm + poxm 2x2)
+
+
+def write_config(tmp: Path, **changes) -> Path:
+    cfg = json.loads(json.dumps(TINY))
+    for k, v in changes.items():
+        cfg[k] = v
+    path = tmp / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(ray_session, tmp_path_factory):
+    from orchestration.sweep import run_sweep
+    from poxm_core.config import load_config
+
+    tmp = tmp_path_factory.mktemp("ref")
+    out = run_sweep(load_config(write_config(tmp)), runs_dir=tmp / "runs", progress=False)
+    assert out.ok, out
+    return out
+
+
+def final_rows(run_dir: Path) -> pd.DataFrame:
+    df = pd.read_csv(run_dir / "results" / "rows.csv")
+    return df.sort_values(["dataset", "variant", "method", "p", "lam", "seed", "split", "metric", "epoch", "final"],
+                          na_position="first").reset_index(drop=True)
+
+
+def mlflow_runs(run_dir: Path, uri: str | None = None):
+    from mlflow import MlflowClient
+    ml = json.loads((run_dir / "mlflow_runs.json").read_text())
+    c = MlflowClient(uri or ml["tracking_uri"])
+    return c, ml, c.search_runs([ml["experiment_id"]], max_results=1000)
+
+
+# --------------------------------------------------------------------------------------------
+
+def test_sweep_layout_mlflow_and_selection(reference):
+    rd = reference.run_dir
+    assert rd.name.startswith("tiny-e2e-") and len(rd.name) == len("tiny-e2e-") + 12
+    for f in ("config.yaml", "sweep.json", "mlflow.db", "results/rows.csv", "results/prepare.csv",
+              "results/selection.csv", "report/index.md"):
+        assert (rd / f).is_file(), f
+    sweep = json.loads((rd / "sweep.json").read_text())
+    assert sweep["trials"] == ["synthetic-A-s0-all", "synthetic-B-s0-all"] and len(sweep["grid"]) == N_POINTS
+    assert Path(sweep["cache_dir"]) == rd.parent / "cache"
+
+    prep = pd.read_csv(rd / "results" / "prepare.csv")
+    assert list(prep.columns) == ["dataset", "variant", "seed", "metric", "value"]
+    cover = prep[(prep.variant == "A") & prep.metric.str.startswith("covering@")]
+    assert len(cover) == 15 and np.all(np.diff(cover["value"].to_numpy()) >= 0)   # a CDF over k = 1..K
+    assert {"logging_policy/R@5", "logging_model/P@1", "rho/top1_mass"} <= set(prep.metric)
+
+    rows = final_rows(rd)
+    fin = rows[rows.final]
+    c, ml, runs = mlflow_runs(rd)
+    points = [r for r in runs if r.data.tags.get("poxm.role") == "point"]
+    parents = [r for r in runs if r.data.tags.get("poxm.role") == "sweep"]
+    assert len(points) == N_POINTS and len(parents) == 1
+    assert len({r.data.tags["poxm.point"] for r in points}) == N_POINTS
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    parent = parents[0].info.run_id
+    for r in points:
+        t, p, m = r.data.tags, r.data.params, r.data.metrics
+        assert t["mlflow.parentRunId"] == parent
+        for k in ("dataset", "variant", "method", "seed", "p", "lam", "config_hash", "git_commit", "dataset_checksum"):
+            assert t[k], k
+        assert t["config_hash"] == rd.name.rsplit("-", 1)[1]
+        for k in ("dataset", "variant", "method", "p", "lam", "seed", "alpha", "beta", "T", "training.epochs",
+                  "training.batch_size", "method.lr", "model.dim", "trial"):
+            assert k in p, k
+        assert (p["dataset"], p["variant"], p["method"]) == (t["dataset"], t["variant"], t["method"])
+        pt = fin[(fin.variant == t["variant"]) & (fin.method == t["method"])
+                 & (fin.p == (-1 if t["p"] == "none" else int(t["p"])))]
+        pt = pt[pt.lam.isna()] if t["lam"] == "none" else pt[np.isclose(pt.lam, float(t["lam"]))]
+        r5 = pt[(pt.split == "test") & (pt.metric == "R@5")]["value"]
+        assert len(r5) == 1 and m["R_at_5"] == pytest.approx(float(r5.iloc[0]), rel=1e-12)
+        if t["method"] in ("dm", "poxm"):    # trained heads: per-epoch curves, step = epoch
+            hist = c.get_metric_history(r.info.run_id, "SNIS")
+            assert [h.step for h in hist] == [1, 2]
+            per_epoch = rows[~rows.final & (rows.variant == t["variant"]) & (rows.method == t["method"])
+                             & (rows.split == "val") & (rows.metric == "SNIS")]
+            if t["method"] == "poxm":
+                per_epoch = per_epoch[(per_epoch.p == int(t["p"])) & np.isclose(per_epoch.lam, float(t["lam"]))]
+            assert [h.value for h in hist] == pytest.approx(per_epoch.sort_values("epoch")["value"].tolist(), rel=1e-12)
+            assert {"loss", "IS", "sIS", "ESS", "val_SNIS"} <= set(m)
+
+    # selection: argmax of the final validation SNIS over (p, lam), computed here from the rows
+    snis = fin[(fin.method == "poxm") & (fin.split == "val") & (fin.metric == "SNIS")]
+    sel = pd.read_csv(rd / "results" / "selection.csv")
+    for v, grp in snis.groupby("variant"):
+        best = grp.loc[grp["value"].idxmax()]
+        chosen = sel[(sel.variant == v) & (sel.method == "poxm") & (sel.selection == "snis")]
+        assert len(chosen) == 1
+        assert (int(chosen.p.iloc[0]), float(chosen.lam.iloc[0])) == (int(best.p), pytest.approx(float(best.lam)))
+        tagged = [r for r in points if r.data.tags["variant"] == v and "snis" in r.data.tags.get("poxm.selected", "")
+                  and r.data.tags["method"] == "poxm"]
+        assert [(int(r.data.tags["p"]), float(r.data.tags["lam"])) for r in tagged] == [(int(best.p), pytest.approx(float(best.lam)))]
+    arts = {a.path for a in c.list_artifacts(parent)}
+    assert {"report", "results", "sweep"} <= arts
+
+
+def test_crash_once_is_retried_from_checkpoint(ray_session, reference, tmp_path, monkeypatch):
+    from orchestration.sweep import run_sweep
+    from poxm_core.config import load_config
+
+    monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-A-s0-all")
+    out = run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", progress=False)
+    assert out.ok
+    tdir = out.run_dir / "trials" / "synthetic-A-s0-all"
+    assert (tdir / ".crash_injected").read_text().strip() == "1"
+    attempts = json.loads((tdir / "timing.json").read_text())["attempts"]
+    # the dead attempt wrote no timing; the retry continued from epoch 1's checkpoint (Ray's, or the
+    # trial dir's copy when the worker died before Ray's controller took the report)
+    assert len(attempts) == 1 and attempts[0]["resumed_from"].endswith(":epoch_0001")
+    pd.testing.assert_frame_equal(final_rows(out.run_dir), final_rows(reference.run_dir))
+    c, _, runs = mlflow_runs(out.run_dir)
+    assert len(runs) == N_POINTS + 1 and {r.info.status for r in runs} == {"FINISHED"}
+    for r in runs:
+        if r.data.tags.get("poxm.trial") == "synthetic-A-s0-all" and r.data.tags["method"] == "poxm":
+            assert [h.step for h in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]   # epoch 1 not logged twice
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)          # the subprocess starts its own local Ray
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("POXM_INJECT_CRASH_ONCE", None)
+    return env
+
+
+def test_kill_driver_then_resume(reference, tmp_path):
+    cfg = write_config(tmp_path)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(POXM + ["run", str(cfg), "resources.max_concurrent_trials=1", "--runs-dir", str(runs),
+                                    "--quiet"], cwd=REPO, env=_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    first = None
+    while time.time() < deadline and proc.poll() is None:
+        done = sorted(runs.glob("*/trials/*/done.json"))
+        if done:
+            first = done[0].parent
+            break
+        time.sleep(0.2)
+    if first is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"no trial finished before the deadline (rc={proc.poll()}):\n{proc.stdout.read()[-3000:]}")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    run_dir = first.parent.parent
+    assert len(list(run_dir.glob("trials/*/done.json"))) == 1, "the sweep must be interrupted mid-way"
+    stamp = {f: (first / f).stat().st_mtime_ns for f in ("rows.csv", "done.json", "summary.json")}
+    time.sleep(2)   # let the dead cluster's processes go
+
+    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert st.returncode == 0, st.stderr
+    assert "done 1" in st.stdout and "driver     not running" in st.stdout and "poxm resume" in st.stdout
+
+    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert {f: (first / f).stat().st_mtime_ns for f in stamp} == stamp            # the finished trial did not rerun
+    assert len(json.loads((first / "timing.json").read_text())["attempts"]) == 1
+    pd.testing.assert_frame_equal(final_rows(run_dir), final_rows(reference.run_dir))
+    _, _, mruns = mlflow_runs(run_dir)
+    assert len(mruns) == N_POINTS + 1                                            # no duplicates
+    assert {r.info.status for r in mruns} == {"FINISHED"}                        # none left RUNNING
+    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert "done 2" in st.stdout
+
+
+def test_mlflow_tracking_server(ray_session, tmp_path):
+    from mlflow import MlflowClient
+
+    from orchestration.sweep import run_sweep
+    from poxm_core.config import load_config
+
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                               f"sqlite:///{tmp_path}/db", "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1"], cwd=tmp_path, env=_env(), start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        import urllib.request
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(uri + "/health", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    pytest.fail("mlflow server did not come up")
+                time.sleep(0.5)
+        one = [dict(TINY["datasets"][0], variants=TINY["datasets"][0]["variants"][:1])]
+        out = run_sweep(load_config(write_config(tmp_path, datasets=one)), runs_dir=tmp_path / "runs",
+                        mlflow_uri=uri, progress=False)
+        assert out.ok
+        assert not (out.run_dir / "mlflow.db").exists()
+        c = MlflowClient(uri)
+        exp = c.get_experiment_by_name(out.run_dir.name)
+        runs = c.search_runs([exp.experiment_id], max_results=1000)
+        points = [r for r in runs if r.data.tags.get("poxm.role") == "point"]
+        assert len(points) == N_POINTS // 2 and len(runs) == N_POINTS // 2 + 1
+        assert {r.info.status for r in runs} == {"FINISHED"}
+        assert all("R_at_5" in r.data.metrics and r.data.tags["variant"] == "A" for r in points)
+        parent = next(r for r in runs if r.data.tags.get("poxm.role") == "sweep")
+        assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
+        assert json.loads((out.run_dir / "mlflow_runs.json").read_text())["tracking_uri"] == uri
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

@@ -1,0 +1,111 @@
+"""Sweep planning and the run directory without Ray: stable names, the grid, status from files."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from orchestration import status as st
+from orchestration.rundir import RunDir, acquire_driver, release_driver, set_trial_state, write_json
+from orchestration.sweep import _union, plan_from_run_dir, plan_sweep, write_plan
+from poxm_core.config import load_config
+from poxm_core.errors import PoxmInputError
+
+DATA = {
+    "name": "plan",
+    "seeds": [0, 1],
+    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 50, "n_test": 20, "n_features": 30, "n_labels": 10},
+                  "variants": [{"name": "A", "alpha": 0.5}, {"name": "B", "alpha": 0.5, "beta": 1.0}]}],
+    "methods": {"logging": {}, "dm": {}, "poxm": {"p": [2, 4], "lam": [0.5, 0.9]}},
+}
+
+
+def cfg(*overrides):
+    return load_config(data=json.loads(json.dumps(DATA)), overrides=list(overrides))
+
+
+def test_run_dir_name_is_stable_and_ignores_non_result_keys(tmp_path):
+    base = plan_sweep(cfg(), runs_dir=tmp_path).rd.root
+    assert base.parent == tmp_path and base.name.startswith("plan-") and len(base.name) == len("plan-") + 12
+    assert plan_sweep(cfg(), runs_dir=tmp_path).rd.root == base                        # no timestamp
+    for ov in ("resources.cpus_per_trial=2", "mlflow.tracking_uri=http://x:1", "resources.max_failures=0",
+               f"runs_dir={tmp_path}/elsewhere"):
+        assert plan_sweep(cfg(ov), runs_dir=tmp_path).rd.root == base, ov
+    for ov in ("training.epochs=3", "seeds=[0]", "methods.poxm.lam=[0.5]", "datasets.0.variants.0.T=3"):
+        assert plan_sweep(cfg(ov), runs_dir=tmp_path).rd.root != base, ov
+
+
+def test_grid_and_trials(tmp_path):
+    plan = plan_sweep(cfg(), runs_dir=tmp_path)
+    assert plan.cfg.group_by == "method"
+    assert len(plan.specs) == 2 * 2 * 3                                  # variants x seeds x methods
+    assert len(plan.grid()) == 2 * 2 * (1 + 1 + 4)
+    assert len({g["trial"] for g in plan.grid()}) == len(plan.specs)
+    fat = plan_sweep(cfg("group_by=seed"), runs_dir=tmp_path)
+    assert len(fat.specs) == 4 and len(fat.grid()) == len(plan.grid())
+    assert plan.cache_dir == tmp_path / "cache"
+
+
+def test_plan_rejects_bad_input_before_ray(tmp_path):
+    with pytest.raises(PoxmInputError, match="did you mean 'synthetic'"):
+        plan_sweep(cfg("datasets.0.name=synthetc"), runs_dir=tmp_path)
+    with pytest.raises(PoxmInputError, match="methods.logging.lr"):
+        plan_sweep(cfg("methods.logging.lr=0.1"), runs_dir=tmp_path)
+
+
+def test_write_plan_and_reload(tmp_path):
+    plan = plan_sweep(cfg("methods.logging.init=logging"), runs_dir=tmp_path)   # a default written out
+    write_plan(plan)
+    rd = plan.rd
+    sw = json.loads(rd.sweep.read_text())
+    assert sw["trials"] == plan.names and len(sw["grid"]) == len(plan.grid()) and sw["cache_dir"] == str(tmp_path / "cache")
+    assert {"dataset", "variant", "method", "p", "lam", "seed"} <= set(sw["grid"][0]) and sw["git_commit"]
+    again = plan_from_run_dir(rd.root)
+    assert again.rd.root == rd.root and again.names == plan.names
+    (rd.root / "config.input.yaml").unlink()                  # the resolved config.yaml alone also reloads
+    assert plan_from_run_dir(rd.root).rd.root == rd.root
+
+
+def test_driver_lock(tmp_path):
+    rd = RunDir(tmp_path)
+    acquire_driver(rd)
+    acquire_driver(rd)                          # the same process may take it again
+    import socket
+    write_json(rd.driver, {"pid": os.getppid(), "host": socket.gethostname(), "started": 0})
+    with pytest.raises(PoxmInputError, match="in use"):
+        acquire_driver(rd)
+    write_json(rd.driver, {"pid": 2 ** 22 + 12345, "host": socket.gethostname(), "started": 0})  # a dead driver
+    acquire_driver(rd)
+    release_driver(rd)
+    assert not rd.driver.exists()
+
+
+def test_status_from_files(tmp_path):
+    plan = plan_sweep(cfg("group_by=seed"), runs_dir=tmp_path)
+    write_plan(plan)
+    rd = plan.rd
+    a, b, c, _ = plan.names
+    write_json(rd.trial(a) / "done.json", {"epoch": 10})
+    write_json(rd.trial(a) / "timing.json", {"attempts": [{"run_trial_s": 12.5}, {"run_trial_s": 2.0}]})
+    set_trial_state(rd.trial(b), "running", epoch=3, epochs=10)
+    set_trial_state(rd.trial(c), "errored", error="WorkerGroupError: boom")
+    rows = {r["trial"]: r for r in st.trial_table(rd)}
+    assert [rows[n]["state"] for n in plan.names] == ["done", "interrupted", "errored", "pending"]
+    assert rows[a]["attempts"] == 2 and rows[a]["compute_s"] == 14.5
+    text = st.status_text(rd.root)
+    assert "done 1  running 0  interrupted 1  errored 1  pending 1" in text
+    assert "WorkerGroupError: boom" in text and f"poxm resume {rd.root}" in text
+    acquire_driver(rd)                          # a live driver: 'running' is really running
+    try:
+        assert {r["trial"]: r["state"] for r in st.trial_table(rd)}[b] == "running"
+    finally:
+        release_driver(rd)
+
+
+def test_union_of_compute_intervals():
+    assert _union([]) == 0.0
+    assert _union([(0, 10)]) == 10
+    assert _union([(0, 10), (5, 12), (20, 21)]) == 13          # overlap counted once
+    assert _union([(5, 12), (0, 10), (1, 2)]) == 12

@@ -1,0 +1,141 @@
+"""orchestration.tracking without Ray: URIs, run identity, idempotent run creation, closing, the worker logger."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from orchestration import tracking
+from poxm_core.errors import PoxmInputError
+from poxm_core.results import make_row, to_frame
+
+
+def test_resolve_uri_precedence_and_absolute(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.resolve_uri(tmp_path) == f"sqlite:///{tmp_path}/mlflow.db"      # 4 slashes: absolute
+    assert tracking.resolve_uri(tmp_path, config_uri="http://cfg:1") == "http://cfg:1"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:2")
+    assert tracking.resolve_uri(tmp_path, config_uri="http://cfg:1") == "http://env:2"
+    assert tracking.resolve_uri(tmp_path, "http://cli:3", "http://cfg:1") == "http://cli:3"
+    monkeypatch.chdir(tmp_path)
+    assert tracking.resolve_uri(tmp_path, "sqlite:///rel/m.db") == f"sqlite:///{tmp_path}/rel/m.db"
+    assert tracking.resolve_uri(tmp_path, "x/store.db") == f"sqlite:///{tmp_path}/x/store.db"
+    with pytest.raises(PoxmInputError, match="file store"):
+        tracking.resolve_uri(tmp_path, "./mlruns")
+
+
+def test_point_key_and_name():
+    p = {"dataset": "eurlex-4k", "variant": "A", "method": "poxm", "p": 10, "lam": 0.9, "seed": 1}
+    assert tracking.point_key(p) == "eurlex-4k|A|poxm|10|0.9|1"
+    assert tracking.point_name(p) == "eurlex-4k/A/poxm/p=10/lam=0.9/seed=1"
+    q = dict(p, method="dm", p=None, lam=math.nan)
+    assert tracking.point_key(q) == "eurlex-4k|A|dm|none|none|1"
+    assert tracking.point_name(dict(q, lam=None)) == "eurlex-4k/A/dm/seed=1"
+
+
+CFG = {"device": "cpu", "group_by": "seed",
+       "datasets": [{"name": "d", "val_fraction": 0.1, "synthetic": {"n_train": 10, "preset": None},
+                     "variants": [{"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2.0}]}],
+       "methods": {"poxm": {"p": [5, 10], "lam": [0.9], "lr": None, "init": "logging"}, "dm": {"lr": 0.01}},
+       "training": {"epochs": 3, "lr": 0.001}, "model": {"dim": 8}}
+GRID = [{"dataset": "d", "variant": "A", "method": "poxm", "p": p, "lam": 0.9, "seed": 0} for p in (5, 10)] + \
+       [{"dataset": "d", "variant": "A", "method": "dm", "p": None, "lam": None, "seed": 0}]
+
+
+def test_point_params_cover_grid_and_settings():
+    prm = tracking.point_params(CFG, GRID[0], "d-A-s0-all")
+    assert prm["p"] == "5" and prm["lam"] == "0.9" and prm["alpha"] == "0.2" and prm["T"] == "2.0"
+    assert prm["method.lr"] == "0.001"              # None -> the training.lr the trainer uses
+    assert prm["training.epochs"] == "3" and prm["model.dim"] == "8" and prm["synthetic.n_train"] == "10"
+    assert "method.p" not in prm and prm["trial"] == "d-A-s0-all"
+    assert tracking.point_params(CFG, GRID[2], "t")["method.lr"] == "0.01"
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = tracking.init_store(uri, "sweep-x", tmp_path / "mlartifacts")
+    return uri, exp
+
+
+def test_runs_created_once_and_found_again(store, tmp_path):
+    uri, exp = store
+    assert tracking.init_store(uri, "sweep-x", tmp_path / "mlartifacts") == exp
+    parent = tracking.ensure_parent(uri, exp, "sweep-x", {"config_hash": "h"})
+    pts = [(g, "trial-1") for g in GRID]
+    first = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, pts, {"config_hash": "h"},
+                                   {tracking.point_key(GRID[0]): {"dataset_checksum": "c0"}})
+    assert tracking.ensure_parent(uri, exp, "sweep-x", {}) == parent
+    again = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, pts, {"config_hash": "h"})
+    assert again == first and len(set(first.values())) == 3
+    c = tracking.client(uri)
+    runs = c.search_runs([exp])
+    assert len(runs) == 4                                            # no duplicates
+    r0 = c.get_run(first[tracking.point_key(GRID[0])])
+    assert r0.info.status == "SCHEDULED" and r0.data.tags["mlflow.parentRunId"] == parent
+    assert r0.data.tags["dataset_checksum"] == "c0" and r0.data.tags["p"] == "5"
+    assert r0.data.params["training.epochs"] == "3"
+    assert c.get_experiment(exp).artifact_location == (tmp_path / "mlartifacts").as_uri()
+
+
+def test_worker_logger_dedupes_epochs_and_finishes(store):
+    uri, exp = store
+    parent = tracking.ensure_parent(uri, exp, "sweep-x", {})
+    ids = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, [(g, "t") for g in GRID[:2]], {})
+    heads = {"poxm/p=5/lam=0.9": ids[tracking.point_key(GRID[0])], "poxm/p=10/lam=0.9": ids[tracking.point_key(GRID[1])]}
+    log = tracking.PointLogger(uri, heads)
+    log.start()
+    m = lambda e: {"poxm/p_eq_5/lam_eq_0.9/loss": 1.0 / e, "poxm/p_eq_10/lam_eq_0.9/loss": 2.0 / e,   # noqa: E731
+                   "poxm/p_eq_10/lam_eq_0.9/SNIS": 0.5 + e}
+    log.log_epoch(1, m(1))
+    log.log_epoch(2, m(2))
+    # a retried worker: a new logger, epoch 2 reported again, then 3
+    log = tracking.PointLogger(uri, heads)
+    log.start()
+    log.log_epoch(2, m(2))
+    log.log_epoch(3, m(3))
+    c = tracking.client(uri)
+    r10 = heads["poxm/p=10/lam=0.9"]
+    assert [(h.step, h.value) for h in c.get_metric_history(r10, "loss")] == [(1, 2.0), (2, 1.0), (3, 2.0 / 3)]
+    assert [h.step for h in c.get_metric_history(heads["poxm/p=5/lam=0.9"], "loss")] == [1, 2, 3]
+    assert "SNIS" not in c.get_run(heads["poxm/p=5/lam=0.9"]).data.metrics   # p=5 vs p=10 prefixes kept apart
+    rows = to_frame([make_row(dataset="d", variant="A", method="poxm", p=p, lam=0.9, seed=0, split=s, metric=k,
+                              value=v, stderr=se, epoch=3, final=True)
+                     for p in (5, 10) for s, k, v, se in (("test", "R@5", 0.1 * p, 0.01), ("val", "SNIS", 0.3, math.nan))])
+    log.log_final(rows, {("poxm", 5, 0.9): heads["poxm/p=5/lam=0.9"], ("poxm", 10, 0.9): r10})
+    got = c.get_run(r10)
+    assert got.info.status == "FINISHED"
+    assert got.data.metrics["R_at_5"] == pytest.approx(1.0) and got.data.metrics["R_at_5_se"] == pytest.approx(0.01)
+    assert got.data.metrics["val_SNIS"] == pytest.approx(0.3) and "val_SNIS_se" not in got.data.metrics
+
+
+def test_close_points_leaves_nothing_running(store):
+    uri, exp = store
+    parent = tracking.ensure_parent(uri, exp, "sweep-x", {})
+    ids = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, [(g, "t") for g in GRID], {})
+    c = tracking.client(uri)
+    keys = [tracking.point_key(g) for g in GRID]
+    c.set_terminated(ids[keys[0]], "FINISHED")
+    c.update_run(ids[keys[1]], status="RUNNING")
+    runs = tracking.SweepRuns(uri, exp, parent, ids)
+    counts = tracking.close_points(runs, {keys[1]: "FAILED"})
+    assert counts == {"FINISHED": 1, "FAILED": 1, "KILLED": 1}
+    tracking.finish_parent(runs, ok=False, metrics={"wall_s": 3.0, "bad": math.nan}, artifacts=[])
+    st = {r.info.run_id: r.info.status for r in c.search_runs([exp])}
+    assert st[parent] == "FAILED" and "RUNNING" not in st.values() and "SCHEDULED" not in st.values()
+
+
+def test_tag_selected(store):
+    uri, exp = store
+    parent = tracking.ensure_parent(uri, exp, "sweep-x", {})
+    ids = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, [(g, "t") for g in GRID], {})
+    runs = tracking.SweepRuns(uri, exp, parent, ids)
+    sel = pd.DataFrame([{"dataset": "d", "variant": "A", "method": "poxm", "seed": 0, "selection": s, "p": p, "lam": 0.9}
+                        for s, p in (("snis", 10), ("oracle", 10))]
+                       + [{"dataset": "d", "variant": "A", "method": "dm", "seed": 0, "selection": "snis", "p": -1,
+                           "lam": math.nan}])
+    tracking.tag_selected(runs, sel.to_dict("records"))
+    c = tracking.client(uri)
+    tag = lambda g: c.get_run(ids[tracking.point_key(g)]).data.tags.get("poxm.selected")   # noqa: E731
+    assert (tag(GRID[0]), tag(GRID[1]), tag(GRID[2])) == (None, "oracle,snis", "snis")
