@@ -10,6 +10,7 @@
 #                                      parts were unpacked into /tmp/site (the notes' step 4); extra
 #                                      arguments are config overrides, e.g. training.epochs=3
 # Results go to $OUT/gpu-sweep/ when $OUT is set (the device tool brings that folder back), else /tmp.
+# GPU_SWEEP_CPU=1 rehearses the script on a CPU machine (tiny data, 1 epoch, no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,12 +45,18 @@ for m in need:
         missing.append(f"{m} ({type(exc).__name__}: {exc})")
 import torch
 print(f"  cuda available: {torch.cuda.is_available()}, devices: {torch.cuda.device_count()}")
-if missing or not torch.cuda.is_available():
+import os
+if missing or (not torch.cuda.is_available() and os.environ.get("GPU_SWEEP_CPU") != "1"):
     print("missing: " + "; ".join(missing) + " (pack them: benchmarks/gpu_sweep.sh pack)" if missing else "no CUDA device")
     sys.exit(3)
 EOF
 "$PY" -c "import mlflow" 2>/dev/null || { echo "  mlflow: absent -> mlflow.enabled=false"; overrides+=(mlflow.enabled=false); }
 "$PY" -c "import matplotlib" 2>/dev/null || echo "  matplotlib: absent -> no figures (the report is skipped)"
+
+if [ "${GPU_SWEEP_CPU:-}" = "1" ]; then
+  overrides+=(device=cpu resources.gpus_per_trial=0 resources.cpus_per_trial=1 training.epochs=1
+              datasets.0.synthetic.scale=0.1 model.epochs=2)
+fi
 
 echo "== sweep"
 rm -rf "$RUNS"
@@ -64,7 +71,7 @@ import glob, json, os
 from pathlib import Path
 import pandas as pd
 run = Path(sorted(glob.glob(os.environ["RUNS"] + "/gpu-smoke-*"))[0])
-summ = json.loads((run / "results/sweep_summary.json").read_text())
+summ = json.loads((run / "results/sweep_summary.json").read_text()); summ.pop("history", None)
 print(f"run dir {run}")
 print(f"wall {float(os.environ['WALL']):.1f} s (poxm run, Ray start included); sweep summary: {summ}")
 for t in json.loads((run / "sweep.json").read_text())["trials"]:

@@ -186,10 +186,22 @@ COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "run": cmd_run, "resume"
             "status": cmd_status, "ui": cmd_ui, "report": cmd_report}
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse, letting key=value overrides come after options too (`poxm run C --address A k=v`)."""
+    ap = build_parser()
+    a, extra = ap.parse_known_args(argv)
+    if hasattr(a, "overrides"):
+        a.overrides = list(a.overrides) + [x for x in extra if not x.startswith("-")]
+        extra = [x for x in extra if x.startswith("-")]
+    if extra:
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    return a
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        a = build_parser().parse_args(argv)
+        a = parse(argv)
         if a.command is None:
             build_parser().print_help()
             return EXIT_INPUT

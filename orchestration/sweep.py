@@ -62,17 +62,24 @@ class SweepOutcome:
 
 
 def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
-               cache_dir: str | os.PathLike | None = None) -> SweepPlan:
+               cache_dir: str | os.PathLike | None = None, check_data: bool = True) -> SweepPlan:
+    """The sweep of `cfg`: run directory, cache, trials. Checks dataset/method names and settings and
+    (check_data) that file datasets exist, so bad input fails here, before Ray starts."""
     from poxm_core.training import trial_specs
 
     base = Path(runs_dir if runs_dir is not None else cfg.runs_dir).expanduser().resolve()
     cfg = cfg.model_copy(update={"runs_dir": str(base)})
     rd = RunDir.for_config(cfg, base)
     cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else base / "cache"
+    from poxm_core.config import default_data_root
     from poxm_core.data import get_spec
+    from poxm_core.data.registry import locate_files
     from poxm_core.methods import get_method
     for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
-        get_spec(d.name)
+        spec = get_spec(d.name)
+        if spec.reader is None and check_data:
+            root = Path(cfg.data_root) if cfg.data_root else default_data_root()
+            locate_files(spec, Path(d.path) if d.path else root / spec.folder)
     for name, mc in cfg.methods.items():
         get_method(name).validate(mc)
     specs = trial_specs(cfg, cfg.group_by)
@@ -125,6 +132,7 @@ def _ray_init(address: str | None, verbose: bool) -> bool:
     if ray.is_initialized():
         return False
     if not verbose:
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")    # Tune's own tables: our progress bar replaces them
         for name in ("ray", "ray.tune", "ray.train", "ray.data"):
             logging.getLogger(name).setLevel(logging.WARNING)
     ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
@@ -285,12 +293,14 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     acquire_driver(rd)
     started_ray = False
     runs = None                     # set while point runs exist that must not stay RUNNING
+    parent_open = None              # (uri, parent run id) until the parent run is ended
     track = plan.cfg.mlflow.enabled
     try:
         say(f"poxm: sweep {rd.root.name}: {len(plan.specs)} trial(s), {len(plan.grid())} grid point(s)")
         say(f"  run dir  {rd.root}")
         if track:
             uri, exp_id, parent, tags = stage_track(plan, mlflow_uri)
+            parent_open = (uri, parent)
             say(f"  mlflow   {uri}")
         else:
             say("  mlflow   off (mlflow.enabled=false)")
@@ -346,8 +356,9 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                    "trial_compute_s": round(compute, 2), "trial_compute_busy_s": round(busy, 2),
                    "gather_select_report_s": round(report_s, 2),
                    "share_outside_trial_compute": round(1 - busy / wall, 4) if wall > 0 else None,
-                   "max_concurrent_trials": max_conc}
-        write_json(rd.summary_json, summary)
+                   "max_concurrent_trials": max_conc, "finished_at": time.time()}
+        history = (read_json(rd.summary_json, {}) or {}).get("history", [])
+        write_json(rd.summary_json, {**summary, "history": history + [summary]})   # latest + every invocation
 
         if runs is not None:
             status = {}
@@ -363,7 +374,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                 runs, ok, {k: v for k, v in summary.items() if isinstance(v, (int, float))},
                 [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
                 + ([(report, "report")] if report is not None else []))
-            runs = None
+            runs = parent_open = None
         say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
             f"compute {compute:.1f} s ({100 * (1 - busy / wall):.0f}% of the wall time had no trial computing)")
         if report is not None:
@@ -375,8 +386,12 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                 done = done_trials(rd.root, plan.names)
                 tracking.close_points(runs, {tracking.point_key(g): "FINISHED" if g["trial"] in done else "KILLED"
                                              for g in plan.grid()})
-                tracking.client(runs.uri).set_terminated(runs.parent, "KILLED")
             except Exception:  # noqa: BLE001  the original error matters more
+                pass
+        if parent_open is not None:
+            try:
+                tracking.client(parent_open[0]).set_terminated(parent_open[1], "KILLED")
+            except Exception:  # noqa: BLE001
                 pass
         if started_ray:
             ray.shutdown()

@@ -2,12 +2,13 @@
 
 One tiny sweep (generated data, 2 variants x 1 seed, group_by seed -> 2 trials of 6 heads, 2 epochs)
 is the reference; the other tests change one thing and compare with it:
-  - a trial whose worker process dies once after epoch 1 is retried from its checkpoint;
-  - `poxm run` killed (SIGKILL of its process group) after one trial finished, then `poxm resume`;
-  - logging to an MLflow tracking server started as a real process, read back over HTTP.
+  - a trial whose worker process dies once after epoch 1 is retried from its checkpoint, while the
+    sweep logs to an MLflow tracking server started as a real process (read back over HTTP);
+  - `poxm run` killed (SIGKILL of its process group) after one trial finished, then `poxm resume`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -151,25 +152,42 @@ def test_sweep_layout_mlflow_and_selection(reference):
     assert {"report", "results", "sweep"} <= arts
 
 
-def test_crash_once_is_retried_from_checkpoint(ray_session, reference, tmp_path, monkeypatch):
+def test_crash_once_is_retried_from_checkpoint_logging_to_mlflow_server(ray_session, reference, tmp_path, monkeypatch):
+    """A trial's worker dies once after epoch 1; the sweep logs to a real `mlflow server` process."""
+    from mlflow import MlflowClient
+
     from orchestration.sweep import run_sweep
     from poxm_core.config import load_config
 
-    monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-A-s0-all")
-    out = run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", progress=False)
-    assert out.ok
-    tdir = out.run_dir / "trials" / "synthetic-A-s0-all"
-    assert (tdir / ".crash_injected").read_text().strip() == "1"
-    attempts = json.loads((tdir / "timing.json").read_text())["attempts"]
-    # the dead attempt wrote no timing; the retry continued from epoch 1's checkpoint (Ray's, or the
-    # trial dir's copy when the worker died before Ray's controller took the report)
-    assert len(attempts) == 1 and attempts[0]["resumed_from"].endswith(":epoch_0001")
-    pd.testing.assert_frame_equal(final_rows(out.run_dir), final_rows(reference.run_dir))
-    c, _, runs = mlflow_runs(out.run_dir)
-    assert len(runs) == N_POINTS + 1 and {r.info.status for r in runs} == {"FINISHED"}
-    for r in runs:
-        if r.data.tags.get("poxm.trial") == "synthetic-A-s0-all" and r.data.tags["method"] == "poxm":
-            assert [h.step for h in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]   # epoch 1 not logged twice
+    with mlflow_server(tmp_path) as uri:
+        monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-A-s0-all")
+        out = run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", mlflow_uri=uri, progress=False)
+        assert out.ok
+        tdir = out.run_dir / "trials" / "synthetic-A-s0-all"
+        assert (tdir / ".crash_injected").read_text().strip() == "1"
+        attempts = json.loads((tdir / "timing.json").read_text())["attempts"]
+        # the dead attempt wrote no timing; the retry continued from epoch 1's checkpoint (Ray's, or the
+        # trial dir's copy when the worker died before Ray's controller took the report)
+        assert len(attempts) == 1 and attempts[0]["resumed_from"].endswith(":epoch_0001")
+        pd.testing.assert_frame_equal(final_rows(out.run_dir), final_rows(reference.run_dir))
+
+        # read back over HTTP
+        assert not (out.run_dir / "mlflow.db").exists()
+        assert json.loads((out.run_dir / "mlflow_runs.json").read_text())["tracking_uri"] == uri
+        c = MlflowClient(uri)
+        exp = c.get_experiment_by_name(out.run_dir.name)
+        runs = c.search_runs([exp.experiment_id], max_results=1000)
+        points = [r for r in runs if r.data.tags.get("poxm.role") == "point"]
+        assert len(points) == N_POINTS and len(runs) == N_POINTS + 1
+        assert {r.info.status for r in runs} == {"FINISHED"}
+        ref_c, _, ref_runs = mlflow_runs(reference.run_dir)
+        ref = {r.data.tags["poxm.point"]: r.data.metrics for r in ref_runs if r.data.tags.get("poxm.role") == "point"}
+        for r in points:
+            assert r.data.metrics == pytest.approx(ref[r.data.tags["poxm.point"]], rel=1e-12)
+            if r.data.tags["poxm.trial"] == "synthetic-A-s0-all" and r.data.tags["method"] == "poxm":
+                assert [h.step for h in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]  # epoch 1 once
+        parent = next(r for r in runs if r.data.tags.get("poxm.role") == "sweep")
+        assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
 
 
 def _free_port() -> int:
@@ -184,6 +202,31 @@ def _env() -> dict:
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("POXM_INJECT_CRASH_ONCE", None)
     return env
+
+
+@contextlib.contextmanager
+def mlflow_server(tmp: Path):
+    """`mlflow server` on a free local port, as a real process; yields its http URI."""
+    import urllib.request
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp}/db",
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], cwd=tmp, env=_env(),
+                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(uri + "/health", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    pytest.fail("mlflow server did not come up")
+                time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
 
 
 def test_kill_driver_then_resume(reference, tmp_path):
@@ -225,46 +268,3 @@ def test_kill_driver_then_resume(reference, tmp_path):
     assert {r.info.status for r in mruns} == {"FINISHED"}                        # none left RUNNING
     st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True)
     assert "done 2" in st.stdout
-
-
-def test_mlflow_tracking_server(ray_session, tmp_path):
-    from mlflow import MlflowClient
-
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
-
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path}/db", "--host", "127.0.0.1", "--port", str(port),
-                               "--workers", "1"], cwd=tmp_path, env=_env(), start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        import urllib.request
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(uri + "/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    pytest.fail("mlflow server did not come up")
-                time.sleep(0.5)
-        one = [dict(TINY["datasets"][0], variants=TINY["datasets"][0]["variants"][:1])]
-        out = run_sweep(load_config(write_config(tmp_path, datasets=one)), runs_dir=tmp_path / "runs",
-                        mlflow_uri=uri, progress=False)
-        assert out.ok
-        assert not (out.run_dir / "mlflow.db").exists()
-        c = MlflowClient(uri)
-        exp = c.get_experiment_by_name(out.run_dir.name)
-        runs = c.search_runs([exp.experiment_id], max_results=1000)
-        points = [r for r in runs if r.data.tags.get("poxm.role") == "point"]
-        assert len(points) == N_POINTS // 2 and len(runs) == N_POINTS // 2 + 1
-        assert {r.info.status for r in runs} == {"FINISHED"}
-        assert all("R_at_5" in r.data.metrics and r.data.tags["variant"] == "A" for r in points)
-        parent = next(r for r in runs if r.data.tags.get("poxm.role") == "sweep")
-        assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
-        assert json.loads((out.run_dir / "mlflow_runs.json").read_text())["tracking_uri"] == uri
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)

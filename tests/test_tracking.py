@@ -52,16 +52,20 @@ def test_point_params_cover_grid_and_settings():
     assert tracking.point_params(CFG, GRID[2], "t")["method.lr"] == "0.01"
 
 
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """One sqlite store for the module (creating its schema takes seconds); one experiment per test."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+
+
 @pytest.fixture
-def store(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    exp = tracking.init_store(uri, "sweep-x", tmp_path / "mlartifacts")
-    return uri, exp
+def store(db, request, tmp_path):
+    return db, tracking.init_store(db, f"sweep-x-{request.node.name}", tmp_path / "mlartifacts")
 
 
 def test_runs_created_once_and_found_again(store, tmp_path):
     uri, exp = store
-    assert tracking.init_store(uri, "sweep-x", tmp_path / "mlartifacts") == exp
+    assert tracking.init_store(uri, tracking.client(uri).get_experiment(exp).name, tmp_path / "mlartifacts") == exp
     parent = tracking.ensure_parent(uri, exp, "sweep-x", {"config_hash": "h"})
     pts = [(g, "trial-1") for g in GRID]
     first = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, pts, {"config_hash": "h"},
