@@ -181,7 +181,9 @@ def _check_keys(model: type[BaseModel], data: Any, where: str, source: str) -> N
     for key, val in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in fields:
-            raise PoxmInputError(f"{source}: unknown config key '{path}'" + nearest(str(key), fields))
+            prefix = f"{where}." if where else ""
+            raise PoxmInputError(f"{source}: unknown config key '{path}'"
+                                 + nearest(str(key), fields).replace("'", f"'{prefix}", 1))
         ann = fields[key].annotation
         for sub in _submodels(ann):
             if isinstance(val, dict) and sub is not None:

@@ -53,7 +53,7 @@ def test_unknown_config_key_names_nearest(tmp_path):
 
 def test_unknown_nested_key(tmp_path):
     bad = dict(GOOD, training={"epohcs": 2})
-    assert_one_line_error(poxm("run", write(tmp_path, bad)), "training.epohcs", "did you mean 'epochs'")
+    assert_one_line_error(poxm("run", write(tmp_path, bad)), "training.epohcs", "did you mean 'training.epochs'")
 
 
 def test_missing_config_file(tmp_path):
