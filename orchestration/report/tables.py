@@ -212,7 +212,8 @@ def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
             if not len(vals):
                 row.append(MISSING)
                 continue
-            frac = bool(np.all((vals >= 0) & (vals <= 1)))
+            # data/* are dataset facts (sizes, propensity A/B), never rates: shown as they are
+            frac = not k.startswith("data/") and bool(np.all((vals >= 0) & (vals <= 1)))
             sc = 100.0 if frac else 1.0
             txt = f"{sc * vals.mean():.2f}" + (f" ± {sc * vals.std(ddof=1):.2f}" if len(vals) > 1 else "")
             row.append(txt)
@@ -220,7 +221,7 @@ def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
                          "mean": sc * vals.mean(), "std": sc * vals.std(ddof=1) if len(vals) > 1 else math.nan,
                          "n": len(vals)})
         rows.append(row)
-    notes = ["Fractions ×100 (mean ± std over seeds); covering@k: share of test instances' true labels "
+    notes = ["Rates and fractions ×100, dataset facts (data/*) as they are (mean ± std over seeds); covering@k: share of test instances' true labels "
              "inside the top-k of ρ. Full covering curve: the covering figure and the CSV."]
     return Table(name=f"logging_{dataset}", title=f"Logging policy statistics — {dataset}",
                  columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
