@@ -193,7 +193,7 @@ def _write_report(run_dir: Path, out: Path) -> None:
     name = str(config.get("name", run_dir.name))
     blocks: list[tuple] = [("h1", f"poxm report — {name}"),
                            ("p", f"Run directory `{run_dir.name}`. {len(rows)} result rows, "
-                                 f"{int(rows['final'].sum())} final. Regenerate with `poxm report {run_dir}`."),
+                                 f"{int(rows['final'].sum())} final. Regenerate with `poxm report {_shown(run_dir)}`."),
                            ("h2", "Coverage of the sweep"), ("ul", coverage_notes(rows, selection, expected, grid, source))]
 
     def links(paths: dict[str, Path]) -> list[tuple[str, str]]:
@@ -255,3 +255,12 @@ def build_report(run_dir: str | os.PathLike) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _shown(run_dir: Path) -> str:
+    """The run directory as the reader would type it: relative to the working directory when inside
+    it (reports get committed; machine-specific absolute paths must not leak into them)."""
+    try:
+        return str(Path(run_dir).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return f"<runs_dir>/{Path(run_dir).name}"
