@@ -12,8 +12,9 @@ for ds in bibtex delicious; do
   # the run directory is named by the config's content hash (orchestration/rundir.py)
   run_dir=runs/$(.venv/bin/python -c "import sys; from poxm_core.config import load_config; from orchestration.rundir import sweep_id; print(sweep_id(load_config(sys.argv[1], sys.argv[2:])))" "configs/$ds.yaml" "$@")
   .venv/bin/poxm report "$run_dir"
-  rm -rf "docs/results/$ds.tmp" && cp -r "$run_dir/report" "docs/results/$ds.tmp"
-  cp "$run_dir/results/rows.csv" "$run_dir/results/prepare.csv" "docs/results/$ds.tmp/"
+  mkdir -p docs/results && rm -rf "docs/results/$ds.tmp" && cp -r "$run_dir/report" "docs/results/$ds.tmp"
+  gzip -9 -c "$run_dir/results/rows.csv" > "docs/results/$ds.tmp/rows.csv.gz"   # every row, per-epoch ones too
+  cp "$run_dir/results/prepare.csv" "docs/results/$ds.tmp/"
   rm -rf "docs/results/$ds" && mv "docs/results/$ds.tmp" "docs/results/$ds"
 done
 echo "reports in docs/results/{bibtex,delicious}/index.md"
