@@ -25,7 +25,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if [ -d /tmp/site ]; then export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"; else export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"; fi
 PY=${PYTHON:-python3}
 OUTDIR=${OUT:-/tmp}/gpu-sweep
-RUNS=/tmp/poxm-gpu-runs
+RUNS=${TMPDIR:-/tmp}/gpu-sweep-runs   # scratch on the GPU machine
 mkdir -p "$OUTDIR"
 
 echo "== card"
