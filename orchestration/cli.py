@@ -171,7 +171,36 @@ def cmd_ui(a) -> int:
     cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
         "server", "--backend-store-uri", uri, "--host", a.host, "--port", str(a.port), "--workers", "1"]
     print(f"MLflow UI for {rd.root.name}: http://{a.host}:{a.port}  (Ctrl-C stops it)", flush=True)
-    os.execv(cmd[0], cmd)
+    return _serve_until_stopped(cmd)
+
+
+def _serve_until_stopped(cmd: list[str]) -> int:
+    """Run `mlflow server` in its own process group and take the whole group down on Ctrl-C or SIGTERM:
+    the server forks uvicorn and job-queue workers, and a stop that reaches only its main process (seen
+    here when it came during start-up) left those running."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, start_new_session=True)
+
+    def stop(*_args) -> None:
+        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait_s)
+                # the main process is gone; its workers may not be: go on to SIGKILL the group
+            except subprocess.TimeoutExpired:
+                pass
+
+    signal.signal(signal.SIGTERM, lambda *x: (stop(), sys.exit(0)))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        stop()
+        return 0
 
 
 def cmd_report(a) -> int:

@@ -123,3 +123,73 @@ def test_shipped_configs_load_and_plan(tmp_path):
     for p in found:      # user-supplied datasets (eurlex, wiki10, amazon) are absent here: names only
         plan = plan_sweep(load_config(p), runs_dir=tmp_path / "runs", check_data=False)
         assert plan.specs, p.name
+
+
+def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
+    """`poxm ui` serves the run's SQLite store on 127.0.0.1, and SIGTERM leaves no server or worker process
+    behind (mlflow forks uvicorn and job-queue workers; `poxm ui` takes their whole group down)."""
+    import json
+    import os
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    import mlflow
+
+    run = tmp_path / "cli-0123456789ab"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(GOOD))
+    (run / "sweep.json").write_text(json.dumps({"trials": []}))
+    mlflow.set_tracking_uri(f"sqlite:///{run}/mlflow.db")
+    mlflow.set_experiment("cli-ui")          # creates the store, as a sweep's driver does
+    mlflow.set_tracking_uri("")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(POXM + ["ui", str(run), "--port", str(port)], cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                body = urllib.request.urlopen(
+                    urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search",
+                                           data=b'{"max_results": 10}', headers={"Content-Type": "application/json"}),
+                    timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "poxm ui did not come up"
+                time.sleep(0.5)
+        assert "cli-ui" in [e["name"] for e in json.loads(body)["experiments"]]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=40) == 0
+        assert _processes_mentioning(str(run), within_s=10) == []   # no server or worker left behind
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _processes_mentioning(text: str, within_s: float) -> list[int]:
+    """Pids whose command line or environment mentions `text` (the MLflow server passes the store to
+    its workers through both), polled until none is left or `within_s` passes."""
+    import os
+    import time
+    deadline = time.time() + within_s
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    blob = f.read()
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    blob += f.read()
+            except OSError:
+                continue
+            if text.encode() in blob and int(pid) != os.getpid():
+                found.append(int(pid))
+        if not found or time.time() > deadline:
+            return found
+        time.sleep(0.5)
