@@ -242,18 +242,24 @@ def to_markdown(t: Table) -> str:
     for i, row in enumerate(t.rows):
         if i in t.sections:
             out.append("| " + " | ".join([f"**{_md_escape(t.sections[i])}**"] + [""] * (ncol - 1)) + " |")
-        cells = []
-        for j, c in enumerate(row):
-            c = _md_escape(c)
-            if c and (i, j) in t.bold:
-                c = f"**{c}**"
-            elif c and i in t.italic_rows:
-                c = f"*{c}*"
-            cells.append(c)
+        cells = _styled(t, i, row, _md_escape, "**{}**", "*{}*")
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     out += [n + "  " for n in t.notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _styled(t: "Table", i: int, row: list[str], escape, bold: str, italic: str) -> list[str]:
+    """Row i's cells escaped for the output format, bold where best, italic on italic rows (skyline)."""
+    cells = []
+    for j, c in enumerate(row):
+        c = escape(c)
+        if c and (i, j) in t.bold:
+            c = bold.format(c)
+        elif c and i in t.italic_rows:
+            c = italic.format(c)
+        cells.append(c)
+    return cells
 
 
 _TEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -281,14 +287,7 @@ def to_latex(t: Table) -> str:
             if i > 0:
                 out.append(r"\midrule")
             out.append(rf"\multicolumn{{{ncol}}}{{l}}{{\emph{{{tex_escape(t.sections[i])}}}}} \\")
-        cells = []
-        for j, c in enumerate(row):
-            c = tex_escape(c)
-            if c and (i, j) in t.bold:
-                c = rf"\textbf{{{c}}}"
-            elif c and i in t.italic_rows:
-                c = rf"\textit{{{c}}}"
-            cells.append(c)
+        cells = _styled(t, i, row, tex_escape, r"\textbf{{{}}}", r"\textit{{{}}}")
         out.append(" & ".join(cells) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}"]
     if t.notes:
