@@ -99,8 +99,8 @@ class MethodConfig(_Strict):
     """Per-method settings. `p`/`lam` only for methods that use them (the registry checks)."""
     p: list[int] | None = Field(None, description="grid of action-selector sizes p")
     lam: list[float] | None = Field(None, description="grid of reward translations lambda")
-    lr: float | None = Field(None, gt=0, description="learning rate; default training.lr")
-    init: Literal["logging", "random"] = Field("logging", description="head initialisation")
+    lr: float | None = Field(None, gt=0, description="learning rate; default training.lr_is (IS-based methods) or training.lr_supervised (DM, skylines)")
+    init: Literal["fresh", "logging", "random"] | None = Field(None, description="how the trained layers start; default training.init ('random' = 'fresh')")
     softmax: Literal["full", "sampled"] = Field("full", description="BanditNet: full softmax over L or sampled")
     n_negatives: int = Field(1024, gt=0, description="sampled softmax: negatives per instance")
     support: Literal["phi", "candidates"] = Field("phi", description="POXM test-time support")
@@ -117,12 +117,33 @@ class MethodConfig(_Strict):
 
 
 class TrainingConfig(_Strict):
-    epochs: int = Field(10, gt=0, description="epochs for every trained head")
-    batch_size: int = Field(256, gt=0, description="mini-batch size")
-    lr: float = Field(1e-3, gt=0, description="default Adam learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay on the head")
+    """How every head is trained. The defaults ARE the paper's protocol (docs/protocol.md); any other
+    value of `policy`, `init`, `translation`, `lr_is` or `lr_supervised` is a named ablation, and
+    `protocol_name` says which one a run used (recorded in every result, summary and MLflow run)."""
+    epochs: int = Field(20, gt=0, description="epochs for every trained head")
+    batch_size: int = Field(64, gt=0, description="mini-batch size")
+    policy: Literal["network", "linear"] = Field("network", description="policy architecture: 'network' = trainable layers on the frozen encoder AND the sparse input, then the output layer (the paper's trainable attention + FC); 'linear' = output layer on the frozen encoder only (ablation)")
+    hidden: int = Field(256, gt=0, description="width of the policy network's output features (network policy)")
+    init: Literal["fresh", "logging"] = Field("fresh", description="trained layers start fresh (paper) or from the logging model's head (ablation)")
+    translation: Literal["loss", "reward"] = Field("loss", description="lambda translates the loss 1 - r as in BanditNet, whose grid the paper uses (paper protocol), or the reward r (ablation)")
+    lr_is: float = Field(5e-4, gt=0, description="Adam rate of IS-based methods (paper 5e-5, x10 for our step count: docs/protocol.md)")
+    lr_supervised: float = Field(1e-3, gt=0, description="Adam rate of DM and the skylines (paper 1e-4, x10)")
+    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay on the trained layers")
     mc_slates: int = Field(32, gt=0, description="Monte-Carlo slates per instance for stochastic metrics")
     eval_max_support: int = Field(1024, gt=0, description="full-L policies are evaluated on their top this many labels")
+
+
+PAPER_PROTOCOL = {"policy": "network", "init": "fresh", "translation": "loss", "lr_is": 5e-4, "lr_supervised": 1e-3}
+
+
+def protocol_name(training: "TrainingConfig") -> str:
+    """'paper' when every protocol setting is the paper's, else 'paper+key=value,...' naming the ablation."""
+    diff = [f"{k}={getattr(training, k)}" for k, v in PAPER_PROTOCOL.items() if getattr(training, k) != v]
+    return "paper" + ("+" + ",".join(diff) if diff else "")
+
+
+class SelectionConfig(_Strict):
+    criterion: str = Field("SNIS", description="validation-log estimator that chooses (p, lambda): SNIS (paper), IS, sIS, DR, PIS (prefix-product, unbiased for the deployed slate)")
 
 
 class ResourcesConfig(_Strict):
@@ -150,6 +171,7 @@ class SweepConfig(_Strict):
     model: ModelConfig = ModelConfig()
     methods: dict[str, MethodConfig] = Field(description="method registry name -> settings")
     training: TrainingConfig = TrainingConfig()
+    selection: SelectionConfig = SelectionConfig()
     resources: ResourcesConfig = ResourcesConfig()
     group_by: Literal["method", "seed"] = Field("method", description="one trial per (dataset, variant, seed, method) or per (dataset, variant, seed) with all methods")
     mlflow: MlflowConfig = MlflowConfig()

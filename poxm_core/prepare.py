@@ -52,7 +52,7 @@ from poxm_core.model.topk import chunked_topk
 from poxm_core.prepared import Prepared, VariantPolicy
 
 # Bump a level's version when the code that builds it changes its output: old entries stop matching.
-VERSIONS = {"data": 1, "model": 1, "candidates": 1, "variant": 1}
+VERSIONS = {"data": 2, "model": 1, "candidates": 1, "variant": 1}
 KS = (1, 3, 5)
 COVER_KS = (1, 5, 10, 20, 50, 100)
 _SPLIT_CODE = {"train": 0, "test": 1}
@@ -210,6 +210,8 @@ def _build_data(lazy: _Lazy, A: float, B: float) -> Callable[[Path], dict]:
         data = lazy.get()
         _save_csr(d / "Y_train.npz", data.train.Y)
         _save_csr(d / "Y_test.npz", data.test.Y)
+        _save_csr(d / "X_train.npz", data.train.X)   # the policy network reads the sparse input
+        _save_csr(d / "X_test.npz", data.test.X)
         np.save(d / "inv_propensity.npy", inverse_propensities(data.train.Y, A, B))
         return {**data.stats(), "propensity_A": A, "propensity_B": B}
     return fn
@@ -368,6 +370,8 @@ def load_prepared(cfg: SweepConfig, dataset: str, variant: str, seed: int, cache
         inv_propensity=arr(parents["data"], "inv_propensity.npy"),
         Y_test=sp.load_npz(parents["data"] / "Y_test.npz").tocsr(),
         Y_train=sp.load_npz(parents["data"] / "Y_train.npz").tocsr(),
+        X_train=sp.load_npz(parents["data"] / "X_train.npz").tocsr(),
+        X_test=sp.load_npz(parents["data"] / "X_test.npz").tocsr(),
         meta=meta)
 
 

@@ -43,6 +43,8 @@ class Prepared:
     inv_propensity: np.ndarray     # (L,) float64, 1/p_l (Jain et al.)
     Y_test: sp.csr_matrix          # (n_te, L) test labels: only metrics read them
     Y_train: sp.csr_matrix | None = None  # (n_tr, L) read ONLY by the supervised skyline
+    X_train: sp.csr_matrix | None = None  # (n_tr, D) sparse features: the policy network's second input
+    X_test: sp.csr_matrix | None = None   # (n_te, D)
     meta: dict = field(default_factory=dict)  # hashes, stats, config of the prepare stage
 
     @property

@@ -317,7 +317,7 @@ BAD = [
     (lambda: Translated(lam=float("nan")), "lam: expected a finite float"),
     (lambda: IS().estimate_bootstrap(W, R, n_boot=1), "n_boot: expected an int >= 2"),
     (lambda: ESTIMATORS["snsi"], "did you mean 'snis'"),
-    (lambda: get_estimator("foo"), "valid: dr, is, sis, snis, translated"),
+    (lambda: get_estimator("foo"), "valid: dr, is, pis, sis, snis, translated"),
 ]
 
 
@@ -329,6 +329,6 @@ def test_bad_inputs_raise_one_line_errors(call, message):
 
 
 def test_registry_names():
-    assert set(ESTIMATORS) == {"is", "sis", "snis", "translated", "dr"}
+    assert set(ESTIMATORS) == {"is", "sis", "snis", "translated", "dr", "pis"}
     for name, cls in ESTIMATORS.items():
         assert cls.name == name

@@ -145,7 +145,7 @@ def test_per_p_data_picks_lambda_by_snis_not_test():
     rows += _test_rows("poxm", 0, {"R@5": 0.6}, p=10, lam=0.8, snis=0.5)
     rows += _test_rows("poxm", 0, {"R@5": 0.3}, p=20, lam=0.7, snis=0.4)
     d = F.per_p_data(to_frame(rows), "d").set_index("p")
-    assert d.loc[10, "R5_mean"] == pytest.approx(0.2) and d.loc[10, "SNIS_mean"] == pytest.approx(0.9)
+    assert d.loc[10, "R5_mean"] == pytest.approx(0.2) and d.loc[10, "val_mean"] == pytest.approx(0.9)
     assert d.loc[20, "R5_mean"] == pytest.approx(0.3)
 
 

@@ -68,7 +68,7 @@ def test_resume_from_other_config_is_refused(tmp_path):
     spec = spec_of(tiny_config(SMALL), "poxm")
     run_trial(tiny_config(SMALL, epochs=1), spec, PREP, tmp_path, progress=False)
     with pytest.raises(PoxmInputError, match="different trial or config"):
-        run_trial(tiny_config(SMALL, epochs=2, lr=0.5), spec, PREP, tmp_path, progress=False)
+        run_trial(tiny_config(SMALL, epochs=2, lr_is=0.5), spec, PREP, tmp_path, progress=False)
 
 
 # --------------------------------------------------------------------------------- grouping
@@ -97,7 +97,7 @@ def test_rows_schema_files_and_metric_names(tmp_path):
     for h in spec.heads:
         rows = fin[(fin.method == h.method) & (fin.p == (h.p or -1))]
         assert want_test <= set(rows[rows.split == "test"].metric)
-        assert {"IS", "sIS", "SNIS", "DR", "ESS"} == set(rows[rows.split == "val"].metric)
+        assert {"IS", "sIS", "SNIS", "PIS", "DR", "ESS"} == set(rows[rows.split == "val"].metric)
         assert rows.epoch.unique().tolist() == ([0] if h.method == "logging" else [1])
         if h.method != "logging":
             key = f"{h.method}/p_eq_{h.p if h.p else 'none'}/lam_eq_{h.lam if h.lam else 'none'}"

@@ -68,7 +68,12 @@ def tiny_prepared(n_tr=80, n_te=40, d=6, L=16, K=8, ell=3, T=1.0, seed=0, datase
     return Prepared(dataset=dataset, variant=variant, seed=seed, Z_train=Z_tr, Z_test=Z_te, W=W, b=b,
                     policy_train=pol_tr, policy_test=pol_te,
                     log_train=simulate(pol_tr, Y_tr, fit_rows, ell, rng), log_val=simulate(pol_tr, Y_tr, val_rows, ell, rng),
-                    inv_propensity=inv_prop, Y_test=Y_te, Y_train=Y_tr)
+                    inv_propensity=inv_prop, Y_test=Y_te, Y_train=Y_tr, X_train=_sparse(Z_tr), X_test=_sparse(Z_te))
+
+
+def _sparse(Z: np.ndarray) -> sp.csr_matrix:
+    """Sparse non-negative features carrying z: [max(z, 0), max(-z, 0)] (D = 2d, half the entries 0)."""
+    return sp.csr_matrix(np.hstack([np.maximum(Z, 0), np.maximum(-Z, 0)]).astype(np.float32))
 
 
 ALL_METHODS = {

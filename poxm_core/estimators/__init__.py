@@ -2,14 +2,16 @@
 
 - Plackett-Luce conditionals log pi_A(y_j | x, y_<j) on a support A and importance weights
   (pruned per position, or product), NumPy + Torch twins.
-- Estimators IS, sIS, SNIS, translated, DR: frozen dataclasses in the registry `ESTIMATORS`,
-  `.estimate(w, r, ...) -> Estimate`, `.value_torch(w, r, ...)` differentiable.
+- Estimators IS, sIS, SNIS, translated, DR, prefix-product IS (`pis`): frozen dataclasses in the
+  registry `ESTIMATORS`, `.estimate(w, r, ...) -> Estimate`, `.value_torch(w, r, ...)` differentiable;
+  the class attribute `weights` ("pruned" or "prefix") says which importance weights to pass.
 """
 from poxm_core.estimators.base import BaseEstimator, Estimate, effective_sample_size
 from poxm_core.estimators.dr import DR, dr_value_torch
 from poxm_core.estimators.ips import IS, SIS, is_value_torch
 from poxm_core.estimators.plackett_luce import (pl_expectations, pl_expectations_torch, pl_log_conditionals,
                                                 pl_log_conditionals_full_torch, pl_log_conditionals_torch)
+from poxm_core.estimators.prefix import PrefixIS
 from poxm_core.estimators.registry import ESTIMATORS, get_estimator
 from poxm_core.estimators.snis import SNIS, snis_value_torch
 from poxm_core.estimators.translated import Translated, translated_value_torch
@@ -21,6 +23,6 @@ __all__ = [
     "pl_expectations", "pl_expectations_torch",
     "importance_weights", "importance_weights_torch", "selector_pos", "sis_weights", "sis_weights_torch",
     "Estimate", "BaseEstimator", "effective_sample_size", "ESTIMATORS", "get_estimator",
-    "IS", "SIS", "SNIS", "Translated", "DR",
+    "IS", "SIS", "SNIS", "Translated", "DR", "PrefixIS",
     "is_value_torch", "snis_value_torch", "translated_value_torch", "dr_value_torch",
 ]

@@ -91,6 +91,7 @@ class BaseEstimator:
 
     name: ClassVar[str] = ""
     aux_names: ClassVar[tuple[str, ...]] = ()   # extra (n, ell) arrays `per_sample` needs
+    weights: ClassVar[str] = "pruned"           # weights to pass: "pruned" (pi/q per position) or "prefix" (product)
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:

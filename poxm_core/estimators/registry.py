@@ -5,6 +5,7 @@ from poxm_core.errors import PoxmInputError, nearest
 from poxm_core.estimators.base import BaseEstimator
 from poxm_core.estimators.dr import DR
 from poxm_core.estimators.ips import IS, SIS
+from poxm_core.estimators.prefix import PrefixIS
 from poxm_core.estimators.snis import SNIS
 from poxm_core.estimators.translated import Translated
 
@@ -20,7 +21,7 @@ class _Registry(dict):
 
 
 ESTIMATORS: dict[str, type[BaseEstimator]] = _Registry(
-    {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR)})
+    {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR, PrefixIS)})
 
 
 def get_estimator(name: str, **settings) -> BaseEstimator:

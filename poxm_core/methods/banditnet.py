@@ -43,7 +43,7 @@ class BanditNet(Method):
     train_support = "all"
     test_policy = "softmax"
     options = ("softmax", "n_negatives")
-    suggested_lr = 1e-4
+    lr_group = "is"
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
-        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.lam)
+        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.shift)

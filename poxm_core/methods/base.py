@@ -30,6 +30,8 @@ import torch
 
 from poxm_core.config import MethodConfig
 from poxm_core.errors import PoxmInputError
+from poxm_core.estimators.registry import get_estimator
+from poxm_core.estimators.weights import importance_weights_torch
 
 __all__ = ["Batch", "HeadContext", "Method", "Scorer", "translated_loss", "DEFAULT_P", "DEFAULT_LAM"]
 
@@ -58,6 +60,7 @@ class Batch:
     inv_prop_actions: torch.Tensor
     n_labels: int
     labels: sp.csr_matrix | None = None
+    bag: tuple | None = None      # the instances' sparse input (EmbeddingBag indices, offsets, weights)
 
     @property
     def size(self) -> int:
@@ -67,27 +70,51 @@ class Batch:
 @dataclass
 class HeadContext:
     """What a loss may know about its head: the grid point, the method's config, a seeded generator
-    (CPU; for sampled negatives), and the number of labels."""
+    (CPU; for sampled negatives), the number of labels, the reward translation actually applied
+    (`shift`, see `reward_shift`) and, for methods that need one, the fitted reward model
+    `reward(ids) -> (B, m)` predicted reward probabilities of the batch's instances (no gradient)."""
     p: int | None
     lam: float | None
     mc: MethodConfig
     gen: torch.Generator
     n_labels: int
+    shift: float | None = None
+    reward: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.shift is None:       # built by hand (tests, library use): r - lam, the paper's Eq. literally
+            self.shift = self.lam
 
 
-def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor, lam: float,
+def reward_shift(lam: float | None, translation: str) -> float | None:
+    """The constant subtracted from r_ij. translation='loss' (paper protocol): lambda translates the
+    loss delta = 1 - r as in BanditNet (Joachims et al. 2018), whose grid {0.7, ..., 1.0} the paper
+    adopts: w (delta - lam) = -w (r - (1 - lam)), so the reward is shifted by 1 - lam.
+    translation='reward' (ablation): the paper's Eq. read literally, r - lam."""
+    if lam is None:
+        return None
+    return 1.0 - lam if translation == "loss" else lam
+
+
+def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor, shift: float,
                     scale: torch.Tensor | None = None) -> torch.Tensor:
-    """-(1/B) sum_i sum_j w_ij (r_ij - lam), w_ij = exp(log pi_ij - log q_ij) (paper Eq. obj_not_corrected).
+    """Minus the registry's translated estimator (1/B) sum_i sum_j w_ij (r_ij - shift), w_ij from
+    `estimators.weights` (paper Eq. obj_not_corrected; `shift` from `reward_shift`).
 
     logpi, q, rewards (B, ell); -inf in logpi means the position is dropped (weight 0, gradient 0).
     scale (B, ell) multiplies the weights (wPOXM: 1/p_{y_ij}; PM-BanditNet: 1{y_ij in Phi^p}).
     """
-    finite = torch.isfinite(logpi)
-    safe = torch.where(finite, logpi - torch.log(q), torch.zeros_like(logpi))
-    w = torch.where(finite, torch.exp(safe), torch.zeros_like(logpi))
+    w = masked_weights(logpi, q)
     if scale is not None:
         w = w * scale
-    return -(w * (rewards - lam)).sum(dim=1).mean()
+    return -get_estimator("translated", lam=float(shift)).torch_value(w, rewards)
+
+
+def masked_weights(logpi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Pruned weights pi/q (estimators.weights), exactly 0 with 0 gradient where log pi = -inf."""
+    finite = torch.isfinite(logpi)
+    w = importance_weights_torch(torch.where(finite, logpi, torch.zeros_like(logpi)), q, check=False)
+    return torch.where(finite, w, torch.zeros_like(w))
 
 
 class Method:
@@ -100,8 +127,12 @@ class Method:
     test_policy: ClassVar[str] = "softmax"
     # MethodConfig keys (besides p, lam, lr, init) this method reads; setting another one is an error.
     options: ClassVar[tuple[str, ...]] = ()
-    # what docs/methods.md suggests; the trainer uses MethodConfig.lr, else training.lr
-    suggested_lr: ClassVar[float | None] = None
+    # which protocol rate applies (training.lr_is | training.lr_supervised) unless MethodConfig.lr is set
+    lr_group: ClassVar[str] = "is"
+    # the policy architecture; None = training.policy (the end-to-end skyline overrides it)
+    policy: ClassVar[str | None] = None
+    # True: the trainer fits the reward model (DM) first and passes it as ctx.reward
+    needs_reward_model: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ config
     def validate(self, mc: MethodConfig) -> None:

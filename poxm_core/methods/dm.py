@@ -17,7 +17,7 @@ class DirectMethod(Method):
     name = "dm"
     train_support = "logged"
     test_policy = "greedy"
-    suggested_lr = 1e-3
+    lr_group = "supervised"
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         logits = score(batch.actions)                                   # (B, ell)

@@ -19,4 +19,4 @@ class PMBanditNet(BanditNet):
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         keep = (batch.cand_pos < ctx.p).to(batch.rewards.dtype)
-        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.lam, keep)
+        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.shift, keep)

@@ -23,7 +23,7 @@ class POXM(Method):
     train_support = "phi"
     test_policy = "softmax"
     options = ("support",)
-    suggested_lr = 1e-4
+    lr_group = "is"
 
     def test_support(self, mc: MethodConfig) -> str:
         return mc.support   # "phi" | "candidates"
@@ -34,4 +34,4 @@ class POXM(Method):
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         scores = score(batch.cand[:, :ctx.p])                          # (B, p): Phi^p(x) only
         logpi = pl_log_conditionals_torch(scores, selector_pos(batch.cand_pos, ctx.p), check=False)
-        return translated_loss(logpi, batch.q, batch.rewards, ctx.lam, self.weight_scale(batch))
+        return translated_loss(logpi, batch.q, batch.rewards, ctx.shift, self.weight_scale(batch))

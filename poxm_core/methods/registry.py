@@ -6,16 +6,18 @@ from poxm_core.errors import PoxmInputError, nearest
 from poxm_core.methods.banditnet import BanditNet
 from poxm_core.methods.base import Method
 from poxm_core.methods.dm import DirectMethod
+from poxm_core.methods.dr_poxm import DRPOXM
 from poxm_core.methods.logging_policy import Logging
 from poxm_core.methods.pm_banditnet import PMBanditNet
 from poxm_core.methods.poxm import POXM
-from poxm_core.methods.skyline import Skyline
+from poxm_core.methods.skyline import Skyline, SkylineEndToEnd
 from poxm_core.methods.wpoxm import WPOXM
 
 __all__ = ["METHODS", "get_method", "head_grid"]
 
 METHODS: dict[str, Method] = {m.name: m for m in (Logging(), DirectMethod(), BanditNet(), PMBanditNet(),
-                                                  POXM(), WPOXM(), Skyline())}
+                                                  POXM(), WPOXM(), DRPOXM(), Skyline(),
+                                                  SkylineEndToEnd())}
 
 
 def get_method(name: str) -> Method:

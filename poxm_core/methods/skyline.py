@@ -20,7 +20,7 @@ class Skyline(Method):
     name = "skyline"
     train_support = "full labels"
     test_policy = "greedy"
-    suggested_lr = 1e-3
+    lr_group = "supervised"
 
     def needs_labels(self) -> bool:
         return True
@@ -31,3 +31,10 @@ class Skyline(Method):
         logits = score(None)                                            # (B, L)
         target = dense_targets(batch.labels, logits.device)
         return F.binary_cross_entropy_with_logits(logits, target, reduction="sum") / batch.size
+
+
+class SkylineEndToEnd(Skyline):
+    """The paper's skyline: the same architecture trained end to end (encoder included, fresh) on every
+    fit instance with full labels; `skyline` above is the same loss on the frozen encoder's features."""
+    name = "skyline_e2e"
+    policy = "end2end"

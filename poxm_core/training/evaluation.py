@@ -89,10 +89,10 @@ def _greedy_logpi(scores: torch.Tensor, cand: torch.Tensor, cand_pos: torch.Tens
 
 
 def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarray, log, p_sis: int,
-               reward: HeadParams | None, device: torch.device) -> dict[str, np.ndarray]:
+               reward: tuple[HeadParams, np.ndarray] | None, device: torch.device) -> dict[str, np.ndarray]:
     """(n, ell) float64 arrays on the logged slates of `log` (rows of Z/cand/rho by log.instance):
-    logpi_is, logpi_sis, and with a reward model also dm_term (E_{pi_S} rhat at each position) and
-    rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(reward head logits)."""
+    logpi_is, logpi_sis, and with a reward model (its output layer, its features indexed like Z) also
+    dm_term (E_{pi_S} rhat at each position) and rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(logits)."""
     K = cand.shape[1]
     out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged")}
     L = view.params.W.shape[0] if view.params is not None else 0
@@ -121,14 +121,16 @@ def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarra
         out["logpi_is"].append(lp_is.cpu().numpy())
         out["logpi_sis"].append(lp_sis.cpu().numpy())
         if reward is not None:
-            rhat_log = torch.sigmoid(_gather_logits(reward, z, act))
+            reward_params, Zr = reward
+            zr = torch.as_tensor(Zr[inst], device=device)
+            rhat_log = torch.sigmoid(_gather_logits(reward_params, zr, act))
             if view.kind == "all":
-                dm = pl_expectations_torch(S, torch.sigmoid(_full_logits(reward, z)), act, check=False)
+                dm = pl_expectations_torch(S, torch.sigmoid(_full_logits(reward_params, zr)), act, check=False)
             elif view.kind == "greedy":
-                vals = torch.sigmoid(_gather_logits(reward, z, cd)).cpu()
+                vals = torch.sigmoid(_gather_logits(reward_params, zr, cd)).cpu()
                 dm = vals.gather(1, picks_is)
             else:
-                vals = torch.sigmoid(_gather_logits(reward, z, cd[:, :m]))
+                vals = torch.sigmoid(_gather_logits(reward_params, zr, cd[:, :m]))
                 dm = pl_expectations_torch(S[:, :m], vals, selector_pos(cp, m), check=False)
             out["dm_term"].append(dm.cpu().numpy())
             out["rhat_logged"].append(rhat_log.cpu().numpy())

@@ -4,8 +4,10 @@
 
 Loop (docs/training.md): for epoch e = 1..training.epochs, the fit log (`prepared.log_train`) is
 shuffled by a generator seeded from (seed, e) and cut into mini-batches; each batch is given to every
-trainable head in turn (its own W_h, b_h, RowAdam state and learning rate: MethodConfig.lr, else
-training.lr). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
+trainable head in turn (its own policy: dense layers + row-sparse output layer, `poxm_core.policy`,
+with its optimisers and learning rate: MethodConfig.lr, else training.lr_is / lr_supervised). The
+reward model (the DM head) is fitted first, for all its epochs (phase 1), so that DR estimates and
+DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
 estimates and ESS of its test-time policy on the validation log; a checkpoint is written; then
 `on_epoch(e, metrics, ckpt_dir)`. At the end: test metrics (DESIGN §8), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
@@ -18,6 +20,7 @@ trial resumed from its checkpoint ends identical to an uninterrupted one (CPU; d
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -31,17 +34,21 @@ import pandas as pd
 import torch
 import yaml
 
-from poxm_core.config import MethodConfig, SweepConfig, config_hash, resolved_dict
+from poxm_core.config import MethodConfig, SweepConfig, config_hash, protocol_name, resolved_dict
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
 from poxm_core.estimators.registry import get_estimator
+from poxm_core.estimators.weights import importance_weights
 from poxm_core.methods import Batch, HeadContext, Method, get_method
+from poxm_core.methods.base import reward_shift
+from poxm_core.model.core import csr_to_bag
+from poxm_core.policy import Policy, build_policy
 from poxm_core.metrics import greedy_metrics, stochastic_metrics
 from poxm_core.prepared import Prepared
 from poxm_core.results import COLUMNS, make_row, mlflow_name, to_frame
 from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
-from poxm_core.training.heads import HeadParams, RowAdam, RowScorer, init_head, stable_seed
+from poxm_core.training.heads import HeadParams, stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 
 __all__ = ["run_trial", "KS", "REWARD_KEY"]
@@ -56,9 +63,16 @@ class _Head:
     spec: HeadSpec
     method: Method
     mc: MethodConfig
-    params: HeadParams | None
-    opt: RowAdam | None
+    policy: Policy | None
     hidden: bool = False          # the DR reward model when no DM head is in the group: no rows
+
+    @property
+    def params(self) -> HeadParams | None:
+        return self.policy.out if self.policy is not None else None
+
+    def features(self, Z: np.ndarray, X, rows: np.ndarray) -> np.ndarray | None:
+        """The policy's features of `rows` (None for the logging policy)."""
+        return self.policy.features_of(Z, X, rows) if self.policy is not None else None
 
     @property
     def key(self) -> str:
@@ -113,13 +127,21 @@ def _build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, device: 
     for h in specs:
         m = get_method(h.method)
         mc = _method_config(cfg, h.method)
-        params = opt = None
+        policy = None
         if m.trains:
-            params = init_head(prepared.W, prepared.b, mc.init, stable_seed(spec.seed, h.key, "init"), device)
-            opt = RowAdam(tuple(prepared.W.shape), device, lr=mc.lr or cfg.training.lr,
-                          weight_decay=cfg.training.weight_decay)
-        heads.append(_Head(h, m, mc, params, opt, hidden=hidden_reward and h.key == REWARD_KEY))
+            tr = cfg.training
+            X = prepared.X_train
+            policy = build_policy(m.policy or tr.policy, init=mc.init or tr.init, W0=prepared.W, b0=prepared.b,
+                                  n_features=None if X is None else X.shape[1], hidden=tr.hidden,
+                                  lr=head_lr(cfg, m, mc), weight_decay=tr.weight_decay,
+                                  seed=stable_seed(spec.seed, h.key, "init"), device=device)
+        heads.append(_Head(h, m, mc, policy, hidden=hidden_reward and h.key == REWARD_KEY))
     return heads
+
+
+def head_lr(cfg: SweepConfig, m: Method, mc: MethodConfig) -> float:
+    """MethodConfig.lr, else the protocol's rate of the method's group (IS-based or supervised)."""
+    return mc.lr or (cfg.training.lr_is if m.lr_group == "is" else cfg.training.lr_supervised)
 
 
 def _result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
@@ -127,7 +149,8 @@ def _result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
     may be resumed to more epochs)."""
     used = sorted({h.method for h in spec.heads} | {"dm"})
     training = resolved_dict(cfg.training)
-    training.pop("epochs")
+    if not any(get_method(h.method).needs_reward_model for h in spec.heads):
+        training.pop("epochs")   # resumable to more epochs, except after a phase-1 reward fit
     return config_hash({"spec": spec.to_dict(), "training": training, "model": resolved_dict(cfg.model),
                         "dataset": resolved_dict(cfg.dataset(spec.dataset)) if any(d.name == spec.dataset for d in cfg.datasets) else spec.dataset,
                         "methods": {m: resolved_dict(_method_config(cfg, m)) for m in used}})
@@ -147,38 +170,59 @@ def _deterministic():
 
 # ------------------------------------------------------------------------------------- training
 
-def _batch(prepared: Prepared, rows: np.ndarray, labels: bool, device: torch.device) -> Batch:
+def _batch(prepared: Prepared, rows: np.ndarray, labels: bool, device: torch.device, sparse: bool = False) -> Batch:
     log = prepared.log_train
     inst = log.instance[rows]
+    bag = csr_to_bag(prepared.X_train[inst], device) if sparse else None
     t = lambda a, dt: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=device)  # noqa: E731
     return Batch(z=t(prepared.Z_train[inst], torch.float32), actions=t(log.actions[rows], torch.int64),
                  cand_pos=t(log.cand_pos[rows], torch.int64), q=t(log.q[rows], torch.float32),
                  rewards=t(log.rewards[rows], torch.float32), cand=t(prepared.policy_train.cand[inst], torch.int64),
                  inv_prop_actions=t(prepared.inv_propensity[log.actions[rows]], torch.float32),
-                 n_labels=prepared.n_labels, labels=prepared.Y_train[inst] if labels else None)
+                 n_labels=prepared.n_labels, labels=prepared.Y_train[inst] if labels else None, bag=bag)
+
+
+def _reward_fn(reward: _Head, batch: Batch):
+    """rhat(ids) = sigmoid(reward head logits) for the batch's instances, without gradient."""
+    with torch.no_grad():
+        h = reward.policy.features(batch.z, batch.bag)
+
+    def rhat(ids: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            W = reward.params.W.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)
+            return torch.sigmoid(torch.bmm(W, h.unsqueeze(2)).squeeze(2) + reward.params.b[ids])
+    return rhat
 
 
 def _train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: list[_Head], epoch: int,
-                 device: torch.device) -> dict[str, float]:
+                 device: torch.device, reward: _Head | None = None) -> dict[str, float]:
+    """One epoch of every head in `heads` on the same seeded batches; `reward` is the fitted reward model."""
     trainable = [h for h in heads if h.trains]
     n = prepared.log_train.n
     g = torch.Generator().manual_seed(stable_seed(spec.seed, "batches", epoch))
     perm = torch.randperm(n, generator=g).numpy()
     ctxs = {h.key: HeadContext(h.spec.p, h.spec.lam, h.mc,
                                torch.Generator().manual_seed(stable_seed(spec.seed, h.key, "negatives", epoch)),
-                               prepared.n_labels) for h in trainable}
+                               prepared.n_labels, shift=reward_shift(h.spec.lam, cfg.training.translation))
+            for h in trainable}
     labels = any(h.method.needs_labels() for h in trainable)
+    needs_reward = any(h.method.needs_reward_model for h in trainable)
+    sparse = any(h.policy.reads_sparse for h in trainable) or (needs_reward and reward.policy.reads_sparse)
     total = {h.key: 0.0 for h in trainable}
     B = cfg.training.batch_size
     for a in range(0, n, B):
-        batch = _batch(prepared, perm[a:a + B], labels, device)
+        batch = _batch(prepared, perm[a:a + B], labels, device, sparse)
+        rhat = _reward_fn(reward, batch) if needs_reward else None
         for h in trainable:
-            scorer = RowScorer(h.params, batch.z)
-            loss = h.method.loss(scorer, batch, ctxs[h.key])
+            ctx = ctxs[h.key]
+            if h.method.needs_reward_model:
+                ctx.reward = rhat
+            scorer = h.policy.scorer(batch.z, batch.bag)
+            loss = h.method.loss(scorer, batch, ctx)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"{h.key}: non-finite training loss at epoch {epoch} (lower its lr?)")
             loss.backward()
-            h.opt.step(h.params, scorer)
+            h.policy.step(scorer)
             total[h.key] += float(loss.detach()) * batch.size
     return {k: v / n for k, v in total.items()}
 
@@ -189,18 +233,33 @@ def _p_sis(h: _Head, K: int) -> int:
     return h.spec.p if h.spec.p is not None else K
 
 
-def _val_estimates(h: _Head, prepared: Prepared, reward: HeadParams | None, device) -> dict[str, tuple[float, float]]:
-    """{metric: (value, stderr)} on the validation log: IS, sIS, SNIS, ESS (+ DR with a reward model)."""
-    log = prepared.log_val
+def _split_features(h: _Head, prepared: Prepared, split: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """Features the head's output layer reads, for `rows` of a split (the frozen z for the logging policy)."""
+    Z = prepared.Z_train if split == "train" else prepared.Z_test
+    X = prepared.X_train if split == "train" else prepared.X_test
+    if h.policy is None:
+        return np.asarray(Z if rows is None else Z[rows])
+    return h.features(Z, X, np.arange(Z.shape[0]) if rows is None else rows)
+
+
+def _val_estimates(h: _Head, prepared: Prepared, reward: _Head | None, device) -> dict[str, tuple[float, float]]:
+    """{metric: (value, stderr)} on the validation log: IS, sIS, SNIS, PIS (prefix-product), ESS (+ DR
+    with a reward model). Features are computed for the logged rows only (the log is re-indexed)."""
+    full = prepared.log_val
+    rows = full.instance
+    log = dataclasses.replace(full, instance=np.arange(full.n, dtype=np.int64))
     K = prepared.policy_train.cand.shape[1]
-    arr = val_arrays(h.view(), prepared.Z_train, prepared.policy_train.cand, prepared.policy_train.rho, log,
-                     _p_sis(h, K), reward, device)
+    rw = (reward.params, _split_features(reward, prepared, "train", rows)) if reward is not None else None
+    arr = val_arrays(h.view(), _split_features(h, prepared, "train", rows), prepared.policy_train.cand[rows],
+                     prepared.policy_train.rho[rows], log, _p_sis(h, K), rw, device)
     q = log.q.astype(np.float64)
     r = log.rewards.astype(np.float64)
-    w_is = np.exp(arr["logpi_is"] - np.log(q))
-    w_sis = np.exp(arr["logpi_sis"] - np.log(q))
+    w_is = importance_weights(arr["logpi_is"], q)
+    w_sis = importance_weights(arr["logpi_sis"], q)
+    w_pis = importance_weights(arr["logpi_is"], q, pruned=False)
     out = {}
-    for name, metric, w, aux in (("is", "IS", w_is, {}), ("sis", "sIS", w_sis, {}), ("snis", "SNIS", w_is, {})):
+    for name, metric, w, aux in (("is", "IS", w_is, {}), ("sis", "sIS", w_sis, {}), ("snis", "SNIS", w_is, {}),
+                                 ("pis", "PIS", w_pis, {})):
         e = get_estimator(name).estimate(w, r, **aux)
         out[metric] = (e.value, e.stderr)
     out["ESS"] = (effective_sample_size(w_is), math.nan)
@@ -213,7 +272,7 @@ def _val_estimates(h: _Head, prepared: Prepared, reward: HeadParams | None, devi
 def _test_metrics(cfg: SweepConfig, spec: TrialSpec, h: _Head, prepared: Prepared, device) -> dict[str, tuple[float, float]]:
     """{metric: (value, stderr)}: R@k, nDCR@k, PSR@k (stochastic, MC stderr), P@k, nDCG@k, PSP@k."""
     tr = cfg.training
-    sup, probs, ranking, lost = test_table(h.view(), prepared.Z_test, prepared.policy_test.cand,
+    sup, probs, ranking, lost = test_table(h.view(), _split_features(h, prepared, "test"), prepared.policy_test.cand,
                                            prepared.policy_test.rho, max(KS), tr.eval_max_support, device)
     out = {k: (v, math.nan) for k, v in greedy_metrics(prepared.Y_test, ranking, prepared.inv_propensity, KS).items()}
     out.update(_stochastic(prepared.Y_test, sup, probs, out, prepared.inv_propensity, KS, tr.mc_slates,
@@ -241,7 +300,7 @@ def _val_truth(cfg: SweepConfig, spec: TrialSpec, h: _Head, prepared: Prepared, 
     ell = log.slate_size
     inst = log.instance
     Y = prepared.Y_train[inst]
-    sup, probs, ranking, _ = test_table(h.view(), prepared.Z_train[inst], prepared.policy_train.cand[inst],
+    sup, probs, ranking, _ = test_table(h.view(), _split_features(h, prepared, "train", inst), prepared.policy_train.cand[inst],
                                         prepared.policy_train.rho[inst], ell, cfg.training.eval_max_support, device)
     greedy = {k: (v, math.nan) for k, v in greedy_metrics(Y, ranking, prepared.inv_propensity, (ell,)).items()}
     v, se = _stochastic(Y, sup, probs, greedy, prepared.inv_propensity, (ell,), cfg.training.mc_slates,
@@ -259,7 +318,7 @@ def _rows(spec: TrialSpec, h: HeadSpec, split: str, values: dict, epoch: int, fi
 
 def _state(heads: list[_Head], epoch: int, rows: list[dict], spec: TrialSpec, rhash: str) -> dict:
     return {"epoch": epoch, "rows": rows, "spec": spec.to_dict(), "result_hash": rhash,
-            "heads": {h.key: {"W": h.params.W, "b": h.params.b, "opt": h.opt.state_dict()} for h in heads if h.trains}}
+            "heads": {h.key: h.policy.state() for h in heads if h.trains}}
 
 
 def _restore(path: Path, heads: list[_Head], spec: TrialSpec, rhash: str, epochs: int, device) -> tuple[int, list[dict]]:
@@ -271,10 +330,7 @@ def _restore(path: Path, heads: list[_Head], spec: TrialSpec, rhash: str, epochs
         raise PoxmInputError(f"{path}: checkpoint is at epoch {st['epoch']} but training.epochs={epochs}")
     for h in heads:
         if h.trains:
-            s = st["heads"][h.key]
-            h.params.W.copy_(s["W"])
-            h.params.b.copy_(s["b"])
-            h.opt.load_state_dict(s["opt"])
+            h.policy.load_state(st["heads"][h.key])
     return int(st["epoch"]), list(st["rows"])
 
 
@@ -282,6 +338,25 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _epoch_report(spec: TrialSpec, heads: list[_Head], losses: dict[str, float], prepared: Prepared, epoch: int,
+                  device) -> tuple[list[dict], dict[str, float]]:
+    """Per-epoch rows (train loss, validation estimates) and MLflow metrics of the trained `heads`."""
+    new: list[dict] = []
+    metrics: dict[str, float] = {}
+    for h in heads:
+        if not h.trains:
+            continue
+        vals = {"loss": (losses[h.key], math.nan)}
+        new += _rows(spec, h.spec, "train", vals, epoch, False)
+        est = _val_estimates(h, prepared, None, device)
+        new += _rows(spec, h.spec, "val", est, epoch, False)
+        for k, (v, se) in {**vals, **est}.items():
+            metrics[mlflow_name(f"{h.key}/{k}")] = float(v)
+            if not math.isnan(se):
+                metrics[mlflow_name(f"{h.key}/{k}_se")] = float(se)
+    return new, metrics
 
 
 def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
@@ -313,27 +388,29 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         start, rows = _restore(ckpt, heads, spec, rhash, E, device)
     reward = next(h for h in heads if h.key == REWARD_KEY)
     visible = [h for h in heads if not h.hidden]
+    # A head that needs a fitted reward model (DR-POXM) makes the trial fit the DM head first (phase 1);
+    # otherwise the DM head trains beside the others, as the reward model of the final DR estimates.
+    two_phase = any(h.method.needs_reward_model for h in heads)
+    others = [h for h in heads if h is not reward] if two_phase else heads
     epochs = range(start + 1, E + 1) if any(h.trains for h in heads) else range(0)
+    phase1 = range(1, E + 1) if two_phase and start == 0 and len(epochs) else range(0)
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(epochs), desc=spec.name, unit="epoch", leave=False)
+        bar = tqdm(total=len(phase1) + len(epochs), desc=spec.name, unit="epoch", leave=False)
     with _deterministic():
+        # phase 1: the reward model (DM) alone, all its epochs; its per-epoch metrics join phase 2's
+        early: dict[int, dict[str, float]] = {}
+        for epoch in phase1:
+            losses = _train_epoch(cfg, spec, prepared, [reward], epoch, device)
+            new, early[epoch] = _epoch_report(spec, [reward] if not reward.hidden else [], losses, prepared, epoch, device)
+            rows += new
+            if bar is not None:
+                bar.update(1)
         for epoch in epochs:
-            losses = _train_epoch(cfg, spec, prepared, heads, epoch, device)
-            metrics: dict[str, float] = {}
-            new: list[dict] = []
-            for h in visible:
-                if not h.trains:
-                    continue
-                vals = {"loss": (losses[h.key], math.nan)}
-                new += _rows(spec, h.spec, "train", vals, epoch, False)
-                est = _val_estimates(h, prepared, None, device)
-                new += _rows(spec, h.spec, "val", est, epoch, False)
-                for k, (v, se) in {**vals, **est}.items():
-                    metrics[mlflow_name(f"{h.key}/{k}")] = float(v)
-                    if not math.isnan(se):
-                        metrics[mlflow_name(f"{h.key}/{k}_se")] = float(se)
+            losses = _train_epoch(cfg, spec, prepared, others, epoch, device, reward)
+            new, metrics = _epoch_report(spec, [h for h in visible if h in others], losses, prepared, epoch, device)
+            metrics.update(early.get(epoch, {}))
             rows += new
             ckpt_dir = save_checkpoint(out_dir, epoch, _state(heads, epoch, rows, spec, rhash),
                                        {"trial": spec.name, "result_hash": rhash})
@@ -347,7 +424,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         last = max(E, start) if any(h.trains for h in heads) else 0
         for h in visible:
             ep = last if h.trains else 0
-            final += _rows(spec, h.spec, "val", _val_estimates(h, prepared, reward.params, device), ep, True)
+            final += _rows(spec, h.spec, "val", _val_estimates(h, prepared, reward, device), ep, True)
             truth = _val_truth(cfg, spec, h, prepared, device)
             if truth is not None:
                 final += _rows(spec, h.spec, "val_truth", {"V_true": truth}, ep, True)
@@ -364,9 +441,10 @@ def _write_outputs(cfg, spec: TrialSpec, out_dir: Path, df: pd.DataFrame, heads:
     os.replace(tmp, out_dir / "rows.csv")
     fin = df[df["final"]]
     summary = {"trial": spec.to_dict(), "name": spec.name, "epochs": cfg.training.epochs, "device": device,
+               "protocol": protocol_name(cfg.training),
                "seconds": round(seconds, 3),
                "heads": {h.key: {"method": h.spec.method, "p": h.spec.p, "lam": h.spec.lam,
-                                 "lr": (h.mc.lr or cfg.training.lr) if h.trains else None,
+                                 "lr": head_lr(cfg, h.method, h.mc) if h.trains else None,
                                  "metrics": {f"{s}/{m}": float(v) for s, m, v in
                                              fin[(fin.method == h.spec.method) & (fin.p == (h.spec.p if h.spec.p is not None else -1))
                                                  & ((fin.lam == h.spec.lam) if h.spec.lam is not None else fin.lam.isna())]
