@@ -1,16 +1,19 @@
 """Selection of (p, lambda): honest by construction (DESIGN.md section 7).
 
 For each (dataset, variant, method, seed), among the grid points (p, lambda) that finished (rows with
-``final`` True), the chosen point is the one whose trained policy has the highest SNIS estimate on
-the held-out validation slice of the *logged* data (split 'val', metric 'SNIS'). Test rows are never
-read by that choice. The oracle choice (highest test R@5) is computed apart and labelled
-``selection='oracle'`` so the report can show what honest selection costs.
+``final`` True), the chosen point is the one whose trained policy has the highest estimate, by the
+selection *criterion*, on the held-out validation slice of the *logged* data (split 'val', metric
+= the criterion; 'SNIS' by default, as in the paper; any other validation estimator the trials
+write, e.g. 'IS', 'sIS', 'DR', 'PIS', if the run's config says ``selection: {criterion: ...}``).
+Test rows are never read by that choice. The honest choice is labelled ``selection=<criterion in
+lower case>`` ('snis' by default); the oracle choice (highest test R@5) is computed apart and
+labelled ``selection='oracle'`` so the report can show what honest selection costs.
 
 Ties (equal values, compared exactly) go to the smaller p, then the smaller lambda (missing lambda
 last), so the choice does not depend on row order. A group with a single grid point (logging, dm,
-skyline) is selected trivially, even without an SNIS row. Grid points without a finite SNIS cannot
-be chosen by SNIS; a group where no point has one (and more than one point exists) gets no SNIS row
-and shows as missing in the tables.
+skyline) is selected trivially, even without a criterion row. Grid points without a finite criterion
+value cannot be chosen; a group where no point has one (and more than one point exists) gets no
+honest row and shows as missing in the tables.
 
 Everything here is a pure function of result rows (``poxm_core.results.COLUMNS``).
 """
@@ -26,9 +29,54 @@ from poxm_core.results import COLUMNS
 
 GROUP = ["dataset", "variant", "method", "seed"]
 POINT = GROUP + ["p", "lam"]
-SELECT_METRIC = ("val", "SNIS")
+DEFAULT_CRITERION = "SNIS"
+SELECT_SPLIT = "val"
+SELECT_METRIC = (SELECT_SPLIT, DEFAULT_CRITERION)
 ORACLE_METRIC = ("test", "R@5")
-SELECTION_COLUMNS = GROUP + ["selection", "p", "lam", "val_SNIS", "test_R@5", "n_points"]
+ORACLE = "oracle"
+# Final validation metrics that are not estimates of the policy's value (never criteria).
+NOT_CRITERIA = ("ESS", "loss")
+# Display order of the criteria; any other validation estimator follows, sorted.
+CRITERION_ORDER = ["IS", "sIS", "SNIS", "DR", "PIS"]
+# val_criterion: the chosen point's value of the run's criterion; val_SNIS is kept (the paper's
+# criterion, NaN where a point has none) so older readers of selection.csv keep working.
+SELECTION_COLUMNS = GROUP + ["selection", "criterion", "p", "lam", "val_criterion", "val_SNIS", "test_R@5",
+                             "n_points"]
+
+
+def check_criterion(criterion) -> str:
+    """The criterion as a validation metric name; ValueError for what cannot be one."""
+    if not isinstance(criterion, str) or not criterion.strip():
+        raise ValueError(f"selection criterion must be a validation metric name such as 'SNIS', got {criterion!r}")
+    c = criterion.strip()
+    if c in NOT_CRITERIA or c.endswith("_se") or c.lower() == ORACLE:
+        raise ValueError(f"selection criterion {c!r} is not a value estimate; use one of the validation "
+                         f"estimators, e.g. {', '.join(CRITERION_ORDER)}")
+    return c
+
+
+def selection_label(criterion: str = DEFAULT_CRITERION) -> str:
+    """The ``selection`` value of the honest choice by `criterion`: 'snis' for SNIS, 'pis' for PIS."""
+    return check_criterion(criterion).lower()
+
+
+def is_criterion(metric: str) -> bool:
+    return metric not in NOT_CRITERIA and not metric.endswith("_se")
+
+
+def order_criteria(names) -> list[str]:
+    names = list(dict.fromkeys(str(n) for n in names))
+    return [c for c in CRITERION_ORDER if c in names] + sorted(c for c in names if c not in CRITERION_ORDER)
+
+
+def val_criteria(rows: pd.DataFrame) -> list[str]:
+    """Every criterion present: final split-'val' metrics except ESS, loss and standard errors (*_se),
+    in the order IS, sIS, SNIS, DR, PIS, then any other sorted. Not a fixed list: a new estimator the
+    trials write appears here by itself."""
+    if rows.empty:
+        return []
+    f = rows[rows["final"].astype(bool) & (rows["split"] == SELECT_SPLIT)]
+    return order_criteria(m for m in f["metric"].astype(str).unique() if is_criterion(m))
 
 
 def check_rows(rows: pd.DataFrame, name: str = "rows") -> pd.DataFrame:
@@ -82,14 +130,18 @@ def _argmax(points: pd.DataFrame, col: str) -> pd.DataFrame:
     return ordered.drop_duplicates(GROUP, keep="first").drop(columns=["_neg", "_lam"])
 
 
-def select(rows: pd.DataFrame) -> pd.DataFrame:
-    """SNIS-selected and oracle grid point per (dataset, variant, method, seed).
+def select(rows: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> pd.DataFrame:
+    """Criterion-selected and oracle grid point per (dataset, variant, method, seed).
 
+    `criterion`: the validation metric to maximise (split 'val'), 'SNIS' by default.
     Returns one row per group and selection kind, columns ``SELECTION_COLUMNS``:
-    dataset, variant, method, seed, selection ('snis' | 'oracle'), p, lam, val_SNIS (the chosen
-    point's validation SNIS), test_R@5 (its test R@5, for display only), n_points (grid points of
-    the group that finished).
+    dataset, variant, method, seed, selection (``selection_label(criterion)``, e.g. 'snis', | 'oracle'),
+    criterion, p, lam, val_criterion (the chosen point's validation value of the criterion), val_SNIS
+    (its validation SNIS), test_R@5 (its test R@5, for display only), n_points (grid points of the
+    group that finished).
     """
+    criterion = check_criterion(criterion)
+    label = selection_label(criterion)
     rows = check_rows(rows)
     final = rows[rows["final"]]
     points = final[POINT].drop_duplicates().reset_index(drop=True)
@@ -97,34 +149,38 @@ def select(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=SELECTION_COLUMNS)
     n_points = points.groupby(GROUP, dropna=False).size().rename("n_points").reset_index()
     points = points.merge(n_points, on=GROUP)
+    crit = _point_metric(final, SELECT_SPLIT, criterion).rename(columns={"value": "val_criterion"})
     snis = _point_metric(final, *SELECT_METRIC).rename(columns={"value": "val_SNIS"})
     r5 = _point_metric(final, *ORACLE_METRIC).rename(columns={"value": "test_R@5"})
-    points = points.merge(snis, on=POINT, how="left").merge(r5, on=POINT, how="left")
+    points = (points.merge(crit, on=POINT, how="left").merge(snis, on=POINT, how="left")
+              .merge(r5, on=POINT, how="left").assign(criterion=criterion))
 
     single = points[points["n_points"] == 1]
     multi = points[points["n_points"] > 1]
-    # The SNIS choice sees only validation columns: test_R@5 is dropped before the argmax.
-    by_snis = _argmax(multi.drop(columns=["test_R@5"]), "val_SNIS").merge(
+    # The honest choice sees only validation columns: test_R@5 is dropped before the argmax.
+    by_crit = _argmax(multi.drop(columns=["test_R@5"]), "val_criterion").merge(
         multi[POINT + ["test_R@5"]], on=POINT, how="left")
     by_oracle = _argmax(multi, "test_R@5")
     unselected = set(map(tuple, multi[GROUP].drop_duplicates().to_numpy())) - set(
-        map(tuple, by_snis[GROUP].to_numpy()))
+        map(tuple, by_crit[GROUP].to_numpy()))
     if unselected:
-        warnings.warn(f"no finite validation SNIS for {len(unselected)} group(s) with several grid points, "
-                      f"e.g. {sorted(unselected)[0]}: not selected", stacklevel=2)
-    out = pd.concat([single.assign(selection="snis"), by_snis.assign(selection="snis"),
-                     single.assign(selection="oracle"), by_oracle.assign(selection="oracle")],
+        warnings.warn(f"no finite validation {criterion} for {len(unselected)} group(s) with several grid "
+                      f"points, e.g. {sorted(unselected)[0]}: not selected", stacklevel=2)
+    out = pd.concat([single.assign(selection=label), by_crit.assign(selection=label),
+                     single.assign(selection=ORACLE), by_oracle.assign(selection=ORACLE)],
                     ignore_index=True)
     out = out[SELECTION_COLUMNS].sort_values(["selection"] + GROUP, kind="stable",
-                                             key=lambda s: s.map({"snis": 0, "oracle": 1}) if s.name == "selection" else s)
+                                             key=lambda s: s.map({label: 0, ORACLE: 1}) if s.name == "selection" else s)
     return out.reset_index(drop=True)
 
 
 def selected_rows(rows: pd.DataFrame, selection: pd.DataFrame, which: str = "snis",
                   split: str = "test") -> pd.DataFrame:
-    """The final rows of `split` (default 'test') at the chosen grid points of `which` selection."""
-    if which not in ("snis", "oracle"):
-        raise ValueError(f"which must be 'snis' or 'oracle', got {which!r}")
+    """The final rows of `split` (default 'test') at the chosen grid points of `which` selection:
+    'oracle', or the honest label of the criterion the selection used ('snis', 'pis', ...)."""
+    labels = {"snis", ORACLE} | set(selection["selection"].astype(str)) if "selection" in selection else {"snis", ORACLE}
+    if which not in labels:
+        raise ValueError(f"which must be one of {sorted(labels)} (a selection label of this frame), got {which!r}")
     rows = check_rows(rows)
     chosen = selection[selection["selection"] == which][POINT].copy()
     chosen["p"] = chosen["p"].astype("int64")

@@ -23,7 +23,7 @@ from pathlib import Path
 from orchestration import tracking
 from orchestration.rundir import (RunDir, acquire_driver, config_input, git_commit, read_json, release_driver,
                                   sweep_hash, sweep_id, trial_state, write_config, write_json)
-from poxm_core.config import SweepConfig, resolved_dict
+from poxm_core.config import SweepConfig, protocol_name, resolved_dict
 from poxm_core.errors import PoxmInputError
 
 DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see _tuner)
@@ -234,7 +234,8 @@ def stage_track(plan: SweepPlan, cli_uri: str | None) -> tuple[str, str, str, di
     uri = tracking.resolve_uri(plan.rd.root, cli_uri, cfg.mlflow.tracking_uri)
     exp_name = cfg.mlflow.experiment or sweep_id(cfg)
     exp_id = tracking.init_store(uri, exp_name, plan.rd.mlartifacts)
-    tags = {"config_hash": sweep_hash(cfg), "git_commit": git_commit(), "sweep_name": cfg.name}
+    tags = {"config_hash": sweep_hash(cfg), "git_commit": git_commit(), "sweep_name": cfg.name,
+            "protocol": protocol_name(cfg.training)}
     parent = tracking.ensure_parent(uri, exp_id, sweep_id(cfg), {**tags, "run_dir": str(plan.rd.root)})
     return uri, exp_id, parent, tags
 
@@ -259,7 +260,7 @@ def stage_points(plan: SweepPlan, uri: str, exp_id: str, parent: str, tags: dict
 def stage_select_report(plan: SweepPlan, rows, say) -> Path | None:
     from orchestration.selection import select
 
-    sel = select(rows) if len(rows) else None
+    sel = select(rows, plan.cfg.selection.criterion) if len(rows) else None
     if sel is not None:
         tmp = plan.rd.selection_csv.with_name(".selection.csv.tmp")
         sel.to_csv(tmp, index=False)

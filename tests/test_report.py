@@ -253,3 +253,159 @@ def test_build_report_without_sweep_json_and_bad_inputs(tmp_path):
     with pytest.raises(PoxmInputError, match="sweep.json:1: not valid JSON"):
         build_report(run)
     assert (run / "report" / "index.md").exists()  # the old report survives a failed build
+
+
+# ---- selection criteria: Spearman table, criterion from config, protocol, sharpness figure ------
+
+def _grid_point(method, p, lam, seed, r5, val, dataset="d", variant="A"):
+    """Final rows of one grid point: test R@5 and the validation metrics `val` {metric: value}."""
+    kw = dict(dataset=dataset, variant=variant, method=method, p=p, lam=lam, seed=seed, epoch=2, final=True)
+    return [make_row(split="test", metric="R@5", value=r5, **kw)] + \
+        [make_row(split="val", metric=m, value=v, **kw) for m, v in val.items()]
+
+
+def test_spearman_hand_computed_monotone_reversed_and_too_few_points():
+    from orchestration.report.tables import spearman_data, spearman_table, to_latex, to_markdown
+    rows = []
+    r5 = [0.1, 0.2, 0.3, 0.4]
+    for i, (p, lam) in enumerate([(10, 0.7), (10, 0.8), (20, 0.7), (20, 0.8)]):
+        rows += _grid_point("poxm", p, lam, 0, r5[i], {
+            "SNIS": 1.0 + i,                         # same order as R@5 -> +1
+            "IS": 5.0 - i,                           # reversed -> -1
+            "DR": [1.0, 3.0, 2.0, 4.0][i],           # one swap: 1 - 6*2/(4*15) = 0.8
+            "ESS": 10.0 + i, "SNIS_se": 0.1})        # never criteria
+        rows += _grid_point("poxm", p, lam, 0, r5[i], {"PIS": 0.5} if i < 2 else {}, variant="B")
+    rows += _test_rows("logging", 0, {"R@5": 0.9})   # no grid: never in the correlation
+    d = spearman_data(to_frame(rows), "d")
+    assert set(d["criterion"]) == {"IS", "SNIS", "DR", "PIS"}  # ESS and *_se are not criteria
+    a = d[(d["variant"] == "A") & (d["scope"] == "pooled")].set_index("criterion")
+    assert a.loc["SNIS", "rho"] == pytest.approx(1.0) and a.loc["IS", "rho"] == pytest.approx(-1.0)
+    assert a.loc["DR", "rho"] == pytest.approx(0.8) and a.loc["SNIS", "n"] == 4
+    b = d[(d["variant"] == "B") & (d["criterion"] == "PIS")]
+    assert b["n"].tolist() == [2, 2] and b["rho"].isna().all()  # 2 points: NaN (pooled and poxm)
+    assert set(d["scope"]) == {"pooled", "poxm"}
+    t = spearman_table("d", d, "SNIS")
+    assert t.columns == ["Grid points", "points", "IS", "SNIS (selection)", "DR", "PIS"]
+    row = t.rows[0]
+    assert row[:2] == ["all grid methods, seed 0", "4"] and row[2:5] == ["-1.00", "+1.00", "+0.80"] and row[5] == "—"
+    assert t.sections[0] == "variant A"
+    assert "Selection reads only the validation log" in " ".join(t.notes)
+    assert "+0.80" in to_markdown(t) and r"\toprule" in to_latex(t)
+
+
+def test_spearman_pooled_across_methods_and_mean_over_seeds():
+    from orchestration.report.tables import spearman_data, spearman_table
+    rows = []
+    for seed in (0, 1):
+        # poxm and banditnet together: criterion order equals R@5 order over all 4 points -> +1 pooled
+        for m, lam, r5, v in (("poxm", 0.7, 0.1, 1.0), ("poxm", 0.8, 0.3, 3.0),
+                              ("banditnet", 0.7, 0.2, 2.0), ("banditnet", 0.8, 0.4, 4.0)):
+            rows += _grid_point(m, 10 if m == "poxm" else None, lam, seed, r5, {"SNIS": v if seed == 0 else -v})
+    d = spearman_data(to_frame(rows), "d")
+    pooled = d[d["scope"] == "pooled"].set_index("seed")["rho"]
+    assert pooled[0] == pytest.approx(1.0) and pooled[1] == pytest.approx(-1.0)
+    assert d[d["scope"] == "banditnet"]["n"].tolist() == [2, 2]  # 2 points per method: NaN
+    t = spearman_table("d", d)
+    mean_row = next(r for r in t.rows if r[0] == "all grid methods, mean over seeds")
+    assert mean_row[2] == "0.00 ± 1.41"  # mean of (+1, -1), sample std sqrt(2)
+
+
+def test_estimator_error_data_takes_every_val_estimator_including_pis():
+    rows = []
+    kw = dict(dataset="d", variant="A", method="poxm", p=10, lam=0.8, seed=0, final=True, epoch=1)
+    rows += [make_row(split="val_truth", metric="V_true", value=1.0, **kw)]
+    rows += [make_row(split="val", metric=m, value=v, **kw)
+             for m, v in (("IS", 1.5), ("PIS", 1.1), ("NEW", 0.7), ("ESS", 40.0), ("PIS_se", 0.2))]
+    d = F.estimator_error_data(to_frame(rows), "d", "A").set_index("estimator")
+    assert sorted(d.index) == ["IS", "NEW", "PIS"]
+    assert d.loc["PIS", "bias"] == pytest.approx(0.1) and d.loc["NEW", "bias"] == pytest.approx(-0.3)
+
+
+def test_sharpness_data_uses_beta0_variants_only():
+    rows = []
+    for v in ("A", "B", "C"):
+        for s, val in ((0, 0.2), (1, 0.4)):
+            rows += _test_rows("poxm", s, {"R@5": val + (0.1 if v == "B" else 0)}, variant=v)
+        rows += _test_rows("dm", 0, {"P@5": 0.3}, variant=v)  # greedy only: falls back to P@5
+    df = to_frame(rows)
+    params = {("d", "A"): {"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2},
+              ("d", "B"): {"name": "B", "alpha": 0.2, "beta": 0, "T": 8},
+              ("d", "C"): {"name": "C", "alpha": 0.2, "beta": 1.5, "T": 5}}
+    data = F.sharpness_data(selected_rows(df, select(df)), params, "d")
+    assert set(data["variant"]) == {"A", "B"}
+    px = data[data["method"] == "poxm"].set_index("variant")
+    assert px.loc["A", "mean"] == pytest.approx(0.3) and px.loc["B", "mean"] == pytest.approx(0.4)
+    assert px.loc["A", "sd"] == pytest.approx(math.sqrt(0.02)) and px.loc["B", "T"] == 8
+    assert data[data["method"] == "dm"]["greedy"].all()
+
+
+def _config_run(tmp: Path, config: str) -> Path:
+    run = _run_dir(tmp)
+    rows = pd.read_csv(run / "results" / "rows.csv")
+    # a PIS row per grid point that orders the grid against SNIS: PIS prefers p = 10, SNIS p = 20
+    val = rows[(rows["split"] == "val") & (rows["metric"] == "SNIS") & (rows["p"] >= 0)].copy()
+    val["metric"] = "PIS"
+    val["value"] = -val["value"]
+    pd.concat([rows, val], ignore_index=True).to_csv(run / "results" / "rows.csv", index=False)
+    (run / "config.yaml").write_text(config)
+    return run
+
+
+CONFIG_DATASETS = """datasets:
+  - name: eurlex-4k
+    variants:
+      - {name: A, alpha: 0.2, beta: 0.0, T: 2}
+      - {name: B, alpha: 0.2, beta: 0.0, T: 8}
+  - name: toy
+    variants:
+      - {name: A, alpha: 0.2, beta: 0.0, T: 2}
+"""
+
+
+def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_path):
+    run = _config_run(tmp_path, "name: tiny\nseeds: [0, 1, 2]\nselection: {criterion: PIS}\n"
+                                "training: {epochs: 2, protocol: paper+init=logging}\n" + CONFIG_DATASETS)
+    out = build_report(run)
+    sel = pd.read_csv(out / "selection.csv")
+    assert set(sel["selection"]) == {"pis", "oracle"} and set(sel["criterion"]) == {"PIS"}
+    honest = sel[(sel["selection"] == "pis") & (sel["method"] == "poxm")]
+    assert set(honest["p"]) == {10}  # the PIS argmax, not SNIS's p = 20
+    assert (honest["val_criterion"] == -honest["val_SNIS"]).all()
+    index = (out / "index.md").read_text()
+    assert "protocol: **paper+init=logging**" in index and "Selection criterion: **PIS**" in index
+    md = (out / "tables" / "results_eurlex-4k_B.md").read_text()
+    assert "(protocol: paper+init=logging)" in md.splitlines()[0] and "validation-log PIS" in md
+    assert "protocol" in pd.read_csv(out / "tables" / "results_eurlex-4k_B.csv").columns
+    for d in ("eurlex-4k", "toy"):
+        for ext in ("csv", "md", "tex"):
+            assert (out / "tables" / f"spearman_{d}.{ext}").stat().st_size > 0
+        assert f"tables/spearman_{d}.md" in index
+    sp = pd.read_csv(out / "tables" / "spearman_eurlex-4k.csv")
+    assert {"IS", "sIS", "SNIS", "DR", "PIS"} <= set(sp["criterion"])
+    assert "PIS (selection)" in (out / "tables" / "spearman_eurlex-4k.md").read_text()
+    # only eurlex-4k has two beta = 0 variants
+    assert (out / "figures" / "sharpness_eurlex-4k.png").stat().st_size > 1000
+    assert (out / "figures" / "sharpness_eurlex-4k.pdf").exists()
+    assert not (out / "figures" / "sharpness_toy.png").exists()
+    assert "figures/sharpness_eurlex-4k.png" in index
+    # estimator figure: every criterion present, and what each one targets
+    assert "IS, sIS, SNIS, DR and PIS estimates" in index and "mixed quantity" in index
+    assert "PIS (prefix-product" in index
+
+
+def test_build_report_no_sharpness_figure_without_two_beta0_variants(tmp_path):
+    cfg = CONFIG_DATASETS.replace("{name: B, alpha: 0.2, beta: 0.0, T: 8}", "{name: B, alpha: 0.2, beta: 1.5, T: 5}")
+    run = _config_run(tmp_path, "name: tiny\nseeds: [0, 1, 2]\n" + cfg)
+    out = build_report(run)
+    assert not list((out / "figures").glob("sharpness_*"))
+    index = (out / "index.md").read_text()
+    assert "Selection criterion: **SNIS**" in index and "protocol: not recorded" in index
+    sel = pd.read_csv(out / "selection.csv")
+    assert set(sel["selection"]) == {"snis", "oracle"}
+    assert set(sel[(sel["selection"] == "snis") & (sel["method"] == "poxm")]["p"]) == {20}
+
+
+def test_bad_selection_criterion_in_config_is_an_input_error(tmp_path):
+    run = _config_run(tmp_path, "name: tiny\nselection: {criterion: ESS}\n")
+    with pytest.raises(PoxmInputError, match="selection.criterion"):
+        build_report(run)

@@ -125,3 +125,42 @@ def test_bad_inputs():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert select(_rows().iloc[:0]).empty
+
+
+def test_non_default_criterion_picks_its_own_argmax_and_labels_it():
+    from orchestration.selection import val_criteria
+    rows = _rows()
+    pis = []
+    for (p, lam), v in zip(GRID, (0.2, 0.1, 0.4, 0.3)):  # PIS argmax: (50, 0.9); SNIS argmax (20, 0.8)
+        kw = dict(dataset="d", variant="A", method="poxm", p=p, lam=lam, seed=0, epoch=3, final=True)
+        pis += [make_row(split="val", metric="PIS", value=v, **kw),
+                make_row(split="val", metric="PIS_se", value=9.0, **kw),
+                make_row(split="val", metric="ESS", value=100.0 * v, **kw)]
+    rows = pd.concat([rows, to_frame(pis)], ignore_index=True)
+    assert val_criteria(rows) == ["SNIS", "PIS"]  # ESS and *_se are not criteria
+    sel = select(rows, criterion="PIS")
+    assert list(sel.columns) == SELECTION_COLUMNS
+    assert set(sel["selection"]) == {"pis", "oracle"} and set(sel["criterion"]) == {"PIS"}
+    assert _pick(sel, which="pis") == (50, 0.9)
+    r = sel[(sel["method"] == "poxm") & (sel["selection"] == "pis")].iloc[0]
+    assert r["val_criterion"] == pytest.approx(0.4) and r["val_SNIS"] == pytest.approx(0.7)
+    got = selected_rows(rows, sel, "pis")
+    assert set(zip(got[got["method"] == "poxm"]["p"], got[got["method"] == "poxm"]["lam"])) == {(50, 0.9)}
+    assert _pick(select(rows), which="snis") == (20, 0.8)  # the default is unchanged
+    assert _pick(select(rows, "SNIS"), which="snis") == _pick(select(rows), which="snis")
+
+
+def test_default_selection_keeps_snis_label_and_columns():
+    sel = select(_rows())
+    assert set(sel["selection"]) == {"snis", "oracle"} and set(sel["criterion"]) == {"SNIS"}
+    r = sel[(sel["method"] == "poxm") & (sel["selection"] == "snis")].iloc[0]
+    assert r["val_criterion"] == r["val_SNIS"] == pytest.approx(0.9)
+
+
+def test_criterion_without_rows_warns_and_bad_criteria_are_rejected():
+    with pytest.warns(UserWarning, match="no finite validation DR"):
+        sel = select(_rows(), criterion="DR")
+    assert sel[(sel["selection"] == "dr") & (sel["method"] == "poxm")].empty
+    for bad in ("ESS", "SNIS_se", "", None, "oracle"):
+        with pytest.raises(ValueError, match="criterion"):
+            select(_rows(), criterion=bad)

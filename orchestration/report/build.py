@@ -3,13 +3,15 @@
 Reads (layout written by orchestration):
   results/rows.csv      long-form rows (poxm_core.results.COLUMNS), required
   results/prepare.csv   dataset, variant, seed, metric, value (covering@k, logging statistics), optional
-  config.yaml           resolved sweep config (name, seeds, datasets/variants, methods), optional
+  config.yaml           resolved sweep config (name, seeds, datasets/variants, methods,
+                        selection.criterion, training.protocol), optional
   sweep.json            expected grid: list of {dataset, variant, method, p, lam, seed}, optional
 Writes run_dir/report/ atomically (built in a temporary sibling, then swapped in):
   tables/*.{csv,md,tex}, figures/*.{png,pdf}, selection.csv, index.md, index.html
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -26,7 +28,8 @@ from orchestration.report import tables as T
 from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, expected_from_grid,
                                             expected_from_rows, seed_stats)
 from orchestration.report.index import render_html, render_markdown
-from orchestration.selection import POINT, check_rows, select, selected_rows
+from orchestration.selection import (DEFAULT_CRITERION, POINT, check_criterion, check_rows, select,
+                                     selected_rows, selection_label, val_criteria)
 from poxm_core.errors import PoxmInputError
 from poxm_core.results import COLUMNS
 
@@ -102,6 +105,50 @@ def _variant_params(config: dict) -> dict[tuple[str, str], dict]:
     return out
 
 
+def selection_criterion(config: dict) -> str:
+    """config['selection']['criterion'] when present (read defensively: an old run's config has no
+    such key), else 'SNIS'. A value that cannot be a criterion is an input error."""
+    sel = config.get("selection") if isinstance(config, dict) else None
+    crit = sel.get("criterion") if isinstance(sel, dict) else None
+    if crit is None or (isinstance(crit, str) and not crit.strip()):
+        return DEFAULT_CRITERION
+    try:
+        return check_criterion(crit)
+    except ValueError as exc:
+        raise PoxmInputError(f"config.yaml: selection.criterion: {exc}") from None
+
+
+def run_protocol(config: dict) -> str | None:
+    """The training protocol the run recorded (config['training']['protocol'], e.g. 'paper' or
+    'paper+init=logging'; a top-level 'protocol' is accepted too), or None when the config has none."""
+    if not isinstance(config, dict):
+        return None
+    tr = config.get("training")
+    for v in ((tr.get("protocol") if isinstance(tr, dict) else None), config.get("protocol")):
+        if v is not None and not isinstance(v, (dict, list)) and str(v).strip():
+            return str(v).strip()
+    if isinstance(tr, dict):   # a resolved config: the protocol follows from its training settings
+        from poxm_core.config import PAPER_PROTOCOL, TrainingConfig, protocol_name
+        try:
+            return protocol_name(TrainingConfig(**{k: v for k, v in tr.items() if k in TrainingConfig.model_fields}))
+        except Exception:   # an older run's config (e.g. training.lr): the protocol was not recorded
+            return None
+    return None
+
+
+def _stamp_table(t: T.Table, protocol: str | None) -> T.Table:
+    """Name the protocol in the table's caption (title) and CSV."""
+    if protocol:
+        t.title = f"{t.title} (protocol: {protocol})"
+        if len(t.frame.columns):
+            t.frame = t.frame.assign(protocol=protocol)
+    return t
+
+
+def _stamp_figure(fig: F.Figure, protocol: str | None) -> F.Figure:
+    return dataclasses.replace(fig, caption=f"{fig.caption} Protocol: {protocol}.") if protocol else fig
+
+
 def _ordered(values, preferred: list) -> list:
     values = list(dict.fromkeys(values))
     return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
@@ -121,9 +168,10 @@ def _grid_frame(grid: list[dict]) -> pd.DataFrame:
 
 
 def coverage_notes(rows: pd.DataFrame, selection: pd.DataFrame, expected: pd.DataFrame,
-                   grid: list[dict] | None, source: str, limit: int = 40) -> list[str]:
+                   grid: list[dict] | None, source: str, limit: int = 40,
+                   criterion: str = DEFAULT_CRITERION) -> list[str]:
     notes = [f"Expected trials taken from {source}."]
-    snis = selection[selection["selection"] == "snis"]
+    snis = selection[selection["selection"] == selection_label(criterion)]
     have = set(map(tuple, snis[EXPECT_KEYS].to_numpy()))
     missing = [t for t in map(tuple, expected[EXPECT_KEYS].to_numpy()) if t not in have]
     if missing:
@@ -177,9 +225,14 @@ def _write_report(run_dir: Path, out: Path) -> None:
         expected, source = expected_from_rows(rows[rows["final"]]), \
             "the results themselves (no sweep.json or config.yaml: every method seen is expected for every seed seen)"
 
-    selection = select(rows)
-    stats = seed_stats(selected_rows(rows, selection, "snis"))
+    criterion = selection_criterion(config)
+    protocol = run_protocol(config)
+    label = selection_label(criterion)
+    selection = select(rows, criterion)
+    chosen_test = selected_rows(rows, selection, label)
+    stats = seed_stats(chosen_test)
     params = _variant_params(config)
+    criteria = val_criteria(rows)
     conf_ds = [str(d.get("name")) for d in config.get("datasets", []) or [] if isinstance(d, dict)]
     datasets = _ordered(list(expected["dataset"]) + list(rows["dataset"]) + list(prepare["dataset"]), conf_ds)
     dv = sorted(set(zip(expected["dataset"], expected["variant"])) | set(zip(rows["dataset"], rows["variant"])))
@@ -191,13 +244,30 @@ def _write_report(run_dir: Path, out: Path) -> None:
     T.atomic_write_text(sel_path, selection.to_csv(index=False))
 
     name = str(config.get("name", run_dir.name))
-    blocks: list[tuple] = [("h1", f"poxm report — {name}"),
-                           ("p", f"Run directory `{run_dir.name}`. {len(rows)} result rows, "
-                                 f"{int(rows['final'].sum())} final. Regenerate with `poxm report {_shown(run_dir)}`."),
-                           ("h2", "Coverage of the sweep"), ("ul", coverage_notes(rows, selection, expected, grid, source))]
+    header = (f"Run directory `{run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
+              f"Selection criterion: **{criterion}** (validation log); "
+              + (f"protocol: **{protocol}**. " if protocol else "protocol: not recorded in config.yaml. ")
+              + f"Regenerate with `poxm report {_shown(run_dir)}`.")
+    blocks: list[tuple] = [("h1", f"poxm report — {name}"), ("p", header)]
+    if criteria and criterion not in criteria and (rows["final"] & (rows["split"] == "val")).any():
+        blocks.append(("p", f"**The selection criterion {criterion} has no validation rows** (present: "
+                            f"{', '.join(criteria)}): methods with several grid points are not selected."))
+    blocks += [("h2", "Coverage of the sweep"),
+               ("ul", coverage_notes(rows, selection, expected, grid, source, criterion=criterion))]
 
     def links(paths: dict[str, Path]) -> list[tuple[str, str]]:
         return [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()]
+
+    def table(t: T.Table) -> list[tuple]:
+        t = _stamp_table(t, protocol)
+        return [("table", t), ("links", links(T.write_table(t, tdir)))]
+
+    def figure(fig: F.Figure | None) -> list[tuple]:
+        if fig is None:
+            return []
+        fig = _stamp_figure(fig, protocol)
+        return [("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
+                 [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths])]
 
     for d in datasets:
         blocks.append(("h2", f"Dataset {d}"))
@@ -207,24 +277,24 @@ def _write_report(run_dir: Path, out: Path) -> None:
             if d in paper.TABLE2 and not show_paper:
                 blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
                                     f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
-            for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper),
-                      T.metric_table("greedy", d, v, stats, expected, selection),
-                      T.selection_table(d, v, selection, expected)):
-                blocks += [("table", t), ("links", links(T.write_table(t, tdir)))]
-            fig = F.estimator_figure(rows, d, v, fdir)
-            if fig is not None:
-                blocks.append(("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
-                               [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths]))
+            for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
+                      T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion),
+                      T.selection_table(d, v, selection, expected, criterion=criterion)):
+                blocks += table(t)
+            blocks += figure(F.estimator_figure(rows, d, v, fdir))
+        sp = T.spearman_data(rows, d)
+        if len(sp):
+            blocks += [("h3", f"{d}: selection criteria against test R@5")] + table(T.spearman_table(d, sp, criterion))
         if (prepare["dataset"] == d).any():
-            t = T.logging_stats_table(d, prepare)
-            blocks += [("h3", f"{d}: logging policy"), ("table", t), ("links", links(T.write_table(t, tdir)))]
-        for fig in (F.covering_figure(prepare, rows, d, fdir), F.robustness_figure(rows, selection, prepare, d, fdir)):
-            if fig is not None:
-                blocks.append(("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
-                               [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths]))
+            blocks += [("h3", f"{d}: logging policy")] + table(T.logging_stats_table(d, prepare))
+        for fig in (F.covering_figure(prepare, rows, d, fdir),
+                    F.robustness_figure(rows, selection, prepare, d, fdir, criterion=criterion),
+                    F.sharpness_figure(chosen_test, params, d, fdir, criterion=criterion)):
+            blocks += figure(fig)
     blocks += [("h2", "Selection"),
-               ("p", "Per (dataset, variant, method, seed): the (p, λ) with the highest SNIS estimate on the "
-                     "validation log (selection='snis'; ties → smaller p, then smaller λ), and apart, the oracle "
+               ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
+                     f"validation log (selection='{label}'; criterion from config.yaml `selection.criterion`, "
+                     "default SNIS; ties → smaller p, then smaller λ), and apart, the oracle "
                      "choice by test R@5 (selection='oracle', uses test labels, never used by the tables)."),
                ("links", [("selection.csv", "selection.csv")])]
     T.atomic_write_text(out / "index.md", render_markdown(blocks))

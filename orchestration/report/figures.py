@@ -3,9 +3,12 @@
   covering_<d>          paper Fig. 1: share of true labels inside the top-k of rho vs k, per variant,
                         with the logging policy's expected R@5 as a dashed line
   robustness_<d>        paper Fig. 2: logging statistics per variant; POXM test R@5 per p; the
-                        validation SNIS per p that selection used; the SNIS-selected p is starred
-  estimators_<d>_<v>    beyond the paper: IS / sIS / SNIS / DR estimates on the validation log vs
-                        the policy's true value, bias, spread and RMSE as p varies
+                        validation criterion (SNIS by default) per p that selection used; the
+                        selected p is starred
+  estimators_<d>_<v>    beyond the paper: every validation estimator present (IS, sIS, SNIS, DR, PIS,
+                        ...) vs the policy's true deployed value, bias, spread and RMSE as p varies
+  sharpness_<d>         beyond the paper: test R@5 of the selected policy of logging, dm, banditnet,
+                        poxm, dr_poxm against the logging temperature T, variants with beta = 0
 
 The data preparation (`*_data`) is pure and tested; the plotting functions only draw it.
 """
@@ -22,9 +25,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from orchestration.selection import GROUP, POINT  # noqa: E402
+from orchestration.report.tables import method_name  # noqa: E402
+from orchestration.selection import (CRITERION_ORDER, DEFAULT_CRITERION, GROUP, POINT, is_criterion,  # noqa: E402
+                                     order_criteria, selection_label)
 
-ESTIMATORS = ["IS", "sIS", "SNIS", "DR"]
+# Display order of the estimators; any other validation estimator present follows, sorted.
+ESTIMATORS = CRITERION_ORDER
+PRUNED_ESTIMATORS = ("IS", "sIS", "SNIS", "DR")
+SHARPNESS_METHODS = ("logging", "dm", "banditnet", "poxm", "dr_poxm")
 ROBUSTNESS_STAT_PREFIXES = ("logging_policy/", "rho/")
 ROBUSTNESS_COVERING = ("covering@10", "covering@20")
 
@@ -129,33 +137,34 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
 # --------------------------------------------------------------------------------------------
 # (b) robustness
 
-def per_p_data(rows: pd.DataFrame, dataset: str, method: str = "poxm") -> pd.DataFrame:
-    """Per (variant, p): test R@5 and validation SNIS (mean, sd, n over seeds), where for each
-    (variant, seed, p) lambda is the one the validation SNIS picks among that p's lambdas
-    (ties -> smaller lambda). Test values never choose lambda.
+def per_p_data(rows: pd.DataFrame, dataset: str, method: str = "poxm",
+               criterion: str = DEFAULT_CRITERION) -> pd.DataFrame:
+    """Per (variant, p): test R@5 and the validation criterion (mean, sd, n over seeds), where for
+    each (variant, seed, p) lambda is the one the validation criterion (SNIS by default) picks among
+    that p's lambdas (ties -> smaller lambda). Test values never choose lambda.
 
-    Columns: variant, p, R5_mean, R5_sd, R5_n, SNIS_mean, SNIS_sd, SNIS_n.
+    Columns: variant, p, R5_mean, R5_sd, R5_n, val_mean, val_sd, val_n (val_*: the criterion).
     """
     f = rows[(rows["dataset"] == dataset) & (rows["method"] == method) & rows["final"] & (rows["p"] >= 0)]
-    snis = f[(f["split"] == "val") & (f["metric"] == "SNIS")][POINT + ["value"]].rename(columns={"value": "SNIS"})
+    crit = f[(f["split"] == "val") & (f["metric"] == criterion)][POINT + ["value"]].rename(columns={"value": "val"})
     r5 = f[(f["split"] == "test") & (f["metric"] == "R@5")][POINT + ["value"]].rename(columns={"value": "R5"})
-    pts = snis.merge(r5, on=POINT, how="outer")
-    cols = ["variant", "p", "R5_mean", "R5_sd", "R5_n", "SNIS_mean", "SNIS_sd", "SNIS_n"]
+    pts = crit.merge(r5, on=POINT, how="outer")
+    cols = ["variant", "p", "R5_mean", "R5_sd", "R5_n", "val_mean", "val_sd", "val_n"]
     if pts.empty:
         return pd.DataFrame(columns=cols)
-    pts = pts.assign(_neg=-pts["SNIS"].fillna(-np.inf), _lam=pts["lam"].fillna(np.inf))
+    pts = pts.assign(_neg=-pts["val"].fillna(-np.inf), _lam=pts["lam"].fillna(np.inf))
     chosen = pts.sort_values(GROUP + ["p", "_neg", "_lam"], kind="stable").drop_duplicates(GROUP + ["p"])
     g = chosen.groupby(["variant", "p"])
     out = pd.concat([g["R5"].apply(_mean_sd).unstack().add_prefix("R5_"),
-                     g["SNIS"].apply(_mean_sd).unstack().add_prefix("SNIS_")], axis=1).reset_index()
-    out = out.rename(columns={"R5_mean": "R5_mean"})
+                     g["val"].apply(_mean_sd).unstack().add_prefix("val_")], axis=1).reset_index()
     return out[cols]
 
 
-def selected_p(selection: pd.DataFrame, dataset: str, method: str = "poxm") -> dict[str, int]:
-    """Per variant, the p the SNIS selection chose for most seeds (ties -> smaller p)."""
+def selected_p(selection: pd.DataFrame, dataset: str, method: str = "poxm",
+               criterion: str = DEFAULT_CRITERION) -> dict[str, int]:
+    """Per variant, the p the criterion's selection chose for most seeds (ties -> smaller p)."""
     s = selection[(selection["dataset"] == dataset) & (selection["method"] == method)
-                  & (selection["selection"] == "snis") & (selection["p"] >= 0)]
+                  & (selection["selection"] == selection_label(criterion)) & (selection["p"] >= 0)]
     out = {}
     for v, sub in s.groupby("variant"):
         counts = sub["p"].astype(int).value_counts()
@@ -178,12 +187,12 @@ def logging_stats_data(prepare: pd.DataFrame, dataset: str) -> pd.DataFrame:
 
 
 def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.DataFrame, dataset: str,
-                      out_dir: Path, method: str = "poxm") -> Figure | None:
-    per_p = per_p_data(rows, dataset, method)
+                      out_dir: Path, method: str = "poxm", criterion: str = DEFAULT_CRITERION) -> Figure | None:
+    per_p = per_p_data(rows, dataset, method, criterion)
     stats = logging_stats_data(prepare, dataset)
     if per_p.empty and stats.empty:
         return None
-    chosen = selected_p(selection, dataset, method)
+    chosen = selected_p(selection, dataset, method, criterion)
     variants = sorted(set(per_p["variant"]) | set(stats["variant"]))
     color = {v: f"C{i}" for i, v in enumerate(variants)}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -209,7 +218,8 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
 
     for ax, col, ylabel, title, scale in (
             (axes[1], "R5", "test R@5 (%)", f"{method.upper() if method == 'poxm' else method}: test R@5 per p", 100),
-            (axes[2], "SNIS", "SNIS estimate of V(π)\n(reward per logged slate)", "Validation SNIS per p (selection)", 1)):
+            (axes[2], "val", f"{criterion} estimate of V(π)\n(reward per logged slate)",
+             f"Validation {criterion} per p (selection)", 1)):
         if per_p.empty:
             ax.text(0.5, 0.5, f"no {method} results", ha="center", va="center", transform=ax.transAxes)
         starred = False
@@ -223,7 +233,7 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
             if v in chosen and chosen[v] in set(d["p"]):
                 y = scale * d.loc[d["p"] == chosen[v], f"{col}_mean"].iloc[0]
                 ax.plot([chosen[v]], [y], marker="*", markersize=16, color=color[v], markeredgecolor="k",
-                        linestyle="none", label=None if starred else "SNIS-selected p")
+                        linestyle="none", label=None if starred else f"{criterion}-selected p")
                 starred = True
         if not per_p.empty:
             _p_axis(ax, per_p["p"])
@@ -237,9 +247,9 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
     name = f"robustness_{dataset}"
     caption = (f"{dataset} (paper Fig. 2). Left: logging-policy statistics per variant (prepare.csv, fractions "
                f"×100; covering@k = share of true labels in the top-k of ρ). Middle: {method} test R@5 for each "
-               "p; at each p, λ is the one the validation SNIS picks (test labels never choose). Right: that "
-               "validation SNIS estimate, the quantity selection maximises. Star: the p the SNIS selection chose "
-               "(most frequent over seeds). Error bars: ±1 std over seeds.")
+               f"p; at each p, λ is the one the validation {criterion} picks (test labels never choose). Right: that "
+               f"validation {criterion} estimate, the quantity selection maximises. Star: the p the {criterion} "
+               "selection chose (most frequent over seeds). Error bars: ±1 std over seeds.")
     return Figure(name, f"Robustness — {dataset}", caption, _save(fig, out_dir, name))
 
 
@@ -251,11 +261,12 @@ def estimator_error_data(rows: pd.DataFrame, dataset: str, variant: str,
     """Per (estimator, p): bias = mean(estimate - V_true), sd = std of the error (ddof=1),
     rmse = sqrt(mean(error^2)), n = heads (lambda, seed, method) at that p.
 
-    Estimates: final 'val' rows (IS, sIS, SNIS, DR); truth: final 'val_truth' rows 'V_true' of the
+    Estimates: every final 'val' estimator present (IS, sIS, SNIS, DR, PIS, ...: all 'val' metrics
+    except ESS, loss and *_se, not a fixed list); truth: final 'val_truth' rows 'V_true' of the
     same head. Columns: estimator, p, bias, sd, rmse, n."""
     f = rows[(rows["dataset"] == dataset) & (rows["variant"] == variant) & rows["final"]
              & rows["method"].isin(methods) & (rows["p"] >= 0)]
-    est = f[(f["split"] == "val") & f["metric"].isin(ESTIMATORS)][POINT + ["metric", "value"]]
+    est = f[(f["split"] == "val") & f["metric"].map(is_criterion)][POINT + ["metric", "value"]]
     truth = f[(f["split"] == "val_truth") & (f["metric"] == "V_true")][POINT + ["value"]]
     truth = truth.drop_duplicates(POINT, keep="last").rename(columns={"value": "truth"})
     est = est.drop_duplicates(POINT + ["metric"], keep="last")
@@ -277,7 +288,7 @@ def estimator_figure(rows: pd.DataFrame, dataset: str, variant: str, out_dir: Pa
     if data.empty:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    order = [e for e in ESTIMATORS if e in set(data["estimator"])]
+    order = order_criteria(data["estimator"].unique())
     for i, e in enumerate(order):
         d = data[data["estimator"] == e].sort_values("p")
         sem = d["sd"] / np.sqrt(d["n"])
@@ -301,10 +312,113 @@ def estimator_figure(rows: pd.DataFrame, dataset: str, variant: str, out_dir: Pa
                  f"({'/'.join(methods)} heads, up to {n_heads} per p)", y=1.02)
     fig.tight_layout()
     name = f"estimators_{dataset}_{variant}"
-    caption = (f"{dataset}, variant {variant}: IS, sIS, SNIS and DR estimates of each trained {'/'.join(methods)} "
-               "head's value on the validation log, against its true value on the same validation instances "
-               "(split val_truth, computed from their labels — used for this figure only). Each head "
-               "(λ, seed) at a given p is one sample: left the mean error with ±1 standard error bars, "
-               "middle the spread over heads, right the root mean squared error. sIS restricts IS to Φ^p "
-               "(paper Theorem 1: bias shrinks and variance grows with p).")
+    caption = (f"{dataset}, variant {variant}: {_and_list(order)} estimates of each trained {'/'.join(methods)} "
+               "head's value on the validation log, against its true deployed slate value on the same validation "
+               "instances (split val_truth, V_true = expected reward of the slates π deploys, computed from their "
+               "labels — used for this figure only). Each head (λ, seed) at a given p is one sample: left the mean "
+               "error with ±1 standard error bars, middle the spread over heads, right the root mean squared error. "
+               "sIS restricts IS to Φ^p (paper Theorem 1: bias shrinks and variance grows with p). "
+               + _target_note(order)).rstrip()
     return Figure(name, f"Estimator accuracy — {dataset}, {variant}", caption, _save(fig, out_dir, name))
+
+
+def _and_list(names: list[str]) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _target_note(order: list[str]) -> str:
+    """What each estimator targets: the pruned ones are not estimates of V_true, PIS is."""
+    pruned = [e for e in order if e in PRUNED_ESTIMATORS]
+    out = ""
+    if pruned:
+        out += (f"The pruned estimators ({', '.join(PRUNED_ESTIMATORS)}) weight the j-th pick alone, so they target a "
+                "mixed quantity — the slate's prefix drawn from the logging policy ρ, only its j-th pick from π — "
+                "which differs from the deployed slate value: part of their error here is that gap in target, "
+                "not noise. ")
+    if "PIS" in order:
+        out += ("PIS (prefix-product weights over the whole prefix) targets the deployed slate value itself and is "
+                "unbiased for it where ρ covers π's support. ")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# (d) logging sharpness
+
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def beta0_variants(params: dict, dataset: str) -> dict[str, dict]:
+    """{variant: its parameters} for the variants of `dataset` (config.yaml datasets[].variants,
+    ``build._variant_params``) with beta = 0 and a finite temperature T > 0."""
+    out = {}
+    for (d, v), prm in params.items():
+        if d != dataset or not isinstance(prm, dict):
+            continue
+        beta, t = _float(prm.get("beta")), _float(prm.get("T"))
+        if beta == 0.0 and math.isfinite(t) and t > 0:
+            out[str(v)] = prm
+    return out
+
+
+def sharpness_data(selected: pd.DataFrame, params: dict, dataset: str,
+                   methods: tuple[str, ...] = SHARPNESS_METHODS) -> pd.DataFrame:
+    """Test R@5 of each method's selected policy against the logging temperature T.
+
+    `selected`: the final test rows at the chosen points (``selection.selected_rows``); `params`:
+    {(dataset, variant): {name, alpha, beta, T}}. Only variants with beta = 0 (``beta0_variants``).
+    A method without an R@5 row falls back to P@5 (equal for a deterministic slate; greedy = True).
+    Columns: variant, T, alpha, method, mean, sd, n (over seeds, fractions), greedy."""
+    cols = ["variant", "T", "alpha", "method", "mean", "sd", "n", "greedy"]
+    var = beta0_variants(params, dataset)
+    sub = selected[(selected["dataset"] == dataset) & selected["variant"].isin(list(var))
+                   & selected["method"].isin(list(methods)) & (selected["split"] == "test")]
+    recs = []
+    for (v, m), g in sub.groupby(["variant", "method"], sort=True):
+        greedy = not (g["metric"] == "R@5").any()
+        vals = g[g["metric"] == ("P@5" if greedy else "R@5")]
+        vals = vals.sort_values("epoch", kind="stable").drop_duplicates("seed", keep="last")["value"]
+        if vals.empty:
+            continue
+        st = _mean_sd(vals)
+        if st["n"] == 0:
+            continue
+        recs.append({"variant": v, "T": _float(var[v].get("T")), "alpha": _float(var[v].get("alpha")), "method": m,
+                     "mean": st["mean"], "sd": st["sd"], "n": int(st["n"]), "greedy": greedy})
+    return pd.DataFrame(recs, columns=cols).sort_values(["method", "T"], kind="stable").reset_index(drop=True)
+
+
+def sharpness_figure(selected: pd.DataFrame, params: dict, dataset: str, out_dir: Path,
+                     criterion: str = DEFAULT_CRITERION, methods: tuple[str, ...] = SHARPNESS_METHODS) -> Figure | None:
+    """Drawn only when at least two beta = 0 variants of `dataset` have results."""
+    data = sharpness_data(selected, params, dataset, methods)
+    if data["variant"].nunique() < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    present = [m for m in methods if m in set(data["method"])]
+    for i, m in enumerate(present):
+        d = data[data["method"] == m].sort_values("T")
+        label = method_name(m) + (" (P@5)" if d["greedy"].any() else "")
+        _errorbar(ax, d["T"], 100 * d["mean"], 100 * d["sd"], d["n"], color=f"C{i}", marker="o", label=label)
+    ts = sorted(set(data["T"]))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ts)
+    ax.set_xticklabels([f"{t:g}" for t in ts])
+    ax.minorticks_off()
+    ax.set_xlabel("logging temperature T (log2 scale; larger T = flatter ρ)")
+    ax.set_ylabel("test R@5 (%)")
+    ax.set_title(f"Logging sharpness — {dataset} (β = 0)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    name = f"sharpness_{dataset}"
+    vs = data.drop_duplicates("variant").sort_values("T")
+    var_txt = ", ".join(f"{r.variant} (α={r.alpha:g}, T={r.T:g})" for r in vs.itertuples())
+    caption = (f"{dataset}: test R@5 ×100 of the policy each method selects (by the validation-log {criterion}; "
+               f"methods with one grid point as they are) against the logging temperature T, for the variants "
+               f"with β = 0: {var_txt}. Mean ± std over seeds. A greedy method without stochastic rows shows P@5 "
+               "(= R@5 for a deterministic slate).")
+    return Figure(name, f"Logging sharpness — {dataset}", caption, _save(fig, out_dir, name))

@@ -3,10 +3,13 @@
   results_<d>_<v>    stochastic metrics R@k, nDCR@k, PSR@k (k = 3, 5) like the paper's Table 2,
                      with the paper's numbers as a second block where the logging policy matches
   greedy_<d>_<v>     greedy top-k metrics P@k, nDCG@k, PSP@k (k = 1, 3, 5)
-  selection_<d>_<v>  SNIS-selected vs oracle (p, lambda) and the test R@5 each gives
+  selection_<d>_<v>  criterion-selected (SNIS by default) vs oracle (p, lambda) and the test R@5 each gives
+  spearman_<d>       per variant and seed, Spearman rank correlation of every validation criterion
+                     with test R@5 across the (p, lambda) grid points (pooled over grid methods, and
+                     per method)
   logging_<d>        logging-policy statistics of prepare.csv per variant
 
-Values are x100, mean ± sample std over seeds at the SNIS-selected points. Bold: best mean per
+Values are x100, mean ± sample std over seeds at the criterion-selected points. Bold: best mean per
 column among bandit-feedback rows present (the supervised skyline uses full labels, so it is
 italic and never bold, as in the paper); ties at the displayed precision are all bold.
 Pure functions of result rows; `write_table` is the only function that touches files.
@@ -19,16 +22,21 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import warnings
+
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 from orchestration.report import paper
 from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
+from orchestration.selection import (DEFAULT_CRITERION, ORACLE_METRIC, POINT, SELECT_SPLIT, is_criterion,
+                                     order_criteria, selection_label)
 
 METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "skyline"]
 METHOD_NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet",
                 "pm_banditnet": "PM-BanditNet", "poxm": "POXM", "wpoxm": "wPOXM",
-                "skyline": "Supervised skyline"}
+                "skyline": "Supervised skyline", "dr_poxm": "DR-POXM"}
 FULL_INFORMATION = ("skyline",)
 STOCHASTIC = ["R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"]
 GREEDY = ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5"]
@@ -75,12 +83,13 @@ def _selected_pl(selection: pd.DataFrame, dataset: str, variant: str, method: st
 
 
 def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, expected: pd.DataFrame,
-                 selection: pd.DataFrame, show_paper: bool = False) -> Table:
+                 selection: pd.DataFrame, show_paper: bool = False, criterion: str = DEFAULT_CRITERION) -> Table:
     """Table (a) kind='results' (stochastic metrics) or (b) kind='greedy' for one (dataset, variant).
 
-    `stats` from ``aggregate.seed_stats`` of the SNIS-selected test rows; `expected` the expected
-    (dataset, variant, method, seed); `selection` from ``selection.select``.
+    `stats` from ``aggregate.seed_stats`` of the criterion-selected test rows; `expected` the expected
+    (dataset, variant, method, seed); `selection` from ``selection.select(rows, criterion)``.
     """
+    label = selection_label(criterion)
     if kind not in ("results", "greedy"):
         raise ValueError(f"kind must be 'results' or 'greedy', got {kind!r}")
     metrics = STOCHASTIC if kind == "results" else GREEDY
@@ -102,9 +111,9 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
     columns = ["Method"] + metrics + ["p", "λ"]
     rows, bold, italic, recs = [], set(), set(), []
     for i, m in enumerate(methods):
-        p_txt, lam_txt = _selected_pl(selection, dataset, variant, m)
-        label = method_name(m) + (DAGGER if m in twinned else "")
-        rows.append([label] + [cells[(m, k)].text() for k in metrics] + [p_txt, lam_txt])
+        p_txt, lam_txt = _selected_pl(selection, dataset, variant, m, label)
+        name = method_name(m) + (DAGGER if m in twinned else "")
+        rows.append([name] + [cells[(m, k)].text() for k in metrics] + [p_txt, lam_txt])
         bold |= {(i, 1 + j) for j, k in enumerate(metrics) if (m, k) in best}
         if m in FULL_INFORMATION:
             italic.add(i)
@@ -121,7 +130,7 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
     sections: dict[int, str] = {}
     notes = []
     if show_paper and kind == "results":
-        sections[0] = "This run (SNIS-selected p, λ)"
+        sections[0] = f"This run ({criterion}-selected p, λ)"
         sections[len(rows)] = "Paper, Table 2 (Lopez et al., AAAI 2021)"
         for m in methods:
             vals = paper.paper_row(dataset, m)
@@ -138,7 +147,8 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
         notes.append(f"Paper block: {paper.SOURCE}; AttentionXML is the paper's supervised skyline.")
     title_kind = ("Stochastic policies: expected reward metrics" if kind == "results"
                   else "Greedy top-k metrics")
-    notes.insert(0, "Values ×100, mean ± std over seeds at the SNIS-selected (p, λ); p and λ: the values "
+    notes.insert(0, f"Values ×100, mean ± std over seeds at the (p, λ) selected by the validation-log {criterion} "
+                    "estimate; p and λ: the values "
                     "selected over seeds. Bold: best among bandit-feedback methods; the supervised "
                     "skyline (full labels) is italic. “—”: no result; (n=a/b): a of b expected seeds.")
     if twinned:
@@ -157,16 +167,18 @@ def _mean_std_text(vals: np.ndarray, n_expected: int) -> str:
 
 
 def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
-                    expected: pd.DataFrame | None = None) -> Table:
-    """Table (c): for methods with a (p, lambda) grid, SNIS-selected vs oracle points and test R@5."""
+                    expected: pd.DataFrame | None = None, criterion: str = DEFAULT_CRITERION) -> Table:
+    """Table (c): for methods with a (p, lambda) grid, criterion-selected vs oracle points and test R@5."""
+    label = selection_label(criterion)
+    c = criterion
     sel = selection[(selection["dataset"] == dataset) & (selection["variant"] == variant)]
     multi = sel[sel["n_points"] > 1]
     methods = [m for m in method_list(list(multi["method"].unique())) if m in set(multi["method"])]
-    columns = ["Method", "seeds", "SNIS p", "SNIS λ", "SNIS: test R@5", "oracle p", "oracle λ",
-               "oracle: test R@5", "oracle − SNIS"]
+    columns = ["Method", "seeds", f"{c} p", f"{c} λ", f"{c}: test R@5", "oracle p", "oracle λ",
+               "oracle: test R@5", f"oracle − {c}"]
     rows, recs = [], []
     for m in methods:
-        s = multi[(multi["method"] == m) & (multi["selection"] == "snis")].set_index("seed")
+        s = multi[(multi["method"] == m) & (multi["selection"] == label)].set_index("seed")
         o = multi[(multi["method"] == m) & (multi["selection"] == "oracle")].set_index("seed")
         seeds = sorted(set(s.index) | set(o.index))
         n = len(seeds)
@@ -181,14 +193,127 @@ def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
                _mean_std_text(o["test_R@5"].to_numpy(dtype=float), n), _mean_std_text(gap, n)]
         rows.append(row)
         recs.append(dict(zip(["dataset", "variant", "method"] + columns[1:], [dataset, variant, m] + row[1:])))
-    notes = ["Test R@5 ×100, mean ± std over seeds. SNIS: (p, λ) chosen by the validation-log SNIS "
+    notes = [f"Test R@5 ×100, mean ± std over seeds. {c}: (p, λ) chosen by the validation-log {c} "
              "estimate (what the results tables use). Oracle: chosen by test R@5 — uses test labels, "
              "shown only to measure the cost of honest selection. Per-seed choices: selection.csv."]
     if not rows:
         notes.append("No method with more than one finished grid point here.")
     return Table(name=f"selection_{dataset}_{variant}",
-                 title=f"Selection of (p, λ): SNIS vs oracle — {dataset}, variant {variant}",
+                 title=f"Selection of (p, λ): {c} vs oracle — {dataset}, variant {variant}",
                  columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
+
+
+SPEARMAN_COLUMNS = ["dataset", "variant", "seed", "scope", "criterion", "rho", "n"]
+POOLED = "pooled"
+
+
+def grid_methods(rows: pd.DataFrame, dataset: str | None = None) -> list[str]:
+    """Methods with a (p, λ) grid: some final row uses p (>= 0) or λ (finite). Paper order first."""
+    f = rows[rows["final"]] if dataset is None else rows[rows["final"] & (rows["dataset"] == dataset)]
+    used = f[(f["p"] >= 0) | np.isfinite(f["lam"].to_numpy(dtype=float))]["method"].unique()
+    return [m for m in method_list(list(used)) if m in set(used)]
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    ok = np.isfinite(x) & np.isfinite(y)
+    n = int(ok.sum())
+    if n < 3:
+        return math.nan, n
+    with warnings.catch_warnings():  # a constant input has no rank correlation: scipy warns, gives nan
+        warnings.simplefilter("ignore")
+        rho = spearmanr(x[ok], y[ok]).statistic
+    return float(rho), n
+
+
+def spearman_data(rows: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Rank correlation of each validation criterion with test R@5 across the (p, λ) grid points.
+
+    For each (variant, seed) and each criterion (every final split-'val' metric except ESS, loss and
+    *_se: ``selection.val_criteria``), the Spearman correlation (scipy.stats.spearmanr) between the
+    criterion's value and the test R@5 of the same grid point, over the points of the methods with a
+    grid (``grid_methods``): pooled over those methods (scope 'pooled') and per method (scope = the
+    method). A point counts where both values are finite; rho is NaN with fewer than 3 points (or a
+    constant input). Columns ``SPEARMAN_COLUMNS``: dataset, variant, seed, scope, criterion, rho, n.
+    """
+    f = rows[rows["final"] & (rows["dataset"] == dataset)]
+    methods = grid_methods(f)
+    f = f[f["method"].isin(methods)]
+    val = f[(f["split"] == SELECT_SPLIT) & f["metric"].map(is_criterion)]
+    criteria = order_criteria(val["metric"].unique())
+    r5 = f[(f["split"] == ORACLE_METRIC[0]) & (f["metric"] == ORACLE_METRIC[1])]
+    if not criteria or r5.empty:
+        return pd.DataFrame(columns=SPEARMAN_COLUMNS)
+    last = lambda d: d.sort_values("epoch", kind="stable").drop_duplicates(POINT + ["metric"], keep="last")  # noqa: E731
+    # set_index/unstack, not pivot_table: keys with a NaN λ must survive, and no key combination
+    # that never ran may appear
+    wide = last(val).set_index(POINT + ["metric"])["value"].unstack("metric").reindex(columns=criteria)
+    r5 = last(r5).set_index(POINT)["value"].rename("_R5")
+    pts = wide.join(r5, how="outer").reset_index()
+    recs = []
+    for (v, seed), grp in pts.groupby(["variant", "seed"], sort=True):
+        scopes = [(POOLED, grp)] + [(m, grp[grp["method"] == m]) for m in methods if (grp["method"] == m).any()]
+        for scope, g in scopes:
+            y = g["_R5"].to_numpy(dtype=float)
+            for c in criteria:
+                rho, n = _spearman(g[c].to_numpy(dtype=float), y)
+                recs.append({"dataset": dataset, "variant": str(v), "seed": int(seed), "scope": scope,
+                             "criterion": c, "rho": rho, "n": n})
+    return pd.DataFrame(recs, columns=SPEARMAN_COLUMNS)
+
+
+def _rho_text(v: float) -> str:
+    return f"{v:+.2f}" if math.isfinite(v) else MISSING
+
+
+def spearman_table(dataset: str, data: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> Table:
+    """Per variant: pooled rows per seed, their mean ± std over seeds, then per grid method the
+    mean ± std over seeds; one column per criterion (the run's selection criterion marked).
+    The CSV holds every (variant, seed, scope, criterion) value (`spearman_data`), per seed."""
+    d = data[data["dataset"] == dataset] if len(data) else data
+    criteria = order_criteria(d["criterion"].unique()) if len(d) else []
+    columns = ["Grid points", "points"] + [c + (" (selection)" if c == criterion else "") for c in criteria]
+    rows: list[list[str]] = []
+    sections: dict[int, str] = {}
+    for v in sorted(d["variant"].unique()) if len(d) else []:
+        dv = d[d["variant"] == v]
+        seeds = sorted(dv["seed"].unique())
+        sections[len(rows)] = f"variant {v}"
+        pooled = dv[dv["scope"] == POOLED]
+        for s in seeds:
+            ps = pooled[pooled["seed"] == s].set_index("criterion")
+            rows.append([f"all grid methods, seed {s}", str(int(ps["n"].max())) if len(ps) else "0"]
+                        + [_rho_text(float(ps.loc[c, "rho"])) if c in ps.index else MISSING for c in criteria])
+        scopes = [POOLED] + [m for m in method_list(list(dv["scope"].unique())) if m in set(dv["scope"]) and m != POOLED]
+        for scope in scopes:
+            if scope == POOLED and len(seeds) < 2:
+                continue
+            ds = dv[dv["scope"] == scope]
+            cells = []
+            for c in criteria:
+                vals = ds[ds["criterion"] == c]["rho"].to_numpy(dtype=float)
+                fin = vals[np.isfinite(vals)]
+                cell = Cell(float(fin.mean()) if len(fin) else math.nan,
+                            float(fin.std(ddof=1)) if len(fin) > 1 else math.nan, len(fin), len(seeds))
+                cells.append(cell.text(scale=1.0))
+            per_seed = ds.groupby("seed")["n"].max()
+            lo, hi = (int(per_seed.min()), int(per_seed.max())) if len(per_seed) else (0, 0)
+            npts = str(hi) if lo == hi else f"{lo}–{hi}"
+            label = "all grid methods" if scope == POOLED else method_name(scope)
+            rows.append([f"{label}, mean over seeds", npts] + cells)
+    notes = [f"Spearman rank correlation, across the finished (p, λ) grid points, between each criterion — "
+             "the trained policy's value estimated on the held-out validation slice of the logged data — and "
+             "the test R@5 of the same point: +1 means the criterion orders the grid exactly as test R@5 does. "
+             "“All grid methods”: the points of every method with a grid (p or λ used) pooled, per seed; "
+             "“mean over seeds”: mean ± std of the per-seed correlations; points: grid points per seed. "
+             "“—”: fewer than 3 points (or a constant criterion). "
+             f"Selection reads only the validation log (criterion: {criterion}); test R@5 is used here only to "
+             "measure how well each criterion would select. Per-seed values of every method: the CSV."]
+    if not rows:
+        notes.append("No method with a (p, λ) grid and both validation estimates and test R@5 here.")
+    frame = d.assign(rho=d["rho"].astype(float)) if len(d) else pd.DataFrame(columns=SPEARMAN_COLUMNS)
+    return Table(name=f"spearman_{dataset}",
+                 title=f"Rank correlation of each selection criterion with test R@5 across the grid — {dataset}",
+                 columns=columns, rows=rows, sections=sections, notes=notes, frame=frame)
 
 
 def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:

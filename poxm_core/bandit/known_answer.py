@@ -113,8 +113,8 @@ class KnownAnswerLog:
 
 
 # ------------------------------------------------------------------------------------- generator
-def make_world(m: int = 16, L: int = 50, K: int = 20, ell: int = 5, *, weight_scale: float = 2.0,
-               bias_mean: float = -3.0, bias_std: float = 0.5, noise: float = 1.0,
+def make_world(m: int = 16, L: int = 50, K: int = 20, ell: int = 5, *, weight_scale: float = 1.5,
+               bias_mean: float = -4.0, bias_std: float = 0.5, noise: float = 1.0,
                label_shift: float = 0.5, temperature: float = 1.0, seed: int = 0) -> KnownAnswerWorld:
     """A seeded world. Defaults give click rates ~0.05-0.3 per logged position and a logging policy
     that is clearly imperfect (noisy, shifted scores, T = 1). temperature=0.25 gives a peaked rho."""

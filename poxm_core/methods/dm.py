@@ -7,6 +7,7 @@ sigma(s) (the ranking by s). The trainer also uses a DM head as the reward model
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -18,6 +19,11 @@ class DirectMethod(Method):
     train_support = "logged"
     test_policy = "greedy"
     lr_group = "supervised"
+
+    def initial_bias(self, prepared) -> np.ndarray:
+        """The log-odds of the logged reward rate (logged data only), for every label."""
+        r = float(np.clip(prepared.log_train.rewards.mean(), 1e-4, 1 - 1e-4))
+        return np.full(prepared.n_labels, np.log(r / (1 - r)), dtype=np.float32)
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         logits = score(batch.actions)                                   # (B, ell)

@@ -9,6 +9,7 @@ over C(x) by score, like DM.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -24,6 +25,12 @@ class Skyline(Method):
 
     def needs_labels(self) -> bool:
         return True
+
+    def initial_bias(self, prepared) -> np.ndarray:
+        """Each label's prior log-odds on the fit instances (the logging model's init, with full labels)."""
+        Y = prepared.Y_train[prepared.log_train.instance]
+        prior = (np.asarray(Y.getnnz(axis=0), dtype=np.float64) + 0.5) / (Y.shape[0] + 1.0)
+        return (np.log(prior) - np.log1p(-prior)).astype(np.float32)
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         if batch.labels is None:

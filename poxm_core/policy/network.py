@@ -24,6 +24,7 @@ from torch import nn
 
 from poxm_core.errors import PoxmInputError
 from poxm_core.policy.base import Bag, Policy
+from poxm_core.policy.stack import NetworkStack
 from poxm_core.training.heads import HeadParams
 
 __all__ = ["LinearPolicy", "NetworkPolicy", "EndToEndPolicy", "fresh_output"]
@@ -55,54 +56,53 @@ class LinearPolicy(Policy):
 
 
 class NetworkPolicy(Policy):
+    """Head k of a `NetworkStack` (policy/stack.py): h(x) = U_k z + V_k^T x~ + c_k. The stack owns and
+    steps the dense layers of all its heads at once; this object owns the head's output layer."""
     name = "network"
     reads_sparse = True
 
     def __init__(self, out: HeadParams, lr: float, weight_decay: float, device: torch.device, *,
-                 n_features: int, dim: int, gen: torch.Generator, init: str) -> None:
+                 stack: "NetworkStack", index: int) -> None:
         super().__init__(out, lr, weight_decay, device)
-        h = int(out.W.shape[1])
-        self.U = nn.Linear(dim, h)
-        self.V = nn.EmbeddingBag(n_features, h, mode="sum")
-        with torch.no_grad():
-            if init == "logging":
-                if h != dim:
-                    raise PoxmInputError(f"training.init=logging with the network policy needs training.hidden "
-                                         f"= model.dim ({dim}), got {h}")
-                self.U.weight.copy_(torch.eye(h))
-                self.U.bias.zero_()
-                self.V.weight.zero_()
-            else:
-                bound = 1.0 / dim ** 0.5
-                self.U.weight.copy_(torch.rand((h, dim), generator=gen) * 2 * bound - bound)
-                self.U.bias.copy_(torch.rand(h, generator=gen) * 2 * bound - bound)
-                self.V.weight.copy_(torch.randn((n_features, h), generator=gen) / h ** 0.5)
+        self.stack = [stack]          # a list: not registered as a submodule (the stack is shared)
+        self.index = index
         self._finish()
-
-    def encode(self, z: torch.Tensor, bag: Bag | None) -> torch.Tensor:
-        return z
 
     def features(self, z: torch.Tensor, bag: Bag | None) -> torch.Tensor:
         if bag is None:
             raise PoxmInputError("the network policy reads the sparse input: the batch has no Batch.bag")
-        return self.U(self.encode(z, bag)) + self.V(bag[0], bag[1], per_sample_weights=bag[2])
+        return self.stack[0].head_features(self.index, z, bag)
+
+    def from_stacked(self, stacked: torch.Tensor) -> torch.Tensor:
+        """This head's block of the stack's joint forward (B, H h) -> (B, h), gradient kept."""
+        h = self.stack[0].h
+        return stacked[:, self.index * h:(self.index + 1) * h]
 
 
-class EndToEndPolicy(NetworkPolicy):
-    """NetworkPolicy whose encoder g_phi is a fresh trainable `SparseEncoder` (z from the batch unused)."""
+class EndToEndPolicy(Policy):
+    """The network architecture with the encoder g_phi trained too, from a fresh init (the paper's
+    skyline): h(x) = U g_phi(x) + V^T x~ + c, g_phi a fresh `SparseEncoder`; z from the batch unused."""
     name = "end2end"
+    reads_sparse = True
 
     def __init__(self, out: HeadParams, lr: float, weight_decay: float, device: torch.device, *,
-                 n_features: int, dim: int, gen: torch.Generator, init: str) -> None:
+                 n_features: int, dim: int, gen: torch.Generator) -> None:
         from poxm_core.model.core import SparseEncoder
 
-        enc = SparseEncoder(n_features, dim)
+        super().__init__(out, lr, weight_decay, device)
+        h = int(out.W.shape[1])
+        self.encoder = SparseEncoder(n_features, dim)
+        self.U = nn.Linear(dim, h)
+        self.V = nn.EmbeddingBag(n_features, h, mode="sum")
         with torch.no_grad():
-            enc.bag.weight.copy_(torch.randn((n_features, dim), generator=gen))
-        NetworkPolicy.__init__(self, out, lr, weight_decay, device, n_features=n_features, dim=dim, gen=gen,
-                               init="fresh")
-        self.encoder = enc
-        self._finish()   # again: the optimiser now covers the encoder too
+            self.encoder.bag.weight.copy_(torch.randn((n_features, dim), generator=gen))
+            bound = 1.0 / dim ** 0.5
+            self.U.weight.copy_(torch.rand((h, dim), generator=gen) * 2 * bound - bound)
+            self.U.bias.copy_(torch.rand(h, generator=gen) * 2 * bound - bound)
+            self.V.weight.copy_(torch.randn((n_features, h), generator=gen) / h ** 0.5)
+        self._finish()
 
-    def encode(self, z: torch.Tensor, bag: Bag | None) -> torch.Tensor:
-        return self.encoder(bag[0], bag[1], bag[2])
+    def features(self, z: torch.Tensor, bag: Bag | None) -> torch.Tensor:
+        if bag is None:
+            raise PoxmInputError("the end-to-end policy reads the sparse input: the batch has no Batch.bag")
+        return self.U(self.encoder(bag[0], bag[1], bag[2])) + self.V(bag[0], bag[1], per_sample_weights=bag[2])

@@ -42,13 +42,13 @@ from poxm_core.estimators.weights import importance_weights
 from poxm_core.methods import Batch, HeadContext, Method, get_method
 from poxm_core.methods.base import reward_shift
 from poxm_core.model.core import csr_to_bag
-from poxm_core.policy import Policy, build_policy
+from poxm_core.policy import NetworkStack, Policy, PolicyRequest, build_policies
 from poxm_core.metrics import greedy_metrics, stochastic_metrics
 from poxm_core.prepared import Prepared
 from poxm_core.results import COLUMNS, make_row, mlflow_name, to_frame
 from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
-from poxm_core.training.heads import HeadParams, stable_seed
+from poxm_core.training.heads import HeadParams, RowScorer, stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 
 __all__ = ["run_trial", "KS", "REWARD_KEY"]
@@ -118,25 +118,36 @@ def _check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
             raise PoxmInputError(f"methods.{h.method}: needs training labels but the prepared data has no Y_train")
 
 
-def _build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, device: torch.device) -> list[_Head]:
+def _build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
+                 device: torch.device) -> tuple[list[_Head], dict[str, NetworkStack]]:
     specs = list(spec.heads)
     hidden_reward = REWARD_KEY not in {h.key for h in specs}
     if hidden_reward:
         specs.append(HeadSpec("dm"))
-    heads = []
+    two_phase = any(get_method(h.method).needs_reward_model for h in specs)
+    tr = cfg.training
+    metas, reqs = [], []
     for h in specs:
         m = get_method(h.method)
         mc = _method_config(cfg, h.method)
-        policy = None
+        metas.append((h, m, mc))
         if m.trains:
-            tr = cfg.training
-            X = prepared.X_train
-            policy = build_policy(m.policy or tr.policy, init=mc.init or tr.init, W0=prepared.W, b0=prepared.b,
-                                  n_features=None if X is None else X.shape[1], hidden=tr.hidden,
-                                  lr=head_lr(cfg, m, mc), weight_decay=tr.weight_decay,
-                                  seed=stable_seed(spec.seed, h.key, "init"), device=device)
-        heads.append(_Head(h, m, mc, policy, hidden=hidden_reward and h.key == REWARD_KEY))
-    return heads
+            init = mc.init or tr.init
+            reqs.append(PolicyRequest(m.policy or tr.policy, "fresh" if init == "random" else init,
+                                      head_lr(cfg, m, mc), stable_seed(spec.seed, h.key, "init"),
+                                      group="reward" if two_phase and h.key == REWARD_KEY else "main"))
+    X = prepared.X_train
+    policies, stacks = build_policies(reqs, W0=np.asarray(prepared.W), b0=np.asarray(prepared.b),
+                                      n_features=None if X is None else X.shape[1], hidden=tr.hidden,
+                                      weight_decay=tr.weight_decay, device=device)
+    it = iter(policies)
+    heads = [_Head(h, m, mc, next(it) if m.trains else None, hidden=hidden_reward and h.key == REWARD_KEY)
+             for h, m, mc in metas]
+    for h in heads:
+        bias = h.method.initial_bias(prepared) if h.trains and (h.mc.init or tr.init) != "logging" else None
+        if bias is not None:
+            h.policy.out.b.copy_(torch.as_tensor(bias, dtype=torch.float32, device=device))
+    return heads, stacks
 
 
 def head_lr(cfg: SweepConfig, m: Method, mc: MethodConfig) -> float:
@@ -196,7 +207,11 @@ def _reward_fn(reward: _Head, batch: Batch):
 
 def _train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: list[_Head], epoch: int,
                  device: torch.device, reward: _Head | None = None) -> dict[str, float]:
-    """One epoch of every head in `heads` on the same seeded batches; `reward` is the fitted reward model."""
+    """One epoch of every head in `heads` on the same seeded batches; `reward` is the fitted reward model.
+
+    Per batch: one joint forward of the heads' network stacks, each head's loss on its own block of
+    features, one backward of their sum (the blocks are disjoint: each head gets its own gradient),
+    then each head's row-sparse output step and one step per stack."""
     trainable = [h for h in heads if h.trains]
     n = prepared.log_train.n
     g = torch.Generator().manual_seed(stable_seed(spec.seed, "batches", epoch))
@@ -208,22 +223,36 @@ def _train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: l
     labels = any(h.method.needs_labels() for h in trainable)
     needs_reward = any(h.method.needs_reward_model for h in trainable)
     sparse = any(h.policy.reads_sparse for h in trainable) or (needs_reward and reward.policy.reads_sparse)
+    stacks = list({id(h.policy.stack[0]): h.policy.stack[0] for h in trainable if hasattr(h.policy, "stack")}.values())
     total = {h.key: 0.0 for h in trainable}
     B = cfg.training.batch_size
     for a in range(0, n, B):
         batch = _batch(prepared, perm[a:a + B], labels, device, sparse)
         rhat = _reward_fn(reward, batch) if needs_reward else None
+        stacked = {id(st): st(batch.z, batch.bag) for st in stacks}
+        scorers, losses = [], []
         for h in trainable:
             ctx = ctxs[h.key]
             if h.method.needs_reward_model:
                 ctx.reward = rhat
-            scorer = h.policy.scorer(batch.z, batch.bag)
+            pol = h.policy
+            feats = pol.from_stacked(stacked[id(pol.stack[0])]) if hasattr(pol, "from_stacked") else \
+                pol.features(batch.z, batch.bag)
+            scorer = RowScorer(pol.out, feats)
             loss = h.method.loss(scorer, batch, ctx)
-            if not torch.isfinite(loss):
+            scorers.append(scorer)
+            losses.append(loss)
+        values = torch.stack([l.detach() for l in losses]).tolist() if losses else []
+        for h, v in zip(trainable, values):
+            if not math.isfinite(v):
                 raise FloatingPointError(f"{h.key}: non-finite training loss at epoch {epoch} (lower its lr?)")
-            loss.backward()
+            total[h.key] += v * batch.size
+        if losses:
+            torch.stack(losses).sum().backward()
+        for h, scorer in zip(trainable, scorers):
             h.policy.step(scorer)
-            total[h.key] += float(loss.detach()) * batch.size
+        for st in stacks:
+            st.step()
     return {k: v / n for k, v in total.items()}
 
 
@@ -316,12 +345,15 @@ def _rows(spec: TrialSpec, h: HeadSpec, split: str, values: dict, epoch: int, fi
 
 # ------------------------------------------------------------------------------------- the trial
 
-def _state(heads: list[_Head], epoch: int, rows: list[dict], spec: TrialSpec, rhash: str) -> dict:
+def _state(heads: list[_Head], stacks: dict[str, NetworkStack], epoch: int, rows: list[dict], spec: TrialSpec,
+           rhash: str) -> dict:
     return {"epoch": epoch, "rows": rows, "spec": spec.to_dict(), "result_hash": rhash,
-            "heads": {h.key: h.policy.state() for h in heads if h.trains}}
+            "heads": {h.key: h.policy.state() for h in heads if h.trains},
+            "stacks": {g: st.full_state() for g, st in stacks.items()}}
 
 
-def _restore(path: Path, heads: list[_Head], spec: TrialSpec, rhash: str, epochs: int, device) -> tuple[int, list[dict]]:
+def _restore(path: Path, heads: list[_Head], stacks: dict[str, NetworkStack], spec: TrialSpec, rhash: str, epochs: int,
+             device) -> tuple[int, list[dict]]:
     st = load_checkpoint(path, device)
     if st.get("result_hash") != rhash or st.get("spec") != spec.to_dict():
         raise PoxmInputError(f"{path}: checkpoint of a different trial or config (settings hash "
@@ -331,6 +363,8 @@ def _restore(path: Path, heads: list[_Head], spec: TrialSpec, rhash: str, epochs
     for h in heads:
         if h.trains:
             h.policy.load_state(st["heads"][h.key])
+    for g, stack in stacks.items():
+        stack.load_full_state(st["stacks"][g])
     return int(st["epoch"]), list(st["rows"])
 
 
@@ -380,12 +414,12 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     rhash = _result_hash(cfg, spec)
     E = cfg.training.epochs
     with _deterministic(), torch.no_grad():
-        heads = _build_heads(cfg, spec, prepared, device)
+        heads, stacks = _build_heads(cfg, spec, prepared, device)
     rows: list[dict] = []
     start = 0
     ckpt = Path(resume_from) if resume_from is not None else latest_checkpoint(out_dir)
     if ckpt is not None:
-        start, rows = _restore(ckpt, heads, spec, rhash, E, device)
+        start, rows = _restore(ckpt, heads, stacks, spec, rhash, E, device)
     reward = next(h for h in heads if h.key == REWARD_KEY)
     visible = [h for h in heads if not h.hidden]
     # A head that needs a fitted reward model (DR-POXM) makes the trial fit the DM head first (phase 1);
@@ -412,7 +446,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
             new, metrics = _epoch_report(spec, [h for h in visible if h in others], losses, prepared, epoch, device)
             metrics.update(early.get(epoch, {}))
             rows += new
-            ckpt_dir = save_checkpoint(out_dir, epoch, _state(heads, epoch, rows, spec, rhash),
+            ckpt_dir = save_checkpoint(out_dir, epoch, _state(heads, stacks, epoch, rows, spec, rhash),
                                        {"trial": spec.name, "result_hash": rhash})
             if bar is not None:
                 bar.update(1)
