@@ -104,11 +104,18 @@ def point_params(cfg_dict: Mapping, point: Mapping, trial: str) -> dict[str, str
     params.update({"alpha": str(var["alpha"]), "beta": str(var["beta"]), "T": str(var["T"]),
                    "val_fraction": str(ds["val_fraction"]), "trial": trial, "device": str(cfg_dict["device"]),
                    "group_by": str(cfg_dict["group_by"])})
+    try:   # the protocol the run ran under: 'paper' or 'paper+<the ablated settings>'
+        from poxm_core.config import TrainingConfig, protocol_name
+        params["protocol"] = protocol_name(TrainingConfig(**cfg_dict["training"]))
+    except Exception:
+        params["protocol"] = "unknown"
     mc = dict(cfg_dict["methods"].get(point["method"], {}) or {})
     mc.pop("p", None)
     mc.pop("lam", None)
-    if mc.get("lr") is None:
-        mc["lr"] = cfg_dict["training"]["lr"]
+    if mc.get("lr") is None:   # the protocol's rate of the method's group, as the trainer resolves it
+        from poxm_core.methods import get_method
+        group = get_method(point["method"]).lr_group
+        mc["lr"] = cfg_dict["training"]["lr_is" if group == "is" else "lr_supervised"]
     params.update(_flat("method", mc))
     params.update(_flat("training", cfg_dict["training"]))
     params.update(_flat("model", cfg_dict["model"]))

@@ -105,7 +105,7 @@ def test_print_config_is_resolved_and_loads_back(tmp_path):
     r = poxm("run", src, "--runs-dir", tmp_path, "training.epochs=3", "--print-config")   # overrides after options too
     assert r.returncode == 0, r.stderr
     printed = yaml.safe_load(r.stdout)
-    assert printed["training"]["epochs"] == 3 and printed["training"]["batch_size"] == 256   # a default, filled in
+    assert printed["training"]["epochs"] == 3 and printed["training"]["batch_size"] == 64   # a default, filled in
     assert printed["methods"]["logging"]["init"] == "logging"
     again = load_config(write(tmp_path, printed, "printed.yaml"))
     assert sweep_hash(again) == sweep_hash(load_config(src, ["training.epochs=3"]))

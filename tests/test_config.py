@@ -72,7 +72,7 @@ def test_missing_file_and_non_mapping(tmp_path):
 def test_layers_and_resolved_round_trip(tmp_path):
     cfg = load_config(data=BASE, overrides=["training.epochs=3", "datasets.0.variants.0.T=4"])
     assert cfg.training.epochs == 3                    # override beats file
-    assert cfg.training.batch_size == 256              # default where neither says
+    assert cfg.training.batch_size == 64               # default where neither says
     assert cfg.datasets[0].variants[0].T == 4.0
     again = load_config(_write(tmp_path, resolved_yaml(cfg)))
     assert again == cfg

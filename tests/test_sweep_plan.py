@@ -56,7 +56,7 @@ def test_plan_rejects_bad_input_before_ray(tmp_path):
 
 
 def test_write_plan_and_reload(tmp_path):
-    plan = plan_sweep(cfg("methods.logging.init=logging"), runs_dir=tmp_path)   # a default written out
+    plan = plan_sweep(cfg("methods.logging.init=null"), runs_dir=tmp_path)   # a default written out
     write_plan(plan)
     rd = plan.rd
     sw = json.loads(rd.sweep.read_text())

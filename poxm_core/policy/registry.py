@@ -28,7 +28,8 @@ class PolicyRequest:
 
 
 def build_policies(reqs: list[PolicyRequest], *, W0: np.ndarray, b0: np.ndarray, n_features: int | None,
-                   hidden: int, weight_decay: float, device: torch.device) -> tuple[list[Policy], dict[str, NetworkStack]]:
+                   hidden: int, weight_decay: float, device: torch.device,
+                   use_encoder: bool = False) -> tuple[list[Policy], dict[str, NetworkStack]]:
     """The policies of `reqs` (same order) and the network stacks by group.
 
     Linear policies read the frozen encoder's features (width d = W0.shape[1]); the others have width
@@ -45,12 +46,12 @@ def build_policies(reqs: list[PolicyRequest], *, W0: np.ndarray, b0: np.ndarray,
             members.setdefault(r.group, []).append(r)
     for g, rs in members.items():
         logging_init = [r.init == "logging" for r in rs]
-        if any(logging_init) and hidden != d:
+        if any(logging_init) and (hidden != d or not use_encoder):
             raise PoxmInputError(f"training.init=logging with the network policy needs training.hidden = model.dim "
-                                 f"({d}), got {hidden}")
+                                 f"({d}, got {hidden}) and training.network_inputs=sparse+encoder")
         stacks[g] = NetworkStack(n_features, d, hidden, [r.init for r in rs],
                                  [torch.Generator().manual_seed(int(r.seed) ^ 0x5EED) for r in rs],
-                                 [r.lr for r in rs], weight_decay, device)
+                                 [r.lr for r in rs], weight_decay, device, use_encoder=use_encoder)
     index = {g: 0 for g in members}
     for r in reqs:
         gen = torch.Generator().manual_seed(int(r.seed))

@@ -1,6 +1,7 @@
 """H policy networks trained side by side as ONE module: the trial's heads share batches, not weights.
 
-Every head k of a trial has its own network h_k(x) = U_k z + V_k^T x~ + c_k (policy/network.py). Run
+Every head k of a trial has its own network h_k(x) = V_k^T x~ + c_k [+ U_k z with
+training.network_inputs='sparse+encoder'] (policy/network.py). Run
 one by one, 60 heads cost 60 small matmuls, 60 embedding-bag backward passes and 60 optimiser
 steps per batch, and Python, not arithmetic, sets the pace. Stacked, the heads' parameters are
 column blocks of three tensors,
@@ -25,11 +26,11 @@ __all__ = ["NetworkStack"]
 
 class NetworkStack(nn.Module):
     def __init__(self, n_features: int, dim: int, hidden: int, inits: list[str], gens: list[torch.Generator],
-                 lrs: list[float], weight_decay: float, device: torch.device,
+                 lrs: list[float], weight_decay: float, device: torch.device, use_encoder: bool = False,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         super().__init__()
         H = len(inits)
-        self.H, self.h, self.dim, self.device = H, hidden, dim, device
+        self.H, self.h, self.dim, self.device, self.use_encoder = H, hidden, dim, device, use_encoder
         U = torch.empty((dim, H * hidden))
         c = torch.empty(H * hidden)
         V = torch.empty((n_features, H * hidden))
@@ -44,6 +45,10 @@ class NetworkStack(nn.Module):
                 U[:, cols] = (torch.rand((hidden, dim), generator=gen) * 2 * bound - bound).T
                 c[cols] = torch.rand(hidden, generator=gen) * 2 * bound - bound
                 V[:, cols] = torch.randn((n_features, hidden), generator=gen) / hidden ** 0.5
+        if not use_encoder:
+            if any(i == "logging" for i in inits):
+                raise ValueError("init='logging' needs the encoder input (training.network_inputs=sparse+encoder)")
+            U = torch.zeros((0, H * hidden))
         self.U = nn.Parameter(U.to(device))
         self.c = nn.Parameter(c.to(device))
         self.V = nn.Parameter(V.to(device))
@@ -55,14 +60,15 @@ class NetworkStack(nn.Module):
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self, z: torch.Tensor, bag) -> torch.Tensor:
         """(B, H h) features of every head (column block k = head k)."""
-        return z @ self.U + self.c + F.embedding_bag(bag[0], self.V, bag[1], mode="sum", per_sample_weights=bag[2])
+        out = self.c + F.embedding_bag(bag[0], self.V, bag[1], mode="sum", per_sample_weights=bag[2])
+        return out + z @ self.U if self.use_encoder else out
 
     def head_features(self, k: int, z: torch.Tensor, bag) -> torch.Tensor:
         """(B, h) features of head k alone (evaluation: only its columns are read)."""
         cols = slice(k * self.h, (k + 1) * self.h)
         V = self.V[:, cols].contiguous()
-        return z @ self.U[:, cols] + self.c[cols] + F.embedding_bag(bag[0], V, bag[1], mode="sum",
-                                                                     per_sample_weights=bag[2])
+        out = self.c[cols] + F.embedding_bag(bag[0], V, bag[1], mode="sum", per_sample_weights=bag[2])
+        return out + z @ self.U[:, cols] if self.use_encoder else out
 
     # ---- optimiser: H independent Adams, one vectorised step -------------------------------------
     @torch.no_grad()
