@@ -106,7 +106,7 @@ def test_print_config_is_resolved_and_loads_back(tmp_path):
     assert r.returncode == 0, r.stderr
     printed = yaml.safe_load(r.stdout)
     assert printed["training"]["epochs"] == 3 and printed["training"]["batch_size"] == 64   # a default, filled in
-    assert printed["methods"]["logging"]["init"] == "logging"
+    assert printed["methods"]["logging"]["init"] is None and printed["training"]["init"] == "fresh"
     again = load_config(write(tmp_path, printed, "printed.yaml"))
     assert sweep_hash(again) == sweep_hash(load_config(src, ["training.epochs=3"]))
     from orchestration.sweep import plan_sweep

@@ -7,28 +7,31 @@ TRUE value (exact Plackett-Luce value or a deterministic slate), not an estimate
         to V* as the log grows;
   (iii) with a peaked logging policy, a misspecified Direct Method stays clearly below V* while POXM
         gets closer to V* than DM.
-Settings were checked on seeds 0-5 (the test runs seed 0); the thresholds are the claims, not numbers
+Settings were checked on seeds 0-9 (the test runs seed 0; POXM_KNOWN_ANSWER_SEED picks another); the thresholds are the claims, not numbers
 measured from the code under test.
 """
 from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from poxm_core.bandit.known_answer import (greedy_slate_value, logging_value, make_world, optimal_value,
                                            pl_slate_value, sample_contexts, simulate_log)
 from poxm_core.errors import PoxmInputError
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = 0
+SEED = int(os.environ.get("POXM_KNOWN_ANSWER_SEED", "0"))
 P = 8          # |Phi^p|
 ELL = 5
 LAM = 0.1      # of the size of the per-position reward rate (~0.1 here)
+N_LARGE = 4000
 WORLD = dict(m=8, L=30, K=15, noise=2.0, label_shift=1.0)
 
 
@@ -41,6 +44,15 @@ def _bench():
 
 
 B = _bench()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The problems are tiny: one torch thread is as fast and immune to CPU oversubscription."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 
 
 def _pl_brute(s: np.ndarray, v: np.ndarray, ell: int) -> float:
@@ -76,7 +88,7 @@ def test_optimum_matches_brute_force():
 def test_exact_pl_value_matches_enumeration():
     g = np.random.default_rng(1)
     s = g.normal(size=(4, 7)) * 2.0
-    s[1] *= 400.0                       # peaked row: logit gaps > 600, the log-space path
+    s[1] = [3.0, -650.0, 1.5, -1400.0, -2100.0, 0.5, -900.0]   # gaps > 600: the log-space path
     s[2, [1, 4]] = -np.inf              # padding
     v = g.random((4, 7))
     exact = pl_slate_value(s, v, 5, per_context=True)
@@ -90,7 +102,7 @@ def test_exact_pl_value_matches_enumeration():
 
 def test_log_is_consistent_with_rho():
     world = make_world(seed=SEED, **WORLD)
-    ctx = sample_contexts(world, 20000, seed=4)
+    ctx = sample_contexts(world, 10000, seed=4)
     log = simulate_log(world, ctx, seed=5)
     rho = np.exp(ctx.log_rho)
     np.testing.assert_allclose(rho.sum(axis=1), 1.0)
@@ -123,7 +135,7 @@ def _eval_ctx(world):
 
 def test_poxm_approaches_the_optimum_as_n_grows():
     world, small, _ = _fit(1.0, 500)
-    _, large, _ = _fit(1.0, 8000)
+    _, large, _ = _fit(1.0, N_LARGE)
     ev = _eval_ctx(world)
     v_rho, v_star = logging_value(ev, ELL), optimal_value(ev, P, ELL)
     v_small = B.value_softmax(small, ev, P, ELL)
@@ -137,7 +149,7 @@ def test_poxm_approaches_the_optimum_as_n_grows():
 
 
 def test_peaked_logging_dm_is_biased_poxm_gets_closer():
-    world, pol, dm = _fit(0.5, 8000, dm=True)
+    world, pol, dm = _fit(0.5, N_LARGE, dm=True)
     ev = _eval_ctx(world)
     rho = np.exp(ev.log_rho)
     assert rho[:, 0].mean() > 0.6 and rho[:, :ELL].sum(axis=1).mean() > 0.9       # rho is peaked

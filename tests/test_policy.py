@@ -189,7 +189,9 @@ def test_logging_init_needs_encoder_input_and_width_d():
 def test_poxm_network_policy_touches_only_phi_rows(inputs):
     p = 4
     prep = tiny_prepared(L=40)
-    cfg = tiny_config({"poxm": {"p": [p], "lam": [0.5], "lr": 0.05}}, epochs=1, hidden=8, network_inputs=inputs)
+    # weight decay: a row the loss merely asks for moves too (g = wd * W), so "asked for" is visible
+    cfg = tiny_config({"poxm": {"p": [p], "lam": [0.5], "lr": 0.05}}, epochs=1, hidden=8, network_inputs=inputs,
+                      weight_decay=1e-3)
     assert cfg.training.policy == "network"
     spec = trial_specs(cfg, "method")[0]
     with torch.no_grad():

@@ -38,7 +38,7 @@ CFG = {"device": "cpu", "group_by": "seed",
        "datasets": [{"name": "d", "val_fraction": 0.1, "synthetic": {"n_train": 10, "preset": None},
                      "variants": [{"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2.0}]}],
        "methods": {"poxm": {"p": [5, 10], "lam": [0.9], "lr": None, "init": "logging"}, "dm": {"lr": 0.01}},
-       "training": {"epochs": 3, "lr": 0.001}, "model": {"dim": 8}}
+       "training": {"epochs": 3, "lr_is": 0.001, "lr_supervised": 0.002}, "model": {"dim": 8}}
 GRID = [{"dataset": "d", "variant": "A", "method": "poxm", "p": p, "lam": 0.9, "seed": 0} for p in (5, 10)] + \
        [{"dataset": "d", "variant": "A", "method": "dm", "p": None, "lam": None, "seed": 0}]
 
@@ -46,7 +46,8 @@ GRID = [{"dataset": "d", "variant": "A", "method": "poxm", "p": p, "lam": 0.9, "
 def test_point_params_cover_grid_and_settings():
     prm = tracking.point_params(CFG, GRID[0], "d-A-s0-all")
     assert prm["p"] == "5" and prm["lam"] == "0.9" and prm["alpha"] == "0.2" and prm["T"] == "2.0"
-    assert prm["method.lr"] == "0.001"              # None -> the training.lr the trainer uses
+    assert prm["method.lr"] == "0.001"              # None -> the protocol's rate the trainer uses (lr_is for POXM)
+    assert prm["protocol"] == "paper+lr_is=0.001,lr_supervised=0.002"
     assert prm["training.epochs"] == "3" and prm["model.dim"] == "8" and prm["synthetic.n_train"] == "10"
     assert "method.p" not in prm and prm["trial"] == "d-A-s0-all"
     assert tracking.point_params(CFG, GRID[2], "t")["method.lr"] == "0.01"

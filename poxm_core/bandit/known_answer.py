@@ -22,8 +22,10 @@ available, no 1 - cumsum cancellation), cand_pos_ij = rank of y_ij in the rho-or
 True values (V(pi) = E_x E_{slate ~ pi}[ sum_j P(r=1 | x, y_j) ], the mean over the given contexts):
   - `pl_slate_value`: a Plackett-Luce policy with logits s over a support (Phi^p(x), or C(x) for rho),
     slates of ell drawn without replacement. EXACT: a dynamic programme over the unordered sets of
-    items drawn so far (the PL transition depends only on that set), in log space, so peaked
-    policies are handled exactly; cost ~ sum_{k<ell} C(m, k) (m - k) per context (m <= 24 allowed).
+    items drawn so far (the PL transition depends only on that set); the mass left after a set is a
+    sum of non-negative terms (no 1 - sum cancellation), in linear space with weights
+    exp(s - s_(ell)), or in log space for rows whose top logit exceeds the ell-th by > 600, so
+    peaked policies are exact too; cost ~ sum_{k<ell} C(m, k) (m - k) per context (m <= 24).
     `method="mc"` is a Monte-Carlo alternative (Gumbel-top-k with many slates), for checks only.
   - `greedy_slate_value`: the deterministic slate of the ell largest logits of the support.
   - `optimal_value`: the OPTIMUM within Phi^p: the ell labels of Phi^p(x) with the largest true
@@ -270,8 +272,10 @@ def _pl_value_exact(scores: np.ndarray, probs: np.ndarray, ell: int, chunk: int)
                              f"distinct items cannot be drawn")
     lin = (srt[:, 0] - srt[:, ell - 1]) <= _LIN_GAP
     out = np.empty(scores.shape[0])
-    for lo in range(0, scores.shape[0], 4096):
-        sl = slice(lo, lo + 4096)
+    widest = max([src.size for _, src, _ in _set_dp_tables(scores.shape[1], ell) if src is not None] + [1])
+    rows_per = max(1, int(8_000_000 // widest))          # ~64 MB for the (rows, C_{k+1}, k+1) gather
+    for lo in range(0, scores.shape[0], rows_per):
+        sl = slice(lo, lo + rows_per)
         rows = lo + np.flatnonzero(lin[sl])
         if rows.size:
             out[rows] = _pl_value_exact_lin(scores[rows], probs[rows], ell)
