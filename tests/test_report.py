@@ -69,7 +69,7 @@ def test_partial_seed_and_missing_method_are_marked_not_dropped():
     t = metric_table("results", "d", "A", stats, expected, sel)
     labels = [r[0] for r in t.rows]
     assert labels == ["Logging policy", "Direct Method", "BanditNet", "PM-BanditNet", "POXM", "wPOXM",
-                      "Supervised skyline"]
+                      "DR-POXM", "Supervised skyline (frozen inputs)", "Supervised skyline (end to end, the paper's)"]
     assert t.rows[labels.index("POXM")][2] == "40.50 ± 0.71 (n=2/3)"
     assert t.rows[labels.index("BanditNet")][1:7] == ["—"] * 6
     md = to_markdown(t)

@@ -33,11 +33,12 @@ from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid,
 from orchestration.selection import (DEFAULT_CRITERION, ORACLE_METRIC, POINT, SELECT_SPLIT, is_criterion,
                                      order_criteria, selection_label)
 
-METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "skyline"]
+METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "skyline", "skyline_e2e"]
 METHOD_NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet",
                 "pm_banditnet": "PM-BanditNet", "poxm": "POXM", "wpoxm": "wPOXM",
-                "skyline": "Supervised skyline", "dr_poxm": "DR-POXM"}
-FULL_INFORMATION = ("skyline",)
+                "skyline": "Supervised skyline (frozen inputs)", "dr_poxm": "DR-POXM",
+                "skyline_e2e": "Supervised skyline (end to end, the paper's)"}
+FULL_INFORMATION = ("skyline", "skyline_e2e")
 STOCHASTIC = ["R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"]
 GREEDY = ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5"]
 # A deterministic top-k slate has R@k = P@k, nDCR@k = nDCG@k, PSR@k = PSP@k.
@@ -136,7 +137,7 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
             vals = paper.paper_row(dataset, m)
             if vals is None:
                 continue
-            label = ("AttentionXML (skyline)" if m == "skyline" else method_name(m))
+            label = ("AttentionXML (skyline)" if m == "skyline_e2e" else method_name(m))
             if m in FULL_INFORMATION:
                 italic.add(len(rows))
             rows.append([label] + [f"{vals[k]:.2f}" for k in metrics] + ["", ""])
