@@ -150,7 +150,7 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
     proc = subprocess.Popen(POXM + ["ui", str(run), "--port", str(port)], cwd=REPO, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 180   # a loaded 2-core machine has taken > 90 s
         while True:
             try:
                 body = urllib.request.urlopen(

@@ -214,7 +214,7 @@ def mlflow_server(tmp: Path):
                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 180   # a loaded 2-core machine has taken > 90 s
         while True:
             try:
                 urllib.request.urlopen(uri + "/health", timeout=2)
