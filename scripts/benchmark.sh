@@ -18,7 +18,8 @@ publish() {   # publish DATASET OUT_NAME [overrides...]
   .venv/bin/poxm report "$run_dir"
   mkdir -p docs/results && rm -rf "docs/results/$out.tmp" && cp -r "$run_dir/report" "docs/results/$out.tmp"
   gzip -9 -c "$run_dir/results/rows.csv" > "docs/results/$out.tmp/rows.csv.gz"   # every row, per-epoch ones too
-  cp "$run_dir/results/prepare.csv" "$run_dir/config.yaml" "docs/results/$out.tmp/"
+  cp "$run_dir/results/prepare.csv" "docs/results/$out.tmp/"
+  sed "s|^runs_dir: .*|runs_dir: runs|" "$run_dir/config.yaml" > "docs/results/$out.tmp/config.yaml"   # no machine paths
   rm -rf "docs/results/$out" && mv "docs/results/$out.tmp" "docs/results/$out"
 }
 # Delicious under the paper protocol: A and the T axis only (B and C need about 27 more CPU-minutes a
