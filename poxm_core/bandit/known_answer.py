@@ -43,6 +43,7 @@ from itertools import combinations
 import numpy as np
 
 from poxm_core.errors import PoxmInputError
+from poxm_core.estimators.plackett_luce import _lse_np as _lse
 
 __all__ = ["KnownAnswerWorld", "KnownAnswerContexts", "KnownAnswerLog", "make_world", "sample_contexts",
            "simulate_log", "pl_slate_value", "greedy_slate_value", "optimal_value", "logging_value",
@@ -183,14 +184,6 @@ def phi_scores(scores_all: np.ndarray, ctx: KnownAnswerContexts, p: int) -> np.n
 
 
 # -------------------------------------------------------------------------------------- values
-def _lse(a: np.ndarray, axis: int) -> np.ndarray:
-    mx = np.max(a, axis=axis, keepdims=True)
-    mx = np.where(np.isfinite(mx), mx, 0.0)
-    with np.errstate(divide="ignore"):
-        out = np.log(np.sum(np.exp(a - mx), axis=axis, keepdims=True)) + mx
-    return np.squeeze(out, axis=axis)
-
-
 @lru_cache(maxsize=32)
 def _set_dp_tables(m: int, ell: int):
     """Per level k < ell: masks (C_k, m) of the k-sets, and transitions (src, item) sorted by
