@@ -8,11 +8,17 @@ not stored because there is none to store: every generator of epoch e is re-seed
 uninterrupted one. A checkpoint directory is assembled under a temporary name in the same folder
 and renamed into place (os.replace), so a directory named epoch_XXXX is always complete; only the
 `keep` most recent ones are kept.
+
+Security: state.pt is read with `torch.load(weights_only=True)`, which unpickles only tensors, dicts,
+lists, tuples, numbers, strings, booleans and None; nothing in a checkpoint can run code. `save_checkpoint`
+converts NumPy arrays and scalars to tensors and Python numbers so what it writes loads that way; a file
+that needs anything else (a crafted pickle with a `__reduce__` payload) is refused with one line.
 """
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -35,7 +41,7 @@ def save_checkpoint(out_dir: Path, epoch: int, state: dict, meta: dict, keep: in
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    torch.save(state, tmp / "state.pt")
+    torch.save(plain_state(state), tmp / "state.pt")
     (tmp / "meta.json").write_text(json.dumps({**meta, "epoch": epoch}, indent=1, sort_keys=True))
     if final.exists():          # an earlier attempt reached this epoch: the new one replaces it
         shutil.rmtree(final)
@@ -44,6 +50,25 @@ def save_checkpoint(out_dir: Path, epoch: int, state: dict, meta: dict, keep: in
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def plain_state(obj):
+    """`obj` with NumPy arrays as tensors and NumPy scalars as Python numbers (recursively), so that
+    `torch.load(weights_only=True)` reads it back; anything else that is not plain data is an error."""
+    import numpy as np
+    if isinstance(obj, np.generic):          # before float/int: np.float64 is a float subclass
+        return obj.item()
+    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, dict):
+        return {k: plain_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        out = [plain_state(v) for v in obj]
+        return out if isinstance(obj, list) else tuple(out)
+    raise TypeError(f"checkpoint state holds a {type(obj).__name__}: only tensors, dicts, lists, numbers "
+                    "and strings can be saved (they must load with torch.load(weights_only=True))")
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
@@ -61,4 +86,14 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
     f = path / "state.pt"
     if not f.is_file():
         raise PoxmInputError(f"{path}: not a trial checkpoint (expected {f.name} inside an epoch_XXXX folder)")
-    return torch.load(f, map_location=device, weights_only=False)
+    try:
+        return torch.load(f, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        m = re.search(r"(?:unsupported GLOBAL|Unsupported global:)\s*(?:GLOBAL\s*)?([\w.]+)", str(exc), re.I)
+        what = m.group(1) if m else ""
+        raise PoxmInputError(f"{f}: refused: not a plain-tensor checkpoint"
+                             + (f" (it asks to load {what})" if what else "")
+                             + "; poxm loads only tensors and plain data, never code") from None
+    except (RuntimeError, EOFError, ValueError) as exc:
+        raise PoxmInputError(f"{f}: not a readable checkpoint ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
