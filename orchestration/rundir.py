@@ -89,7 +89,11 @@ class RunDir:
     @classmethod
     def for_config(cls, cfg: SweepConfig, runs_dir: str | os.PathLike | None = None) -> "RunDir":
         base = Path(runs_dir if runs_dir is not None else cfg.runs_dir).expanduser().resolve()
-        return cls(base / sweep_id(cfg))
+        root = (base / sweep_id(cfg)).resolve()
+        if root.parent != base:       # the config loader rejects such names; this keeps any other caller inside
+            raise PoxmInputError(f"config key 'name': {cfg.name!r} would put the run directory outside runs_dir "
+                                 f"{base}; use a plain name such as 'my-sweep'")
+        return cls(root)
 
     @classmethod
     def existing(cls, path: str | os.PathLike) -> "RunDir":

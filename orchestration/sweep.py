@@ -83,10 +83,29 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     for name, mc in cfg.methods.items():
         get_method(name).validate(mc)
     specs = trial_specs(cfg, cfg.group_by)
+    _check_p(cfg, specs)
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise PoxmInputError(f"config: two trials share a name ({names}); dataset/variant names must be distinct")
     return SweepPlan(cfg, rd, cache, specs)
+
+
+def _check_p(cfg: SweepConfig, specs) -> None:
+    """p (the action selector's size) cannot exceed the K = model.n_candidates candidates C(x), nor a
+    synthetic dataset's label count: known now, so not found inside a trial after Ray has started."""
+    for s in specs:
+        d = cfg.dataset(s.dataset)
+        n_labels = d.synthetic.n_labels if d.synthetic is not None and d.synthetic.n_labels else None
+        K = min(cfg.model.n_candidates, n_labels) if n_labels else cfg.model.n_candidates
+        for h in s.heads:
+            if h.p is not None and h.p > K:
+                valid = sorted(x for x in (cfg.methods[h.method].p or []) if x <= K) or [K]
+                raise PoxmInputError(
+                    f"config key 'methods.{h.method}.p': p={h.p} exceeds the {K} candidates C(x) of dataset "
+                    f"{s.dataset} (model.n_candidates={cfg.model.n_candidates}"
+                    + (f", synthetic.n_labels={n_labels}" if n_labels else "")
+                    + f"); use p <= {K}, e.g. p: {valid}"
+                    + (f" or model.n_candidates={h.p}" if not n_labels or h.p <= n_labels else ""))
 
 
 def write_plan(plan: SweepPlan) -> None:

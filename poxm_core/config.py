@@ -294,14 +294,16 @@ def _yaml_line(source: str, text: str | None, path: tuple) -> str:
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
                 data: dict | None = None) -> SweepConfig:
     """Load a SweepConfig from YAML (or a dict), apply overrides, validate strictly."""
+    from poxm_core.config_checks import Locator, check_values, read_config_text, yaml_root
     source = str(path) if path is not None else "<config>"
-    text = None
+    text = root = None
     if data is None:
         p = Path(path)  # type: ignore[arg-type]
         if not p.exists():
             raise PoxmInputError(f"{p}: config file not found")
-        text = p.read_text()
+        text = read_config_text(p)
         try:
+            root = yaml_root(text, str(p))          # a duplicate key is an error naming its line
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
@@ -311,6 +313,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
             raise PoxmInputError(f"{p}: expected a mapping of config keys at the top level")
     data = apply_overrides(data, overrides or [])
     _check_keys(SweepConfig, data, "", source)
+    where = Locator(source, root, overrides)
+    check_values(SweepConfig, data, where)          # booleans as numbers, empty grids, names leaving runs_dir
     try:
         return SweepConfig.model_validate(data)
     except ValidationError as exc:
@@ -319,7 +323,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
         got_s = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
-        raise PoxmInputError(f"{_yaml_line(source, text, err['loc'])}: config key '{loc}': {msg}{got_s}") from None
+        raise PoxmInputError(f"{where(err['loc'])}: config key '{loc}': {msg}{got_s}") from None
 
 
 def resolved_dict(cfg: BaseModel) -> dict:

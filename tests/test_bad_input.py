@@ -84,3 +84,68 @@ def test_checkpoints_load_with_weights_only(tmp_path):
     assert back["rows"][0] == {"value": 0.5, "final": True}
     assert isinstance(back["heads"]["h"]["m"], torch.Tensor)
     assert load_checkpoint(path, torch.device("cpu"))["epoch"] == 1
+
+
+# ------------------------------------------------------------------------------------- config files
+# (case id, YAML text or dict, extra args, needles in the one line)
+
+TWO_VARIANTS = """\
+name: lines
+datasets:
+  - name: synthetic
+    synthetic: {n_train: 100, n_test: 50, n_features: 50, n_labels: 20, mean_labels: 2}
+    variants:
+      - name: A
+        alpha: 0.5
+      - name: B
+        alpha: 1.5
+methods: {poxm: {p: [5], lam: [0.9]}}
+"""
+
+CONFIG_CASES = [
+    ("alpha-second-variant", TWO_VARIANTS, [], ["c.yaml:9:", "datasets.0.variants.1.alpha", "(0, 1]"]),
+    ("alpha-by-override", TWO_VARIANTS, ["datasets.0.variants.1.alpha=1", "datasets.0.variants.0.alpha=7"],
+     ["override 'datasets.0.variants.0.alpha=7'", "datasets.0.variants.0.alpha"]),
+    ("duplicate-key", "name: d\ntraining:\n  epochs: 2\n  epochs: 3\n", [],
+     ["c.yaml:4:", "duplicate config key 'training.epochs'", "line 3"]),
+    ("epochs-true", dict(GOOD, training={"epochs": True}), [], ["c.yaml:", "training.epochs", "boolean", "epochs: 20"]),
+    ("epochs-true-override", GOOD, ["training.epochs=true"], ["override 'training.epochs=true'", "integer"]),
+    ("p-list-bool", dict(GOOD, methods={"poxm": {"p": [True], "lam": [0.9]}}), [], ["methods.poxm.p.0", "boolean"]),
+    ("alpha-bool", dict(GOOD, datasets=[dict(GOOD["datasets"][0], variants=[{"name": "A", "alpha": True}])]), [],
+     ["datasets.0.variants.0.alpha", "a number"]),
+    ("methods-empty", dict(GOOD, methods={}), [], ["config key 'methods'", "at least one method", "poxm"]),
+    ("datasets-empty", dict(GOOD, datasets=[]), [], ["config key 'datasets'", "at least one dataset"]),
+    ("name-dotdot", dict(GOOD, name="../../x"), [], ["c.yaml:1:", "config key 'name'", "runs_dir", "e.g. 'x'"]),
+    ("name-absolute", dict(GOOD, name="/tmp/x"), [], ["config key 'name'", "e.g. 'tmp-x'"]),
+    ("name-slash-override", GOOD, ["name=a/b"], ["override 'name=a/b'", "not a plain name"]),
+    ("variant-name-slash", dict(GOOD, datasets=[dict(GOOD["datasets"][0], variants=[{"name": "../A", "alpha": 0.5}])]),
+     [], ["datasets.0.variants.0.name", "not a plain name"]),
+    ("p-over-candidates", dict(GOOD, methods={"poxm": {"p": [5, 12], "lam": [0.9]}}), [],
+     ["methods.poxm.p", "p=12", "10 candidates", "p <= 10", "p: [5]"]),
+    ("not-utf8", b"name: caf\xe9\n", [], ["c.yaml:1:", "not UTF-8"]),
+]
+
+
+@pytest.mark.parametrize("case,text,extra,needles", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
+@pytest.mark.parametrize("command", ["run", "prepare"])
+def test_bad_config(tmp_path, capsys, case, text, extra, needles, command):
+    cfg = tmp_path / "c.yaml"
+    if isinstance(text, bytes):
+        cfg.write_bytes(text)
+    else:
+        write(tmp_path, text)
+    if command == "prepare" and case == "p-over-candidates":
+        pytest.skip("prepare does not train heads: p is checked by run/train")
+    runs = tmp_path / "runs"
+    rc, _, err = cli(capsys, command, cfg, f"runs_dir={runs}", *extra)
+    assert_one_line(rc, err, *needles)
+    assert not runs.exists(), "nothing may be left behind"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_run_a_directory(tmp_path, capsys):
+    rc, _, err = cli(capsys, "run", tmp_path)
+    assert_one_line(rc, err, str(tmp_path), "is a directory")
+    (tmp_path / "sweep.json").write_text("{}")
+    rc, _, err = cli(capsys, "run", tmp_path)
+    assert_one_line(rc, err, f"poxm resume {tmp_path}")
