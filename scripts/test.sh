@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# From a fresh clone: create .venv (scripts/bootstrap.sh), then run the whole test suite.
-# Extra arguments go to pytest, e.g. `./scripts/test.sh -m "not slow"` or `./scripts/test.sh tests/test_cli.py`.
+# From a fresh clone: create .venv (scripts/bootstrap.sh), then run the tests (pytest).
+#   ./scripts/test.sh              the fast tier: every test not marked `slow` (under 2 minutes on 2 cores)
+#   ./scripts/test.sh --all        everything, the slow tier included (Ray, MLflow servers, `poxm` subprocesses,
+#                                  longer training runs; about 10 minutes on 2 cores)
+#   ./scripts/test.sh --slow       the slow tier only
+# Other arguments go to pytest, e.g. `./scripts/test.sh tests/test_cli.py` or `./scripts/test.sh --all -k resume`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=(-m "not slow")
+args=()
+for a in "$@"; do
+  case "$a" in
+    --all) tier=() ;;
+    --slow) tier=(-m slow) ;;
+    *) args+=("$a") ;;
+  esac
+done
 ./scripts/bootstrap.sh
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q ${tier[@]+"${tier[@]}"} ${args[@]+"${args[@]}"}

@@ -40,37 +40,44 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None
         assert n in lines[0], (n, lines[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["", "prepare", "train", "run", "resume", "status", "ui", "report"])
 def test_help(cmd):
     r = poxm(*([cmd] if cmd else []), "--help")
     assert r.returncode == 0 and "usage: poxm" in r.stdout
 
 
+@pytest.mark.slow
 def test_unknown_config_key_names_nearest(tmp_path):
     bad = dict(GOOD, trainng={"epochs": 2})
     assert_one_line_error(poxm("run", write(tmp_path, bad)), "unknown config key 'trainng'", "did you mean 'training'")
 
 
+@pytest.mark.slow
 def test_unknown_nested_key(tmp_path):
     bad = dict(GOOD, training={"epohcs": 2})
     assert_one_line_error(poxm("run", write(tmp_path, bad)), "training.epohcs", "did you mean 'training.epochs'")
 
 
+@pytest.mark.slow
 def test_missing_config_file(tmp_path):
     assert_one_line_error(poxm("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
     assert_one_line_error(poxm("prepare", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
+@pytest.mark.slow
 def test_unknown_dataset(tmp_path):
     bad = dict(GOOD, datasets=[dict(GOOD["datasets"][0], name="bibtexx")])
     assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "bibtexx", "did you mean 'bibtex'")
 
 
+@pytest.mark.slow
 def test_missing_dataset_files(tmp_path):
     bad = dict(GOOD, datasets=[{"name": "bibtex", "path": str(tmp_path / "no-bibtex"), "variants": [{"name": "A", "alpha": 0.5}]}])
     assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "no-bibtex", "not found")
 
 
+@pytest.mark.slow
 def test_unknown_method(tmp_path):
     bad = dict(GOOD, methods={"poxn": {"p": [5], "lam": [0.9]}})
     assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "poxn", "did you mean 'poxm'")
@@ -80,10 +87,12 @@ def test_unknown_method(tmp_path):
                                              ("training.epochs=zero", "training.epochs"),
                                              ("trainig.epochs=3", "did you mean 'training'"),
                                              ("datasets.7.name=x", "not a valid index")])
+@pytest.mark.slow
 def test_bad_override(tmp_path, override, needle):
     assert_one_line_error(poxm("run", write(tmp_path, GOOD), override), needle)
 
 
+@pytest.mark.slow
 def test_bad_arguments(tmp_path):
     assert_one_line_error(poxm("run", write(tmp_path, GOOD), "--no-such-flag"), "unrecognized arguments")
     assert_one_line_error(poxm("run"), "CONFIG")
@@ -91,12 +100,14 @@ def test_bad_arguments(tmp_path):
     assert_one_line_error(poxm("train", write(tmp_path, GOOD)), "--out")
 
 
+@pytest.mark.slow
 def test_bad_run_dir(tmp_path):
     for cmd in ("resume", "status", "report", "ui"):
         assert_one_line_error(poxm(cmd, tmp_path / "missing"), "run directory not found")
     assert_one_line_error(poxm("status", tmp_path), "not a poxm run directory")
 
 
+@pytest.mark.slow
 def test_print_config_is_resolved_and_loads_back(tmp_path):
     from orchestration.rundir import sweep_hash
     from poxm_core.config import load_config
@@ -125,6 +136,7 @@ def test_shipped_configs_load_and_plan(tmp_path):
         assert plan.specs, p.name
 
 
+@pytest.mark.slow
 def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
     """`poxm ui` serves the run's SQLite store on 127.0.0.1, and SIGTERM leaves no server or worker process
     behind (mlflow forks uvicorn and job-queue workers; `poxm ui` takes their whole group down)."""

@@ -100,6 +100,7 @@ def test_exact_pl_value_matches_enumeration():
         pl_slate_value(np.full((1, 7), -np.inf), v[:1], 5)
 
 
+@pytest.mark.slow
 def test_log_is_consistent_with_rho():
     world = make_world(seed=SEED, **WORLD)
     ctx = sample_contexts(world, 10000, seed=4)
@@ -133,6 +134,7 @@ def _eval_ctx(world):
     return sample_contexts(world, 1000, seed=10_000 + SEED)
 
 
+@pytest.mark.slow
 def test_poxm_approaches_the_optimum_as_n_grows():
     world, small, _ = _fit(1.0, 500)
     _, large, _ = _fit(1.0, N_LARGE)

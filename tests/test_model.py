@@ -92,6 +92,7 @@ def _separable(n=300, L=6, per=4, seed=0):
     return X, Y, lab
 
 
+@pytest.mark.slow
 def test_logging_model_learns_and_is_deterministic():
     X, Y, lab = _separable()
     mcfg = ModelConfig(dim=16, epochs=8, lr=1e-2, batch_size=32)

@@ -206,6 +206,7 @@ def _run_dir(tmp: Path, with_sweep: bool = True) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     run = _run_dir(tmp_path)
     out = build_report(run)
@@ -242,6 +243,7 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "report", "results", "sweep.json"]
 
 
+@pytest.mark.slow
 def test_build_report_without_sweep_json_and_bad_inputs(tmp_path):
     run = _run_dir(tmp_path, with_sweep=False)
     (run / "results" / "prepare.csv").unlink()
@@ -362,6 +364,7 @@ CONFIG_DATASETS = """datasets:
 """
 
 
+@pytest.mark.slow
 def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_path):
     run = _config_run(tmp_path, "name: tiny\nseeds: [0, 1, 2]\nselection: {criterion: PIS}\n"
                                 "training: {epochs: 2, protocol: paper+init=logging}\n" + CONFIG_DATASETS)
@@ -393,6 +396,7 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
     assert "PIS (prefix-product" in index
 
 
+@pytest.mark.slow
 def test_build_report_no_sharpness_figure_without_two_beta0_variants(tmp_path):
     cfg = CONFIG_DATASETS.replace("{name: B, alpha: 0.2, beta: 0.0, T: 8}", "{name: B, alpha: 0.2, beta: 1.5, T: 5}")
     run = _config_run(tmp_path, "name: tiny\nseeds: [0, 1, 2]\n" + cfg)

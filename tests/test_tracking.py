@@ -64,6 +64,7 @@ def store(db, request, tmp_path):
     return db, tracking.init_store(db, f"sweep-x-{request.node.name}", tmp_path / "mlartifacts")
 
 
+@pytest.mark.slow
 def test_runs_created_once_and_found_again(store, tmp_path):
     uri, exp = store
     assert tracking.init_store(uri, tracking.client(uri).get_experiment(exp).name, tmp_path / "mlartifacts") == exp
@@ -84,6 +85,7 @@ def test_runs_created_once_and_found_again(store, tmp_path):
     assert c.get_experiment(exp).artifact_location == (tmp_path / "mlartifacts").as_uri()
 
 
+@pytest.mark.slow
 def test_worker_logger_dedupes_epochs_and_finishes(store):
     uri, exp = store
     parent = tracking.ensure_parent(uri, exp, "sweep-x", {})
@@ -115,6 +117,7 @@ def test_worker_logger_dedupes_epochs_and_finishes(store):
     assert got.data.metrics["val_SNIS"] == pytest.approx(0.3) and "val_SNIS_se" not in got.data.metrics
 
 
+@pytest.mark.slow
 def test_close_points_leaves_nothing_running(store):
     uri, exp = store
     parent = tracking.ensure_parent(uri, exp, "sweep-x", {})
@@ -131,6 +134,7 @@ def test_close_points_leaves_nothing_running(store):
     assert st[parent] == "FAILED" and "RUNNING" not in st.values() and "SCHEDULED" not in st.values()
 
 
+@pytest.mark.slow
 def test_tag_selected(store):
     uri, exp = store
     parent = tracking.ensure_parent(uri, exp, "sweep-x", {})

@@ -34,6 +34,7 @@ def head_rows(df, method, p=-1):
 
 # --------------------------------------------------------------------------------- resume
 
+@pytest.mark.slow
 def test_resume_after_one_epoch_equals_uninterrupted(tmp_path):
     spec = spec_of(tiny_config(SMALL), "poxm", "banditnet")
     full = run_trial(tiny_config(SMALL, epochs=3), spec, PREP, tmp_path / "a", progress=False)
@@ -43,6 +44,7 @@ def test_resume_after_one_epoch_equals_uninterrupted(tmp_path):
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["epoch_0002", "epoch_0003"]
 
 
+@pytest.mark.slow
 def test_crash_in_on_epoch_then_restart_equals_uninterrupted(tmp_path):
     cfg = tiny_config(SMALL, epochs=3)
     spec = spec_of(cfg, "poxm")
@@ -73,6 +75,7 @@ def test_resume_from_other_config_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------------- grouping
 
+@pytest.mark.slow
 def test_grouped_heads_equal_heads_trained_alone(tmp_path):
     cfg = tiny_config(SMALL, epochs=2)
     group = spec_of(cfg, "logging", "poxm", "banditnet", "dm")
