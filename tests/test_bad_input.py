@@ -149,3 +149,23 @@ def test_run_a_directory(tmp_path, capsys):
     (tmp_path / "sweep.json").write_text("{}")
     rc, _, err = cli(capsys, "run", tmp_path)
     assert_one_line(rc, err, f"poxm resume {tmp_path}")
+
+
+# ------------------------------------------------------------------------------------- data files
+
+def test_non_utf8_byte_in_a_data_file(tmp_path, capsys):
+    folder = tmp_path / "bib"
+    folder.mkdir()
+    rows = b"3 1836 159\n0 1:1.0\n1 2:1.0\n2 3:1.0 caf\xe9\n"
+    (folder / "bibtex_train.txt").write_bytes(rows)
+    (folder / "bibtex_test.txt").write_bytes(rows)
+    cfg = write(tmp_path, dict(GOOD, datasets=[{"name": "bibtex", "path": str(folder),
+                                                 "variants": [{"name": "A", "alpha": 0.5}]}]))
+    rc, _, err = cli(capsys, "prepare", cfg, f"runs_dir={tmp_path}/runs")
+    assert_one_line(rc, err, "bibtex_train.txt:4:", "not UTF-8", "0xe9")
+    assert not list((tmp_path / "runs").rglob("*.npz")), "nothing half-prepared is left behind"
+
+    from poxm_core.data.readers import read_xc_bow
+    from poxm_core.errors import PoxmInputError
+    with pytest.raises(PoxmInputError, match=r"bibtex_test.txt:4: not UTF-8"):
+        read_xc_bow(folder / "bibtex_test.txt")

@@ -44,7 +44,54 @@ def _open(path: Path) -> IO[str]:
         raise PoxmInputError(f"{path}: file not found")
     if not path.is_file():
         raise PoxmInputError(f"{path}: expected a file, found a directory or special file")
-    return open(path, encoding="utf-8", newline=None)
+    return _Utf8Text(path)
+
+
+def _utf8_error(path: Path) -> PoxmInputError:
+    """The one-line error for a file that is not UTF-8: its first bad line and byte (a second, binary pass)."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return PoxmInputError(f"{path}:{lineno}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                                      f"{exc.start + 1}); convert the file, e.g. iconv -f latin1 -t utf-8")
+    return PoxmInputError(f"{path}: not UTF-8 text")
+
+
+class _Utf8Text:
+    """A UTF-8 text file whose decoding errors are `PoxmInputError`s naming the file and line."""
+
+    def __init__(self, path: Path):
+        self.path, self._f = path, open(path, encoding="utf-8", newline=None)
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except UnicodeDecodeError:
+            self._f.close()
+            raise _utf8_error(self.path) from None
+
+    def readline(self, *args) -> str:
+        return self._guard(self._f.readline, *args)
+
+    def read(self, *args) -> str:
+        return self._guard(self._f.read, *args)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        return self._guard(self._f.__next__)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
 
 
 def _short(text: str, width: int = 60) -> str:
