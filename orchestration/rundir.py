@@ -184,6 +184,22 @@ def acquire_driver(rd: RunDir) -> None:
     write_json(rd.driver, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
 
 
+def remove_tmp_leftovers(rd: RunDir) -> list[Path]:
+    """Delete the temporary files and folders (`.x.tmp-PID`, `.tmp-epoch_XXXX-PID`, `.report.tmp-*`) that a
+    killed driver or trial left in the run directory. Called with the driver lock held and before any
+    trial starts, so nothing is writing them. Returns what was removed."""
+    import shutil
+    gone = []
+    for pattern in ("*", "results/*", "trials/*/*", "trials/*/checkpoints/*", "trials/*/rank*/*",
+                    "trials/*/rank*/checkpoints/*"):
+        for p in rd.root.glob(pattern):
+            n = p.name
+            if n.startswith(".") and (".tmp-" in n or n.endswith(".tmp")):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                gone.append(p)
+    return gone
+
+
 def release_driver(rd: RunDir) -> None:
     d = read_json(rd.driver)
     if d and int(d.get("pid", -1)) == os.getpid():

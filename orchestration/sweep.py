@@ -22,7 +22,7 @@ from pathlib import Path
 
 from orchestration import tracking
 from orchestration.rundir import (RunDir, acquire_driver, config_input, git_commit, read_json, release_driver,
-                                  sweep_hash, sweep_id, trial_state, write_config, write_json)
+                                  remove_tmp_leftovers, sweep_hash, sweep_id, trial_state, write_config, write_json)
 from poxm_core.config import SweepConfig, protocol_name, resolved_dict
 from poxm_core.errors import PoxmInputError
 
@@ -311,6 +311,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     rd = plan.rd
     write_plan(plan)
     acquire_driver(rd)
+    remove_tmp_leftovers(rd)        # a killed run's half-written files: nothing writes them now
     started_ray = False
     runs = None                     # set while point runs exist that must not stay RUNNING
     parent_open = None              # (uri, parent run id) until the parent run is ended

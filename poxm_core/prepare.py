@@ -133,6 +133,21 @@ def _created_by() -> dict:
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def _remove_stale_tmp(folder: Path) -> None:
+    """Remove `.tmp-<hash>@<host>.<pid>-*` folders that a killed prepare of this host left behind (a live
+    writer's, or another host's, are kept)."""
+    import re
+    for p in folder.glob(".tmp-*@*"):
+        m = re.search(r"@(.+)\.(\d+)-[^-]*$", p.name)
+        if m and m.group(1) == platform.node() and int(m.group(2)) != os.getpid():
+            try:
+                os.kill(int(m.group(2)), 0)
+            except ProcessLookupError:
+                shutil.rmtree(p, ignore_errors=True)
+            except (PermissionError, OverflowError):
+                pass
+
+
 def _build(cache_dir: Path, level: str, key: dict, h: str, fn: Callable[[Path], dict]) -> tuple[Path, bool]:
     """Return (final dir, built?) for a level; `fn(tmp_dir) -> stats` writes its files into tmp_dir."""
     final = _level_dir(cache_dir, level, h)
@@ -141,7 +156,8 @@ def _build(cache_dir: Path, level: str, key: dict, h: str, fn: Callable[[Path], 
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():  # never produced by _build (it renames complete dirs only): a foreign leftover
         shutil.rmtree(final)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{h}-", dir=final.parent))
+    _remove_stale_tmp(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{h}@{platform.node()}.{os.getpid()}-", dir=final.parent))
     try:
         t0 = time.perf_counter()
         stats = fn(tmp)

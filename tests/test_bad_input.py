@@ -7,7 +7,6 @@ unless marked slow.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -169,3 +168,49 @@ def test_non_utf8_byte_in_a_data_file(tmp_path, capsys):
     from poxm_core.errors import PoxmInputError
     with pytest.raises(PoxmInputError, match=r"bibtex_test.txt:4: not UTF-8"):
         read_xc_bow(folder / "bibtex_test.txt")
+
+
+# ------------------------------------------------------------------------------------- after a kill
+
+def test_tmp_leftovers_of_a_killed_run_are_removed(tmp_path):
+    import subprocess
+
+    from orchestration.rundir import RunDir, remove_tmp_leftovers
+    from poxm_core.training.checkpoint import remove_stale_tmp
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()                       # a pid that is gone
+    rd = RunDir(tmp_path / "run")
+    ck = rd.trial("t1") / "checkpoints"
+    (ck / f".tmp-epoch_0002-{dead.pid}").mkdir(parents=True)
+    (ck / "epoch_0001").mkdir()
+    (rd.trial("t1") / ".rows.csv.tmp-123").write_text("x")
+    (rd.root / ".report.tmp-abc").mkdir()
+    (rd.root / ".sweep.json.tmp-9").write_text("{")
+    (rd.root / "sweep.json").write_text("{}")
+    remove_stale_tmp(ck)
+    assert sorted(p.name for p in ck.iterdir()) == ["epoch_0001"]
+    (ck / f".tmp-epoch_0002-{os.getpid()}").mkdir()      # a live writer's is kept by the checkpointer
+    remove_stale_tmp(ck)
+    assert len(list(ck.iterdir())) == 2
+    removed = remove_tmp_leftovers(rd)                   # the driver's sweep at start: everything temporary
+    assert len(removed) == 4
+    assert sorted(str(p.relative_to(rd.root)) for p in rd.root.rglob("*")) == [
+        "sweep.json", "trials", "trials/t1", "trials/t1/checkpoints", "trials/t1/checkpoints/epoch_0001"]
+
+
+def test_prepare_removes_a_killed_prepares_tmp(tmp_path):
+    import platform
+    import subprocess
+
+    from poxm_core.prepare import _remove_stale_tmp
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".tmp-abc@{platform.node()}.{dead.pid}-x1y2"
+    live = tmp_path / f".tmp-abc@{platform.node()}.{os.getpid()}-z3"
+    other_host = tmp_path / f".tmp-abc@elsewhere.{dead.pid}-q"
+    for p in (stale, live, other_host):
+        p.mkdir()
+    _remove_stale_tmp(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other_host.name])

@@ -36,6 +36,7 @@ def save_checkpoint(out_dir: Path, epoch: int, state: dict, meta: dict, keep: in
     """Write checkpoints/epoch_{epoch:04d} atomically; prune older ones beyond `keep`. Returns its path."""
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(root)
     final = root / f"epoch_{epoch:04d}"
     tmp = root / f".tmp-epoch_{epoch:04d}-{os.getpid()}"
     if tmp.exists():
@@ -50,6 +51,24 @@ def save_checkpoint(out_dir: Path, epoch: int, state: dict, meta: dict, keep: in
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def remove_stale_tmp(root: Path) -> None:
+    """Remove `.tmp-epoch_XXXX-PID` folders of processes that are gone (a writer killed mid-checkpoint)."""
+    for p in Path(root).glob(".tmp-epoch_*-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def plain_state(obj):
