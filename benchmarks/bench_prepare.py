@@ -13,7 +13,6 @@ import argparse
 import resource
 import time
 
-import numpy as np
 import torch
 
 from poxm_core.bandit import build_variant, name_code, simulate_log, validation_split

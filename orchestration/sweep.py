@@ -205,7 +205,6 @@ def stage_prepare(plan: SweepPlan, say) -> tuple[dict, float]:
     task = ray.remote(**opts)(_prepare_remote)
     jobs = [(d.name, s) for d in plan.cfg.datasets for s in plan.cfg.seeds]
     cfg_dict = config_input(plan.cfg)
-    t0 = time.perf_counter()
     refs = {task.remote(cfg_dict, d, s, str(plan.cache_dir), r.cpus_per_trial): (d, s) for d, s in jobs}
     out, compute = {}, 0.0
     pending = list(refs)

@@ -189,7 +189,7 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
                   point_tags: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
     """One run per grid point: the existing one (by tags poxm.sweep + poxm.point) or a new one with
     its params and tags, status SCHEDULED until its trial starts. Returns {point_key: run_id}."""
-    from mlflow.entities import Param, RunTag
+    from mlflow.entities import Param
 
     c = client(uri)
     have: dict[str, str] = {}

@@ -258,7 +258,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     for ov in overrides:
         path, val = parse_override(ov)
         cur: Any = data
-        for i, part in enumerate(path[:-1]):
+        for part in path[:-1]:
             if isinstance(cur, list):
                 try:
                     cur = cur[int(part)]

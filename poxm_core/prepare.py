@@ -418,7 +418,7 @@ def prepare_all(cfg: SweepConfig, cache_dir: Path | str, progress: bool = True) 
     rows = []
     jobs = [(d.name, s) for d in cfg.datasets for s in cfg.seeds]
     for name, seed in tqdm(jobs, desc="prepare", disable=not progress or len(jobs) < 2):
-        for vname, vdir in prepare(cfg, name, seed, cache_dir, progress=progress).items():
+        for vdir in prepare(cfg, name, seed, cache_dir, progress=progress).values():
             rows.append(summary_row(cache_dir, name, seed, vdir))
     return rows
 

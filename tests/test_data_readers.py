@@ -64,7 +64,7 @@ def test_xc_bow_matches_reference_reader_across_chunks(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     n, d, L = 53, 40, 12
     lines = [f"{n} {d} {L}"]
-    for i in range(n):
+    for _ in range(n):
         labs = ",".join(map(str, sorted(rng.choice(L, rng.integers(0, 4), replace=False))))
         feats = " ".join(f"{j}:{rng.random():.5f}" for j in sorted(rng.choice(d, rng.integers(0, 6), replace=False)))
         lines.append(f"{labs} {feats}")

@@ -1,11 +1,9 @@
 """The prepare stage on a tiny synthetic dataset: artifacts consistent, cache reuse and rebuild,
 reproducibility, atomicity on failure, bad input."""
 import json
-import shutil
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import yaml
 
 from poxm_core import prepare as prep
