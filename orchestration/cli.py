@@ -24,8 +24,22 @@ EXIT_INPUT = 2
 EXIT_TRIALS_FAILED = 1
 
 
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows '(default: X)' after every option that has a real default (not None/False, not already said)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in h or not action.option_strings:
+            return h
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line on stderr, exit 2 (no usage block)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401
         cmd = self.prog.removeprefix("poxm").strip()
@@ -38,9 +52,44 @@ def _overrides(p: argparse.ArgumentParser) -> None:
                    help="config overrides, e.g. training.epochs=3 seeds=[0,1] datasets.0.variants.0.T=4")
 
 
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("poxm")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed; `pip install -e .`)"
+
+
+def _port(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected an integer in 1-65535, e.g. 5000")
+    return n
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A busy port is an input error now, not an MLflow server that fails after start-up."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise PoxmInputError(f"--host {host}: cannot resolve ({exc.strerror})") from None
+    fam, _, _, _, addr = infos[0]
+    with socket.socket(fam, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise PoxmInputError(f"--port {port}: {host}:{port} is not free ({exc.strerror}); "
+                                 f"pick another, e.g. --port {port + 1}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="poxm", description="POXM: learning ranking policies from extreme bandit feedback "
                                           "- benchmark sweeps with Ray Tune/Train and MLflow.")
+    ap.add_argument("--version", action="version", version=f"poxm {_version()}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("prepare", help="prepare stage only: logging model, candidates, variants, bandit logs (cached)",
@@ -73,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", help="prepare cache (default <runs_dir>/cache)")
     p.add_argument("--print-config", action="store_true", help="print the fully resolved config and exit")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--verbose", action="store_true", help="show Ray's and the workers' logs")
+    p.add_argument("--verbose", action="store_true", help="show Ray's, MLflow's and the workers' logs")
 
     p = sub.add_parser("resume", help="finish an interrupted or failed sweep",
                        description="Continue the sweep in RUN_DIR: unfinished and errored trials run again "
@@ -81,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--address", help="existing Ray cluster (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: the one the sweep started with)")
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--verbose", action="store_true", help="show Ray's, MLflow's and the workers' logs")
 
     p = sub.add_parser("status", help="trials done/running/errored/pending (from files, no Ray)",
                        description="Print the state of every trial of the sweep in RUN_DIR.")
@@ -91,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", help="MLflow UI for a run's store on 127.0.0.1",
                        description="Start `mlflow server` on the run's tracking store (the sqlite store in RUN_DIR).")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=_port, default=5000, help="TCP port (1-65535) of the UI")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
 
     p = sub.add_parser("report", help="gather, select and rebuild the report of a run",
@@ -167,6 +216,7 @@ def cmd_ui(a) -> int:
         return 0
     if not rd.mlflow_db.is_file():
         raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
+    _check_port_free(a.host, a.port)
     exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
     cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
         "server", "--backend-store-uri", uri, "--host", a.host, "--port", str(a.port), "--workers", "1"]

@@ -7,6 +7,7 @@ unless marked slow.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,37 @@ def test_prepare_removes_a_killed_prepares_tmp(tmp_path):
         p.mkdir()
     _remove_stale_tmp(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other_host.name])
+
+
+# ------------------------------------------------------------------------------------- arguments
+
+def _fake_run_dir(tmp_path: Path) -> Path:
+    rd = tmp_path / "run"
+    rd.mkdir()
+    for f in ("config.yaml", "sweep.json", "mlflow.db"):
+        (rd / f).write_text("{}")
+    return rd
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "http"])
+def test_ui_invalid_port(tmp_path, capsys, port):
+    rc, _, err = cli(capsys, "ui", _fake_run_dir(tmp_path), "--port", port)
+    assert_one_line(rc, err, "--port", "1-65535")
+
+
+def test_ui_busy_port(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc, out, err = cli(capsys, "ui", _fake_run_dir(tmp_path), "--port", port)
+    assert_one_line(rc, err, f"--port {port}", "not free", f"--port {port + 1}")
+    assert "http://" not in out
+
+
+def test_version_and_defaults_in_help(capsys):
+    from importlib import metadata
+    rc, out, _ = cli(capsys, "--version")
+    assert rc == 0 and out.strip() == f"poxm {metadata.version('poxm')}"
+    rc, out, _ = cli(capsys, "ui", "--help")
+    assert rc == 0 and "(default: 5000)" in out and "(default: 127.0.0.1)" not in out   # said in its own words
