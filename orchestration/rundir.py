@@ -29,7 +29,7 @@ from poxm_core.config import SweepConfig, config_hash, load_config, resolved_dic
 from poxm_core.errors import PoxmInputError
 
 # Keys of the resolved config that do not change any number of the sweep: not in its identity.
-NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir")
+NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir", "plugin_path")
 
 
 def sweep_hash(cfg: SweepConfig) -> str:

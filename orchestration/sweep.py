@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,12 +73,14 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     rd = RunDir.for_config(cfg, base)
     cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else base / "cache"
     from poxm_core.config import default_data_root
-    from poxm_core.data import get_spec
-    from poxm_core.data.registry import locate_files
+    from poxm_core.data import spec_for
+    from poxm_core.data.registry import declared_files, locate_files
     from poxm_core.methods import get_method
     for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
-        spec = get_spec(d.name)
-        if spec.reader is None and check_data:
+        spec = spec_for(d)
+        if d.format is not None and check_data:
+            declared_files(d)
+        elif spec.reader is None and check_data:
             root = Path(cfg.data_root) if cfg.data_root else default_data_root()
             locate_files(spec, Path(d.path) if d.path else root / spec.folder)
     for name, mc in cfg.methods.items():
@@ -151,12 +154,46 @@ def _ray_init(address: str | None, verbose: bool) -> bool:
     if ray.is_initialized():
         return False
     if not verbose:
-        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")    # Tune's own tables: our progress bar replaces them
-        for name in ("ray", "ray.tune", "ray.train", "ray.data"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
-             log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.WARNING)
+        quiet_libraries()
+    addr = address or os.environ.get("RAY_ADDRESS") or None
+    extra = {}
+    if addr and worker_env():     # a remote cluster's workers do not inherit this shell: allow-listed vars only
+        extra["runtime_env"] = {"env_vars": worker_env()}
+    ray.init(address=addr, include_dashboard=False, log_to_driver=verbose,
+             logging_level=logging.INFO if verbose else logging.WARNING, **extra)
     return True
+
+
+# Environment variables a Ray worker may be handed (runtime_env is logged in plain text, readable by
+# anyone on the cluster): poxm's own settings and thread counts, never tokens, passwords or keys.
+# On a local Ray the workers inherit the driver's environment and no runtime_env is set at all.
+WORKER_ENV_ALLOW = ("POXM_DATA_ROOT", "POXM_GIT_COMMIT", "POXM_INJECT_CRASH_ONCE", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+_SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
+
+
+def worker_env(environ=None) -> dict[str, str]:
+    """The allow-listed, non-secret environment variables for Ray's runtime_env (see WORKER_ENV_ALLOW)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in WORKER_ENV_ALLOW
+            if k in environ and not any(h in k.upper() for h in _SECRET_HINTS)}
+
+
+def quiet_libraries() -> None:
+    """Ray's and MLflow's start-up warnings, INFO lines and colours off (`--verbose` keeps them)."""
+    import warnings
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")    # Tune's own tables: our progress bar replaces them
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")   # its FutureWarning on every worker
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if not sys.stderr.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")            # no ANSI codes in log files
+        os.environ.setdefault("NO_COLOR", "1")
+    for name in ("ray", "ray.tune", "ray.train", "ray.data", "mlflow", "alembic", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for mod in ("ray", "mlflow", "pydantic"):
+        warnings.filterwarnings("ignore", category=FutureWarning, module=mod)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=mod)
 
 
 def _check_resources(cfg: SweepConfig, local: bool) -> int:
@@ -307,6 +344,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
             print(msg, flush=True)
 
     t_start = time.perf_counter()
+    if not verbose:
+        quiet_libraries()           # before MLflow's store is opened and Ray starts
     rd = plan.rd
     write_plan(plan)
     acquire_driver(rd)

@@ -19,6 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from poxm_core.errors import PoxmInputError, nearest
 
 
+def _unset(v: Any) -> bool:
+    """Keys added after results were published are left out of dumps (and so of every hash) while unset."""
+    return v is None or v == []
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -63,13 +68,28 @@ class VariantConfig(_Strict):
         return v
 
 
+class SplitConfig(_Strict):
+    """A test split cut from a single data file (a dataset declared with `train` and no `test`)."""
+    test_fraction: float = Field(0.25, gt=0, lt=1, description="share of the file's rows held out as the test split")
+    seed: int = Field(0, ge=0, description="seed of the row permutation")
+
+
+DATA_FORMATS = ("xc", "split", "svmlight", "npz", "text")
+
+
 class DatasetConfig(_Strict):
-    """One dataset of the sweep and its logging variants."""
-    name: str = Field(description="registry name: bibtex, delicious, eurlex-4k, wiki10-31k, amazon-670k, synthetic")
+    """One dataset of the sweep and its logging variants: a registry dataset (by name), or one declared
+    here by `format` + `train` [+ `test` | `split`] (docs/data.md, "Your own data")."""
+    name: str = Field(description="registry name (bibtex, delicious, eurlex-4k, wiki10-31k, amazon-670k, synthetic, or one a plugin registers), or any name with `format`")
     path: str | None = Field(None, description="folder or file of user-supplied data; default: <data_root>/<registry folder>")
+    format: Literal["xc", "split", "svmlight", "npz", "text"] | None = Field(None, exclude_if=_unset, description="a dataset declared in the config: xc (XC BoW file), split (X_Xf + X_Y files), svmlight (multilabel), npz (X and Y in one .npz), text (texts + label names)")
+    train: str | list[str] | None = Field(None, exclude_if=_unset, description="training file (split/text: [features or texts, labels]); relative to the config file's folder")
+    test: str | list[str] | None = Field(None, exclude_if=_unset, description="test file(s), as `train`; or leave out and set `split`")
+    split: SplitConfig | None = Field(None, exclude_if=_unset, description="cut the test split from `train` (when there is no test file)")
+    propensity: Literal["default"] | None = Field(None, exclude_if=_unset, description="'default': accept A=0.55, B=1.5 for a dataset declared in the config (a warning is logged)")
     synthetic: SyntheticConfig | None = Field(None, description="sizes for name=synthetic")
-    propensity_A: float | None = Field(None, description="Jain et al. A; default from the registry")
-    propensity_B: float | None = Field(None, description="Jain et al. B; default from the registry")
+    propensity_A: float | None = Field(None, gt=0, description="Jain et al. A; default from the registry (required for a dataset declared by `format`)")
+    propensity_B: float | None = Field(None, gt=0, description="Jain et al. B; default from the registry (required for a dataset declared by `format`)")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="share of training instances held out as the validation log")
     variants: list[VariantConfig] = Field(description="logging variants (alpha, beta, T)")
 
@@ -80,6 +100,27 @@ class DatasetConfig(_Strict):
             raise ValueError(f"variant names must be unique, got {names}")
         if not names:
             raise ValueError("at least one variant is needed")
+        if self.format is None:
+            for key in ("train", "test", "split", "propensity"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"'{key}' declares a dataset by its files: set 'format' too ({', '.join(DATA_FORMATS)})")
+            return self
+        if self.train is None:
+            raise ValueError(f"format={self.format}: 'train' (the training file) is required")
+        if (self.test is None) == (self.split is None):
+            raise ValueError("a dataset declared by 'format' needs exactly one of 'test' (a test file) or "
+                             "'split' (e.g. split: {test_fraction: 0.25, seed: 0})")
+        pair = self.format in ("split", "text")
+        for key in ("train", "test"):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, list) != pair or (pair and len(v) != 2)):
+                want = "a list of two files [features, labels]" if self.format == "split" else \
+                       "a list of two files [texts, labels]" if pair else "one file path"
+                raise ValueError(f"'{key}': format={self.format} expects {want}, got {v!r}")
+        if self.propensity is None and (self.propensity_A is None or self.propensity_B is None):
+            raise ValueError("a dataset declared by 'format' needs its label propensity parameters "
+                             "propensity_A and propensity_B (Jain et al.; 0.55 and 1.5 are the usual "
+                             "defaults), or propensity: default to accept those with a warning")
         return self
 
 
@@ -168,6 +209,8 @@ class SweepConfig(_Strict):
     data_root: str | None = Field(None, description="where registry datasets live; default $POXM_DATA_ROOT or ../shared/data")
     runs_dir: str = Field("runs", description="where run directories are created")
     device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="torch device")
+    plugin_path: list[str] = Field([], exclude_if=_unset, description="folders put on sys.path before `plugins` are imported; relative to the config file's folder (default: that folder)")
+    plugins: list[str] = Field([], exclude_if=_unset, description="modules imported on the driver and in every Ray worker before anything else: they may register datasets, methods, estimators")
     datasets: list[DatasetConfig]
     model: ModelConfig = ModelConfig()
     methods: dict[str, MethodConfig] = Field(description="method registry name -> settings")
@@ -176,6 +219,12 @@ class SweepConfig(_Strict):
     resources: ResourcesConfig = ResourcesConfig()
     group_by: Literal["method", "seed"] = Field("method", description="one trial per (dataset, variant, seed, method) or per (dataset, variant, seed) with all methods")
     mlflow: MlflowConfig = MlflowConfig()
+
+    @field_validator("plugins")
+    @classmethod
+    def _import_plugins(cls, v: list[str], info) -> list[str]:
+        import_plugins(v, (info.data or {}).get("plugin_path", []))
+        return v
 
     @model_validator(mode="after")
     def _unique(self) -> "SweepConfig":
@@ -191,6 +240,44 @@ class SweepConfig(_Strict):
             if d.name == name:
                 return d
         raise PoxmInputError(f"unknown dataset '{name}' in this config" + nearest(name, [d.name for d in self.datasets]))
+
+
+def import_plugins(modules: list[str], paths: list[str] = ()) -> None:
+    """Put `paths` on sys.path and import `modules` (idempotent). Every SweepConfig validation runs it, so
+    the driver, `poxm resume/report` and each Ray worker (which validates the config it is handed) load
+    the same plugins before any registry lookup."""
+    import importlib
+    import sys
+
+    for p in paths:
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    for m in modules:
+        if m in sys.modules:
+            continue
+        try:
+            importlib.import_module(m)
+        except Exception as exc:  # noqa: BLE001  one line naming the module
+            raise ValueError(f"cannot import plugin '{m}' ({type(exc).__name__}: {exc}); "
+                             f"searched plugin_path {list(paths)} and sys.path") from None
+
+
+def _resolve_relative(data: dict, base: Path) -> dict:
+    """Relative data files (datasets[].train/test) and plugin_path against the config file's folder;
+    plugin_path defaults to that folder when plugins are named."""
+    def res(p):
+        if isinstance(p, list):
+            return [res(x) for x in p]
+        return p if not isinstance(p, str) or Path(p).expanduser().is_absolute() else str((base / p).resolve())
+    out = dict(data)
+    if isinstance(out.get("datasets"), list):
+        out["datasets"] = [({**d, **{k: res(d[k]) for k in ("train", "test") if d.get(k) is not None}}
+                            if isinstance(d, dict) else d) for d in out["datasets"]]
+    if out.get("plugins") and "plugin_path" not in out:
+        out["plugin_path"] = [str(base.resolve())]
+    elif isinstance(out.get("plugin_path"), list):
+        out["plugin_path"] = res(out["plugin_path"])
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,6 +399,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         if not isinstance(data, dict):
             raise PoxmInputError(f"{p}: expected a mapping of config keys at the top level")
     data = apply_overrides(data, overrides or [])
+    if path is not None and isinstance(data, dict):
+        data = _resolve_relative(data, Path(path).parent)
     _check_keys(SweepConfig, data, "", source)
     where = Locator(source, root, overrides)
     check_values(SweepConfig, data, where)          # booleans as numbers, empty grids, names leaving runs_dir

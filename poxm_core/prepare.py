@@ -41,8 +41,8 @@ from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import build_variant, name_code
 from poxm_core.bandit.simulate import simulate_log, validation_split
 from poxm_core.config import SweepConfig, config_hash, default_data_root, load_config, resolved_yaml
-from poxm_core.data import get_spec, inverse_propensities, load_dataset, propensity_params
-from poxm_core.data.registry import locate_files
+from poxm_core.data import inverse_propensities, load_dataset, propensity_params, spec_for
+from poxm_core.data.registry import declared_files, locate_files
 from poxm_core.data.types import XMCData
 from poxm_core.errors import PoxmInputError, nearest
 from poxm_core.metrics import covering_curve, greedy_metrics, stochastic_metrics
@@ -72,7 +72,12 @@ class _Keys:
 
 def _data_identity(cfg: SweepConfig, dataset: str, seed: int) -> dict:
     dcfg = cfg.dataset(dataset)
-    spec = get_spec(dcfg.name)
+    spec = spec_for(dcfg)
+    if dcfg.format is not None:  # declared in the config: its files (by size and mtime), format and split decide it
+        return {"name": dcfg.name, "format": dcfg.format,
+                "files": [{"path": str(p), "size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
+                          for p in declared_files(dcfg)],
+                "split": None if dcfg.split is None else dcfg.split.model_dump(mode="json")}
     if spec.reader is not None:  # generated (or a custom reader): its config and the seed decide it
         return {"name": dcfg.name, "reader": f"{spec.reader.__module__}.{spec.reader.__qualname__}",
                 "synthetic": None if dcfg.synthetic is None else dcfg.synthetic.model_dump(mode="json"),
@@ -423,6 +428,19 @@ def prepare_all(cfg: SweepConfig, cache_dir: Path | str, progress: bool = True) 
     return rows
 
 
+def format_shapes(cfg: SweepConfig, cache_dir: Path | str) -> str:
+    """One line per dataset: the shape found in its files (N_train, N_test, D, L) and its propensity A, B."""
+    lines = ["datasets (shapes as read):"]
+    for d in cfg.datasets:
+        keys = _keys(cfg, d.name, cfg.seeds[0])
+        man = read_manifest(_level_dir(Path(cache_dir), "data", keys.data[1]))
+        st = man["stats"]
+        lines.append(f"  {d.name}: N_train={st['N_train']}, N_test={st['N_test']}, D={st['D']}, L={st['L']}, "
+                     f"labels/instance={st['labels_per_instance']:.2f}, propensity A={st['propensity_A']:g}, "
+                     f"B={st['propensity_B']:g}")
+    return "\n".join(lines)
+
+
 def format_table(rows: list[dict]) -> str:
     """The statistics as a fixed-width table, metrics x 100 (as the paper reports them)."""
     import pandas as pd
@@ -444,6 +462,7 @@ def prepare_command(config_path: str | os.PathLike, overrides: list[str] | None 
         print(resolved_yaml(cfg))
     cache = Path(cache_dir) if cache_dir is not None else Path(cfg.runs_dir) / "cache"
     rows = prepare_all(cfg, cache, progress=True)
+    print(format_shapes(cfg, cache))
     print(format_table(rows))
     print(f"cache: {cache.resolve()}")
     return 0

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from poxm_core.data.readers import TEXT_FILES, find_split_sparse, read_split_sparse, read_text_tfidf, read_xc_bow
+from poxm_core.data.readers import (TEXT_FILES, find_split_sparse, read_split_sparse, read_svmlight, read_text_tfidf,
+                                    read_xc_bow, read_xy_npz)
 from poxm_core.data.types import XMCData, XMCSplit
 from poxm_core.errors import PoxmInputError, nearest
 
@@ -104,9 +105,34 @@ def get_spec(name: str) -> DatasetSpec:
                              f"registered: {', '.join(sorted(DATASETS))}") from None
 
 
+def spec_for(dcfg: "DatasetConfig") -> DatasetSpec:
+    """The registered spec of `dcfg.name`, or for a dataset declared in the config (`format` set) a spec
+    built from it (reader: `load_declared`). A declared dataset may not reuse a registered name."""
+    if getattr(dcfg, "format", None) is None:
+        return get_spec(dcfg.name)
+    if dcfg.name in DATASETS:
+        raise PoxmInputError(f"datasets[name={dcfg.name}]: '{dcfg.name}' is a registered dataset; give the dataset "
+                             "declared by 'format' another name, or drop 'format' to use the registered one")
+    A = 0.55 if dcfg.propensity_A is None else float(dcfg.propensity_A)
+    B = 1.5 if dcfg.propensity_B is None else float(dcfg.propensity_B)
+    return DatasetSpec(name=dcfg.name, folder="", description=f"declared in the config (format {dcfg.format})",
+                       A=A, B=B, reader=load_declared)
+
+
+_WARNED: set[str] = set()   # datasets whose `propensity: default` was logged in this process
+
+
 def propensity_params(dcfg: "DatasetConfig") -> tuple[float, float]:
-    """(A, B) of Jain et al.: the config's propensity_A / propensity_B where set, else the registry's."""
-    spec = get_spec(dcfg.name)
+    """(A, B) of Jain et al.: the config's propensity_A / propensity_B where set, else the registry's
+    (a dataset declared in the config with `propensity: default`: 0.55 / 1.5, with a warning)."""
+    spec = spec_for(dcfg)
+    if getattr(dcfg, "format", None) is not None and dcfg.propensity == "default" \
+            and (dcfg.propensity_A is None or dcfg.propensity_B is None) and dcfg.name not in _WARNED:
+        import logging
+        _WARNED.add(dcfg.name)
+        logging.getLogger(__name__).warning(
+            "dataset '%s': propensity: default -> Jain et al. A=%g, B=%g; PSP/PSR and wPOXM depend on them "
+            "(set propensity_A / propensity_B for your data)", dcfg.name, spec.A, spec.B)
     A = spec.A if dcfg.propensity_A is None else float(dcfg.propensity_A)
     B = spec.B if dcfg.propensity_B is None else float(dcfg.propensity_B)
     return A, B
@@ -192,10 +218,76 @@ def _load_files(spec: DatasetSpec, where: Path) -> XMCData:
     return XMCData(spec.name, XMCSplit(Xtr, Ytr), XMCSplit(Xte, Yte))
 
 
+def declared_files(dcfg: "DatasetConfig") -> list[Path]:
+    """Every file of a dataset declared in the config; a missing one is a one-line error."""
+    files = []
+    for key in ("train", "test"):
+        v = getattr(dcfg, key)
+        for f in ([] if v is None else v if isinstance(v, list) else [v]):
+            p = Path(f).expanduser()
+            if not p.is_file():
+                raise PoxmInputError(f"{p}: file not found (datasets[name={dcfg.name}].{key})")
+            files.append(p)
+    return files
+
+
+def _read_declared(fmt: str, files: list[Path]) -> list[tuple]:
+    """[(X, Y)] per split from the declared files (train then test, if any)."""
+    if fmt == "xc":
+        return [read_xc_bow(f) for f in files]
+    if fmt == "split":
+        return [read_split_sparse(*files[i:i + 2]) for i in range(0, len(files), 2)]
+    if fmt == "svmlight":
+        return read_svmlight(*files)
+    if fmt == "npz":
+        return [read_xy_npz(f) for f in files]
+    raise AssertionError(fmt)
+
+
+def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
+    """A dataset declared in the config: `format` + `train` + (`test` | `split`). D and L must agree
+    between the files; with `split`, the test rows are a seeded random `test_fraction` of the file."""
+    import numpy as np
+
+    files = declared_files(dcfg)
+    fmt = dcfg.format
+    if fmt == "text":
+        if dcfg.split is not None:
+            raise PoxmInputError(f"datasets[name={dcfg.name}]: format text needs a test file pair (split is not "
+                                 "supported: the TF-IDF vocabulary is fit on the training texts)")
+        t = read_text_tfidf(*files)
+        parts = [(t.X_train, t.Y_train), (t.X_test, t.Y_test)]
+    else:
+        parts = _read_declared(fmt, files)
+    if dcfg.split is None:
+        (Xtr, Ytr), (Xte, Yte) = parts
+        n_tr = len(files) // 2
+        for what, a, b in (("D", Xtr.shape[1], Xte.shape[1]), ("L", Ytr.shape[1], Yte.shape[1])):
+            if a != b:
+                raise PoxmInputError(f"{files[n_tr]}: {what}={b} but the training file {files[0].name} has {what}={a}")
+    else:
+        X, Y = parts[0]
+        n = X.shape[0]
+        n_test = int(round(dcfg.split.test_fraction * n))
+        if n_test < 1 or n - n_test < 3:
+            raise PoxmInputError(f"{files[0]}: {n} rows are too few to split off test_fraction="
+                                 f"{dcfg.split.test_fraction} (need >= 1 test and >= 3 training rows)")
+        perm = np.random.default_rng(dcfg.split.seed).permutation(n)
+        te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+        Xtr, Ytr, Xte, Yte = X[tr], Y[tr], X[te], Y[te]
+    data = XMCData(dcfg.name, XMCSplit(Xtr.tocsr(), Ytr.tocsr()), XMCSplit(Xte.tocsr(), Yte.tocsr()))
+    st = data.stats()
+    import logging
+    logging.getLogger(__name__).info("dataset '%s' (%s): N_train=%d, N_test=%d, D=%d, L=%d", dcfg.name, fmt,
+                                     st["N_train"], st["N_test"], st["D"], st["L"])
+    return data
+
+
 def load_dataset(dcfg: "DatasetConfig", data_root: Path | str, seed: int = 0) -> XMCData:
-    """Read the dataset `dcfg.name` from ``dcfg.path`` or ``<data_root>/<spec.folder>``; `seed` is used by
-    generated datasets only. Shapes are checked against the registry (one-line error naming the file)."""
-    spec = get_spec(dcfg.name)
+    """Read the dataset `dcfg.name` from ``dcfg.path`` or ``<data_root>/<spec.folder>``, or the files a
+    dataset declared in the config names; `seed` is used by generated datasets only. Shapes are checked
+    against the registry (one-line error naming the file)."""
+    spec = spec_for(dcfg)
     if spec.reader is not None:
         return spec.reader(dcfg, Path(data_root), seed)
     where = Path(dcfg.path) if dcfg.path else Path(data_root) / spec.folder
@@ -249,3 +341,30 @@ register_dataset(DatasetSpec(
     description="generated: power-law labels, topic features (poxm_core.data.synthetic); sizes from the config",
     variants=_DEFAULT_VARIANTS, reader=_load_synthetic))
 
+
+
+def write_example_data(folder: str | Path, seed: int = 0) -> list[Path]:
+    """The files configs/examples/own-data.yaml reads, generated: an XC BoW pair (my_train.txt,
+    my_test.txt) and one .npz with X and Y (my_all.npz). Returns the paths written."""
+    import scipy.sparse as sp
+
+    from poxm_core.data.readers import save_xy_npz
+    from poxm_core.data.synthetic import make_synthetic
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = make_synthetic(2000, 600, 500, 100, 3.0, seed)
+    out = []
+    for split, name in ((data.train, "my_train.txt"), (data.test, "my_test.txt")):
+        X, Y = split.X, split.Y
+        lines = [f"{X.shape[0]} {X.shape[1]} {Y.shape[1]}"]
+        for i in range(X.shape[0]):
+            x = X.getrow(i)
+            labs = ",".join(str(j) for j in Y.getrow(i).indices)
+            lines.append(f"{labs} " + " ".join(f"{j}:{v:.6g}" for j, v in zip(x.indices, x.data)))
+        (folder / name).write_text("\n".join(lines) + "\n")
+        out.append(folder / name)
+    save_xy_npz(folder / "my_all.npz", sp.vstack([data.train.X, data.test.X]).tocsr(),
+                sp.vstack([data.train.Y, data.test.Y]).tocsr())
+    out.append(folder / "my_all.npz")
+    return out

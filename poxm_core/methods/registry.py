@@ -13,11 +13,23 @@ from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline, SkylineEndToEnd
 from poxm_core.methods.wpoxm import WPOXM
 
-__all__ = ["METHODS", "get_method", "head_grid"]
+__all__ = ["METHODS", "get_method", "head_grid", "register_method"]
 
 METHODS: dict[str, Method] = {m.name: m for m in (Logging(), DirectMethod(), BanditNet(), PMBanditNet(),
                                                   POXM(), WPOXM(), DRPOXM(), Skyline(),
                                                   SkylineEndToEnd())}
+
+
+def register_method(method: Method) -> Method:
+    """Add a Method instance to METHODS under `method.name` (from a plugin: config key `plugins`).
+    Registering the same class again under its name is a no-op (a plugin imported twice)."""
+    if not isinstance(method, Method) or not method.name:
+        raise TypeError(f"method: expected a Method instance with a name, got {method!r}")
+    have = METHODS.get(method.name)
+    if have is not None and type(have) is not type(method):
+        raise ValueError(f"method '{method.name}' is already registered ({type(have).__name__})")
+    METHODS[method.name] = method
+    return method
 
 
 def get_method(name: str) -> Method:
