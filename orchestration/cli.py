@@ -191,7 +191,31 @@ def cmd_resume(a) -> int:
     return _outcome(out)
 
 
+def headline(run_dir: Path) -> str | None:
+    """The end-of-run table: test R@5 of the (p, lambda) each method's selection criterion chose on
+    validation, mean over seeds, one row per dataset x method, one column per variant."""
+    import pandas as pd
+    f = Path(run_dir) / "results" / "selection.csv"
+    if not f.is_file():
+        return None
+    sel = pd.read_csv(f)
+    sel = sel[sel["selection"] != "oracle"]
+    if sel.empty or "test_R@5" not in sel:
+        return None
+    t = sel.pivot_table(index=["dataset", "method"], columns="variant", values="test_R@5", aggfunc="mean")
+    crit = ", ".join(sorted(sel["criterion"].astype(str).unique()))
+    n = sel["seed"].nunique()
+    return (f"test R@5 of the selected (p, lambda) (by {crit} on validation; mean of {n} seed(s)):\n"
+            + t.to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
+
+
 def _outcome(out) -> int:
+    table = headline(out.run_dir)
+    if table:
+        print("\n" + table + "\n")
+    if out.report is not None:
+        print(f"report:  {Path(out.report) / 'index.md'}")
+    print(f"browse:  poxm ui {out.run_dir}")
     print(f"run dir: {out.run_dir}")
     if out.ok:
         return 0

@@ -47,7 +47,9 @@ class SweepProgress(Callback):
             return
         if self._bar is None:
             from tqdm.auto import tqdm
-            self._bar = tqdm(total=self.total, desc="trials", unit="trial", file=sys.stderr, dynamic_ncols=True)
+            # not a terminal (a log file, CI): no bar and no ANSI codes; the done/ERROR lines still come
+            self._bar = tqdm(total=self.total, desc="trials", unit="trial", file=sys.stderr, dynamic_ncols=True,
+                             disable=not sys.stderr.isatty())
         c = self._counts(trials)
         self._bar.n = c["done"]
         running = [f"{self._name(t)}@{self._epoch.get(self._name(t), 0)}/{self.epochs or '?'}"

@@ -249,3 +249,26 @@ def test_version_and_defaults_in_help(capsys):
     assert rc == 0 and out.strip() == f"poxm {metadata.version('poxm')}"
     rc, out, _ = cli(capsys, "ui", "--help")
     assert rc == 0 and "(default: 5000)" in out and "(default: 127.0.0.1)" not in out   # said in its own words
+
+
+# ------------------------------------------------------------------------------------- secrets, terminal
+
+def test_runtime_env_gets_allow_listed_non_secrets_only():
+    from orchestration.sweep import worker_env
+    env = {"POXM_DATA_ROOT": "/data", "OMP_NUM_THREADS": "2", "MLFLOW_TRACKING_TOKEN": "t",
+           "AWS_SECRET_ACCESS_KEY": "s", "MLFLOW_TRACKING_PASSWORD": "p", "HF_TOKEN": "h", "PATH": "/bin"}
+    assert worker_env(env) == {"POXM_DATA_ROOT": "/data", "OMP_NUM_THREADS": "2"}
+
+
+def test_end_of_run_headline(tmp_path):
+    import pandas as pd
+
+    from orchestration.cli import headline
+    assert headline(tmp_path) is None
+    (tmp_path / "results").mkdir()
+    rows = [{"dataset": "d", "variant": v, "method": m, "seed": s, "selection": sel, "criterion": "SNIS",
+             "test_R@5": r} for v, m, s, sel, r in [("A", "poxm", 0, "snis", 0.2), ("A", "poxm", 1, "snis", 0.4),
+                                                    ("B", "poxm", 0, "snis", 0.1), ("A", "poxm", 0, "oracle", 0.9)]]
+    pd.DataFrame(rows).to_csv(tmp_path / "results" / "selection.csv", index=False)
+    text = headline(tmp_path)
+    assert "by SNIS" in text and "0.3000" in text and "0.1000" in text and "0.9" not in text
