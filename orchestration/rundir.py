@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from poxm_core import atomic
 from poxm_core.config import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
 from poxm_core.errors import PoxmInputError
 
@@ -45,12 +46,8 @@ def sweep_id(cfg: SweepConfig) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write under a temporary name in the same directory, then os.replace: never a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write under a temporary name in the same directory, then rename: never a partial file."""
+    atomic.write_text(path, text)
 
 
 def write_json(path: Path, obj) -> None:

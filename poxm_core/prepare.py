@@ -12,7 +12,7 @@ Cache layout (docs/artifacts.md lists every file): ``<cache_dir>/<level>/<hash>/
 hash = config_hash of exactly the pieces that determine the level (its parent's hash included), so a
 config change rebuilds only the levels downstream of it. The dataset identity is, for files, their
 names, sizes and modification times; for generated data, the generator's config and the seed. Each
-directory is written under a temporary name in the same folder and renamed with os.replace once
+directory is written under a temporary name in the same folder and renamed (poxm_core.atomic.publish) once
 complete, with a manifest.json (key, hash, creator, stats, build seconds): a directory without its
 manifest never appears, and a crash leaves no partial artifact under a final name.
 
@@ -37,6 +37,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
+from poxm_core.atomic import publish
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import build_variant, name_code
 from poxm_core.bandit.simulate import simulate_log, validation_split
@@ -170,7 +171,7 @@ def _build(cache_dir: Path, level: str, key: dict, h: str, fn: Callable[[Path], 
                     "seconds": round(time.perf_counter() - t0, 3), "stats": stats}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=_json_default))
         try:
-            os.replace(tmp, final)
+            publish(tmp, final)
         except OSError:
             if not _is_complete(final):  # not a concurrent writer winning the race: a real error
                 raise

@@ -6,7 +6,7 @@ trial identity (spec and the hash of the settings that determine the results). T
 not stored because there is none to store: every generator of epoch e is re-seeded from
 (seed, e, head key) (docs/training.md), which is what makes a resumed trial identical to an
 uninterrupted one. A checkpoint directory is assembled under a temporary name in the same folder
-and renamed into place (os.replace), so a directory named epoch_XXXX is always complete; only the
+and renamed into place (poxm_core.atomic.publish), so a directory named epoch_XXXX is always complete; only the
 `keep` most recent ones are kept.
 
 Security: state.pt is read with `torch.load(weights_only=True)`, which unpickles only tensors, dicts,
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from poxm_core.atomic import publish
 from poxm_core.errors import PoxmInputError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "CKPT_RE"]
@@ -46,7 +47,7 @@ def save_checkpoint(out_dir: Path, epoch: int, state: dict, meta: dict, keep: in
     (tmp / "meta.json").write_text(json.dumps({**meta, "epoch": epoch}, indent=1, sort_keys=True))
     if final.exists():          # an earlier attempt reached this epoch: the new one replaces it
         shutil.rmtree(final)
-    os.replace(tmp, final)
+    publish(tmp, final)
     done = sorted((p for p in root.iterdir() if CKPT_RE.match(p.name)), key=lambda p: int(CKPT_RE.match(p.name).group(1)))
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
