@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 import scipy.sparse as sp
 
+from poxm_core.csr import check_sparse
 from poxm_core.errors import PoxmInputError
 
 _CHUNK_ELEMS = 1 << 22   # ~32 MB of float64 per working array
@@ -34,8 +35,7 @@ __all__ = ["greedy_metrics", "psp_unnormalised", "stochastic_metrics", "greedy_f
 # ----------------------------------------------------------------------------- validation
 
 def _check_labels(Y) -> sp.csr_matrix:
-    if not sp.issparse(Y):
-        raise TypeError(f"Y: expected a scipy sparse (n, L) label matrix, got {type(Y).__name__}")
+    check_sparse("Y", Y, "a scipy sparse (n, L) label matrix")
     Y = sp.csr_matrix(Y)   # no copy when already CSR
     if Y.shape[0] == 0:
         raise PoxmInputError("Y: expected at least one instance, got 0 rows")

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import frozen_gumbel, noise_key
+from poxm_core.csr import check_csr
 from poxm_core.prepared import VariantPolicy
 
 _SLATE_STREAM = 0x51A7E  # separates slate noise from the policy's frozen noise for the same seed
@@ -88,8 +89,7 @@ def simulate_log(policy: VariantPolicy, Y: sp.csr_matrix, rows: np.ndarray, ell:
     """
     if not isinstance(policy, VariantPolicy):
         raise TypeError(f"policy: expected a VariantPolicy, got {type(policy).__name__}")
-    if not sp.issparse(Y) or Y.format != "csr":
-        raise TypeError(f"Y: expected a scipy.sparse CSR matrix, got {type(Y).__name__}")
+    check_csr("Y", Y)
     n, K = policy.cand.shape
     if Y.shape[0] != n:
         raise ValueError(f"Y has {Y.shape[0]} rows but the policy covers {n} training instances")

@@ -12,11 +12,12 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from poxm_core.csr import check_sparse
+
 
 def label_propensities(Y_train: sp.csr_matrix, A: float = 0.55, B: float = 1.5) -> np.ndarray:
     """(L,) float64 propensities p_l in (0, 1] from the training labels Y_train (N, L) CSR (non-zero = relevant)."""
-    if not sp.issparse(Y_train):
-        raise TypeError(f"Y_train: expected a scipy.sparse matrix, got {type(Y_train).__name__}")
+    check_sparse("Y_train", Y_train)
     for name, v in (("A", A), ("B", B)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
             raise TypeError(f"{name}: expected a number, got {type(v).__name__}")

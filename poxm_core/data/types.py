@@ -6,11 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-
-def _check_csr(name: str, m: object) -> sp.csr_matrix:
-    if not sp.issparse(m) or m.format != "csr":
-        raise TypeError(f"{name}: expected a scipy.sparse CSR matrix, got {type(m).__name__}")
-    return m  # type: ignore[return-value]
+from poxm_core.csr import check_csr as _check_csr
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from poxm_core.csr import check_csr
 from poxm_core.errors import PoxmInputError
 
 
@@ -108,8 +109,7 @@ class CoreModel(nn.Module):
 
 
 def _check_X(X: object, n_features: int) -> sp.csr_matrix:
-    if not sp.issparse(X) or X.format != "csr":
-        raise TypeError(f"X: expected a scipy.sparse CSR matrix, got {type(X).__name__}")
+    check_csr("X", X)
     if X.shape[1] != n_features:
         raise ValueError(f"X: expected {n_features} feature columns (the encoder's D), got {X.shape[1]}")
     return X  # type: ignore[return-value]

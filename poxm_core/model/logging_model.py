@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from poxm_core.config import ModelConfig
+from poxm_core.csr import check_csr
 from poxm_core.model.core import CoreModel, csr_to_bag, resolve_device
 
 _BYTES_PER_LOGIT = 16
@@ -71,9 +72,8 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
     slice is held out from every gradient step, DESIGN §3); alpha stays a fraction of all n.
     Returns the trained CoreModel on CPU in eval mode.
     """
-    for name, m in (("X", X), ("Y", Y)):
-        if not sp.issparse(m) or m.format != "csr":
-            raise TypeError(f"{name}: expected a scipy.sparse CSR matrix, got {type(m).__name__}")
+    check_csr("X", X)
+    check_csr("Y", Y)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}")
     dev = resolve_device(device)
