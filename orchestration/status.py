@@ -9,7 +9,6 @@ A trial is  done         trials/<t>/done.json exists
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from orchestration.rundir import RunDir, driver_alive, read_json, trial_state
 
@@ -60,7 +59,3 @@ def status_text(run_dir) -> str:
         lines.append("")
         lines.append(f"continue with: poxm resume {rd.root}")
     return "\n".join(lines)
-
-
-def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "sweep.json").is_file()

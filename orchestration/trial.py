@@ -12,7 +12,6 @@ from it. A trial whose done.json exists is not run again.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -185,7 +184,3 @@ def trial_dirname(trial) -> str:
 
 def done_trials(run_root: Path, names) -> set[str]:
     return {n for n in names if (Path(run_root) / "trials" / n / "done.json").is_file()}
-
-
-def load_json(path: Path):
-    return json.loads(Path(path).read_text())

@@ -17,7 +17,6 @@ from typing import Iterable
 import pandas as pd
 
 COLUMNS = ["dataset", "variant", "method", "p", "lam", "seed", "split", "metric", "value", "stderr", "epoch", "final"]
-GRID_KEYS = ["dataset", "variant", "method", "p", "lam", "seed"]
 
 
 def make_row(*, dataset: str, variant: str, method: str, p: int | None, lam: float | None, seed: int,
