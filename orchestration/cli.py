@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -231,50 +230,8 @@ def cmd_status(a) -> int:
 
 
 def cmd_ui(a) -> int:
-    from orchestration.rundir import RunDir, read_json
-    rd = RunDir.existing(a.run_dir)
-    ml = read_json(rd.mlflow_runs, {}) or {}
-    uri = ml.get("tracking_uri") or ("sqlite:///" + str(rd.mlflow_db))
-    if not uri.startswith("sqlite:"):
-        print(f"this sweep logs to {uri}: open it in a browser (experiment id {ml.get('experiment_id', '?')})")
-        return 0
-    if not rd.mlflow_db.is_file():
-        raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
-    _check_port_free(a.host, a.port)
-    exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
-    cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
-        "server", "--backend-store-uri", uri, "--host", a.host, "--port", str(a.port), "--workers", "1"]
-    print(f"MLflow UI for {rd.root.name}: http://{a.host}:{a.port}  (Ctrl-C stops it)", flush=True)
-    return _serve_until_stopped(cmd)
-
-
-def _serve_until_stopped(cmd: list[str]) -> int:
-    """Run `mlflow server` in its own process group and take the whole group down on Ctrl-C or SIGTERM:
-    the server forks uvicorn and job-queue workers, and a stop that reaches only its main process (seen
-    here when it came during start-up) left those running."""
-    import signal
-    import subprocess
-
-    proc = subprocess.Popen(cmd, start_new_session=True)
-
-    def stop(*_args) -> None:
-        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait_s)
-                # the main process is gone; its workers may not be: go on to SIGKILL the group
-            except subprocess.TimeoutExpired:
-                pass
-
-    signal.signal(signal.SIGTERM, lambda *x: (stop(), sys.exit(0)))
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        stop()
-        return 0
+    from orchestration.ui import serve
+    return serve(a.run_dir, a.host, a.port, check_port=_check_port_free)
 
 
 def cmd_report(a) -> int:

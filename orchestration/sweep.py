@@ -289,9 +289,15 @@ def stage_track(plan: SweepPlan, cli_uri: str | None) -> tuple[str, str, str, di
     uri = tracking.resolve_uri(plan.rd.root, cli_uri, cfg.mlflow.tracking_uri)
     exp_name = cfg.mlflow.experiment or sweep_id(cfg)
     exp_id = tracking.init_store(uri, exp_name, plan.rd.mlartifacts)
-    tags = {"config_hash": sweep_hash(cfg), "git_commit": git_commit(), "sweep_name": cfg.name,
-            "protocol": protocol_name(cfg.training)}
-    parent = tracking.ensure_parent(uri, exp_id, sweep_id(cfg), {**tags, "run_dir": str(plan.rd.root)})
+    commit = git_commit()
+    tags = {"config_hash": sweep_hash(cfg), "git_commit": commit, "sweep_name": cfg.name,
+            "protocol": protocol_name(cfg.training), **tracking.standard_tags(commit)}
+    cfg_dict = resolved_dict(cfg)
+    cfg_dict.pop("runs_dir", None)        # a machine path, and not what the sweep computes
+    note = tracking.sweep_description(cfg_dict, sweep_id(cfg), len(plan.specs), len(plan.grid()),
+                                      protocol_name(cfg.training))
+    parent = tracking.ensure_parent(uri, exp_id, sweep_id(cfg), {**tags, "run_dir": plan.rd.root.name},
+                                    params=tracking.flat_params(cfg_dict), description=note)
     return uri, exp_id, parent, tags
 
 
@@ -308,7 +314,7 @@ def stage_points(plan: SweepPlan, uri: str, exp_id: str, parent: str, tags: dict
     points = tracking.ensure_points(uri, exp_id, parent, sweep_id(plan.cfg), resolved_dict(plan.cfg),
                                     [(g, g["trial"]) for g in grid], tags, ptags)
     runs = tracking.SweepRuns(uri, exp_id, parent, points)
-    write_json(plan.rd.mlflow_runs, runs.to_dict())
+    write_json(plan.rd.mlflow_runs, {**runs.to_dict(), "tracking_uri": tracking.record_uri(uri, plan.rd.root)})
     return runs
 
 
@@ -430,7 +436,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                 tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
             ok = not errored and len(done) == len(plan.specs)
             tracking.finish_parent(
-                runs, ok, {k: v for k, v in summary.items() if isinstance(v, (int, float))},
+                runs, ok, {f"sweep/{k}": v for k, v in summary.items()
+                           if isinstance(v, (int, float)) and k != "finished_at"},
                 [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
                 + ([(report, "report")] if report is not None else []))
             runs = parent_open = None
@@ -472,7 +479,7 @@ def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
     report = stage_select_report(plan, rows, print)
     ml = read_json(rd.mlflow_runs, None)
     if log_mlflow and report is not None and ml:
-        c = tracking.client(ml["tracking_uri"])
+        c = tracking.client(tracking.stored_uri(rd.root, ml))
         c.log_artifacts(ml["parent_run_id"], str(report), "report")
         c.log_artifacts(ml["parent_run_id"], str(rd.results), "results")
     return report
@@ -488,6 +495,5 @@ def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = Tru
                  verbose: bool = False) -> SweepOutcome:
     plan = plan_from_run_dir(run_dir)
     if mlflow_uri is None:   # keep logging where the sweep started
-        prev = read_json(plan.rd.mlflow_runs, {}) or {}
-        mlflow_uri = prev.get("tracking_uri")
+        mlflow_uri = tracking.stored_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
     return execute(plan, address=address, mlflow_uri=mlflow_uri, progress=progress, verbose=verbose)

@@ -2,12 +2,17 @@
 
 Layout (docs/orchestration.md, "MLflow"):
   experiment   cfg.mlflow.experiment, default '<name>-<hash>' (the run directory's name)
-  parent run   name '<name>-<hash>', tags poxm.role=sweep, poxm.sweep, config_hash, git_commit;
-               artifacts: config.yaml, sweep.json, results/*.csv, report/
+  experiment   tag mlflow.experimentKind=custom_model_development (the UI opens the runs table)
+  parent run   name '<name>-<hash>', tags poxm.role=sweep, poxm.sweep, config_hash, git_commit, the
+               standard mlflow.source.name / mlflow.user / mlflow.source.git.commit, and a description
+               (mlflow.note.content); params: the resolved config, flattened ('training.epochs',
+               'datasets.0.variants.1.T'); metrics 'sweep/wall_s' ...; artifacts: config.yaml,
+               sweep.json, results/*.csv, report/
   point runs   one per grid point (dataset, variant, method, p, lam, seed), tag mlflow.parentRunId,
-               name 'dataset/variant/method/p=../lam=../seed=..'; params: every grid coordinate and
-               training setting; per-epoch metrics (step = epoch): loss, IS, sIS, SNIS, ESS (+ _se);
-               final metrics: test R_at_5 ... (poxm_core.results.mlflow_name), val_SNIS, val_DR ...
+               named by what differs first: 'poxm p=10 λ=0.9 · A · bibtex · s0'; params: every grid
+               coordinate and training setting; per-epoch metrics (step = epoch): 'train/loss',
+               'val/IS', 'val/sIS', 'val/SNIS', 'val/ESS' (+ '_se'); final metrics: 'test/R_at_5' ...
+               (poxm_core.results.mlflow_name: MLflow rejects '@'), 'val/<estimator>' of untrained heads
 
 The driver creates the store, the experiment and every run id before any trial starts (concurrent
 first use of a fresh sqlite store races on its schema migration), finds them by tags when they
@@ -56,6 +61,59 @@ def resolve_uri(run_root: Path, cli_uri: str | None = None, config_uri: str | No
     return uri
 
 
+RUN_DIR_STORE = "sqlite:///mlflow.db"   # how mlflow_runs.json names the store inside its own run directory
+
+
+def record_uri(uri: str, run_root: Path) -> str:
+    """The URI as mlflow_runs.json keeps it: the run directory's own store relatively (RUN_DIR_STORE),
+    so a copied run directory opens its copy of the store, not the original's; any other as it is."""
+    if uri == "sqlite:///" + str((Path(run_root) / "mlflow.db").resolve()):
+        return RUN_DIR_STORE
+    return uri
+
+
+def stored_uri(run_root: Path, ml: Mapping | None) -> str | None:
+    """The absolute tracking URI of a run directory's mlflow_runs.json (None if it has none). For the
+    run directory's own store, artifact locations recorded under another folder (the run directory was
+    copied or moved) are rewritten to this one's mlartifacts/ first."""
+    uri = (ml or {}).get("tracking_uri")
+    if not uri:
+        return None
+    root = Path(run_root).resolve()
+    if uri == RUN_DIR_STORE or uri == "sqlite:///" + str(root / "mlflow.db"):
+        relocate_store(root)
+        return "sqlite:///" + str(root / "mlflow.db")
+    return uri
+
+
+def relocate_store(run_root: Path) -> bool:
+    """Point the artifact locations in run_root/mlflow.db at run_root/mlartifacts when they name the
+    mlartifacts/ of another folder (the directory this one was copied from). True if it rewrote."""
+    import sqlite3
+    db = Path(run_root) / "mlflow.db"
+    if not db.is_file():
+        return False
+    new = (Path(run_root).resolve() / "mlartifacts").as_uri()
+    con = sqlite3.connect(str(db))
+    try:
+        olds = [r[0] for r in con.execute("SELECT artifact_location FROM experiments") if r[0]
+                and r[0].rstrip("/").endswith("/mlartifacts") and r[0].startswith("file:") and r[0] != new]
+        if not olds:
+            return False
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        with con:
+            for old in olds:
+                con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?", (new, old))
+                con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE artifact_uri LIKE ?",
+                            (new, len(old) + 1, old + "/%"))
+                if "logged_models" in tables:
+                    con.execute("UPDATE logged_models SET artifact_location = ? || substr(artifact_location, ?) "
+                                "WHERE artifact_location LIKE ?", (new, len(old) + 1, old + "/%"))
+        return True
+    finally:
+        con.close()
+
+
 def is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:")
 
@@ -76,13 +134,23 @@ def point_key(p: Mapping) -> str:
 
 
 def point_name(p: Mapping) -> str:
-    parts = [p["dataset"], p["variant"], p["method"]]
+    """What differs between the runs of a sweep comes first (the UI cuts long names at the end):
+    'poxm p=10 λ=0.9 · A · bibtex · s0'."""
+    head = [str(p["method"])]
     if p["p"] is not None:
-        parts.append(f"p={p['p']}")
-    if p["lam"] is not None:
-        parts.append(f"lam={p['lam']}")
-    parts.append(f"seed={p['seed']}")
-    return "/".join(str(x) for x in parts)
+        head.append(f"p={p['p']}")
+    if p["lam"] is not None and not (isinstance(p["lam"], float) and math.isnan(p["lam"])):
+        head.append(f"λ={p['lam']}")
+    return " · ".join([" ".join(head), str(p["variant"]), str(p["dataset"]), f"s{p['seed']}"])
+
+
+def metric_name(key: str, split: str | None = None) -> str:
+    """MLflow metric name with its split prefix, so the UI groups the charts: per-epoch 'loss' ->
+    'train/loss', an estimate 'SNIS' -> 'val/SNIS'; final rows by their split: 'test/R_at_5'."""
+    key = mlflow_name(key)
+    if split is None:
+        split = "train" if key in ("loss", "loss_se") else "val"
+    return f"{split}/{key}"
 
 
 def _flat(prefix: str, d: Mapping) -> dict[str, str]:
@@ -94,6 +162,38 @@ def _flat(prefix: str, d: Mapping) -> dict[str, str]:
         else:
             out[key] = "none" if v is None else str(v)
     return out
+
+
+MAX_PARAM_VALUE = 6000   # MLflow 3's limit on a param value's length
+
+
+def flat_params(d, prefix: str = "") -> dict[str, str]:
+    """A nested config as MLflow params: mappings and lists of mappings by key path
+    ('datasets.0.variants.1.T'), other lists as their text ('[10, 20]'), None as 'none'."""
+    out: dict[str, str] = {}
+    items = d.items() if isinstance(d, Mapping) else enumerate(d)
+    for k, v in items:
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) or (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v)):
+            out.update(flat_params(v, key))
+        else:
+            text = "none" if v is None else str(v)
+            out[key] = text if len(text) <= MAX_PARAM_VALUE else text[:MAX_PARAM_VALUE - 3] + "..."
+    return out
+
+
+def standard_tags(git_commit: str | None = None, source: str = "poxm") -> dict[str, str]:
+    """MLflow's own tags, which the UI shows as User, Source and Version columns."""
+    import getpass
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = os.environ.get("USER", "unknown")
+    tags = {"mlflow.user": user, "mlflow.source.name": source, "mlflow.source.type": "LOCAL"}
+    sha = (git_commit or "").split("+")[0]
+    if sha and sha != "unknown":
+        tags["mlflow.source.git.commit"] = sha
+    return tags
 
 
 def point_params(cfg_dict: Mapping, point: Mapping, trial: str) -> dict[str, str]:
@@ -151,14 +251,20 @@ def init_store(uri: str, experiment: str, artifact_root: Path | None) -> str:
     if exp is None:
         loc = artifact_root.resolve().as_uri() if (artifact_root is not None and is_local_store(uri)) else None
         try:
-            return c.create_experiment(experiment, artifact_location=loc)
+            return _mark_model_training(c, c.create_experiment(experiment, artifact_location=loc))
         except mlflow.exceptions.MlflowException:
             exp = c.get_experiment_by_name(experiment)   # created meanwhile by another driver
             if exp is None:
                 raise
     if exp.lifecycle_stage == "deleted":
         c.restore_experiment(exp.experiment_id)
-    return exp.experiment_id
+    return _mark_model_training(c, exp.experiment_id)
+
+
+def _mark_model_training(c, exp_id: str) -> str:
+    # MLflow 3's UI opens an experiment without this tag on its GenAI (traces) page
+    c.set_experiment_tag(exp_id, "mlflow.experimentKind", "custom_model_development")
+    return exp_id
 
 
 def _search_all(c, exp_id: str, filter_string: str) -> list:
@@ -171,17 +277,41 @@ def _search_all(c, exp_id: str, filter_string: str) -> list:
             return out
 
 
-def ensure_parent(uri: str, exp_id: str, sweep: str, tags: Mapping[str, str]) -> str:
-    """The sweep's parent run (found by tags, else created), set RUNNING."""
+def ensure_parent(uri: str, exp_id: str, sweep: str, tags: Mapping[str, str],
+                  params: Mapping[str, str] | None = None, description: str | None = None) -> str:
+    """The sweep's parent run (found by tags, else created), set RUNNING; `params` (the resolved
+    config, flattened) are logged where not logged yet (MLflow params cannot change), `description`
+    becomes the run's note (mlflow.note.content)."""
+    from mlflow.entities import Param
+
     c = client(uri)
     found = _search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'sweep' and tags.`{SWEEP_TAG}` = '{sweep}'")
     if found:
-        rid = sorted(found, key=lambda r: r.info.start_time)[0].info.run_id
+        run = sorted(found, key=lambda r: r.info.start_time)[0]
+        rid, have = run.info.run_id, dict(run.data.params)
         c.update_run(rid, status="RUNNING")
     else:
         rid = c.create_run(exp_id, run_name=sweep, tags={ROLE_TAG: "sweep", SWEEP_TAG: sweep, **tags}).info.run_id
-    _log_tags(c, rid, tags)
+        have = {}
+    _log_tags(c, rid, {**tags, **({"mlflow.note.content": description} if description else {})})
+    new = [Param(k, v) for k, v in (params or {}).items() if k not in have]
+    for i in range(0, len(new), _BATCH):
+        c.log_batch(rid, params=new[i:i + _BATCH])
     return rid
+
+
+def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: int, protocol: str) -> str:
+    """The parent run's note: what the sweep is and how its runs and metrics are named (Markdown)."""
+    ds = ", ".join(f"{d['name']} ({', '.join(v['name'] for v in d['variants'])})" for d in cfg_dict["datasets"])
+    methods = ", ".join(cfg_dict["methods"])
+    return (f"**POXM sweep `{sweep}`**: {n_trials} trial(s), {n_points} grid point(s); seeds {cfg_dict['seeds']}.\n\n"
+            f"- datasets (variants): {ds}\n- methods: {methods}\n"
+            f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'SNIS')}; "
+            f"epochs: {cfg_dict['training']['epochs']}\n\n"
+            "Child runs are named `method p λ · variant · dataset · seed`. Metrics: `train/loss` and "
+            "`val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch); `test/<metric>` "
+            "(R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) at the end. The parameters of this run are the "
+            "resolved config; the report is in its artifacts (`report/`).")
 
 
 def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapping,
@@ -294,7 +424,7 @@ class PointLogger:
     def start(self) -> None:
         for rid in self.prefix.values():
             self.c.update_run(rid, status="RUNNING")
-            hist = self.c.get_metric_history(rid, "loss")
+            hist = self.c.get_metric_history(rid, metric_name("loss"))
             self.logged[rid] = max((m.step for m in hist), default=0)
 
     def log_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
@@ -304,14 +434,15 @@ class PointLogger:
         for key, v in metrics.items():
             for pre, rid in self.prefix.items():
                 if key.startswith(pre) and epoch > self.logged.get(rid, 0) and math.isfinite(float(v)):
-                    per_run.setdefault(rid, []).append(Metric(key[len(pre):], float(v), now, int(epoch)))
+                    per_run.setdefault(rid, []).append(Metric(metric_name(key[len(pre):]), float(v), now, int(epoch)))
                     break
         for rid, ms in per_run.items():
             self.c.log_batch(rid, metrics=ms)
             self.logged[rid] = epoch
 
     def log_final(self, df, head_runs_by_point: Mapping[tuple, str]) -> None:
-        """Final rows: test metrics as 'R_at_5' (+ '_se'), validation ones as 'val_SNIS', then FINISHED."""
+        """Final rows by split: 'test/R_at_5' (+ '_se'), 'val/SNIS' ..., then FINISHED. A final value
+        at an epoch whose per-epoch value of that name was logged already is not logged twice."""
         from mlflow.entities import Metric
         now = int(time.time() * 1000)
         fin = df[df["final"]]
@@ -319,9 +450,12 @@ class PointLogger:
             method, p, lam = pt
             sel = fin[(fin["method"] == method) & (fin["p"] == (-1 if p is None else p))]
             sel = sel[sel["lam"].isna()] if lam is None else sel[sel["lam"] == lam]
+            per_epoch = set(self.c.get_run(rid).data.metrics) if self.logged.get(rid, 0) else set()
             ms = []
             for r in sel.itertuples(index=False):
-                name = mlflow_name(r.metric) if r.split == "test" else f"{r.split}_{mlflow_name(r.metric)}"
+                name = metric_name(r.metric, r.split)
+                if name in per_epoch and int(r.epoch) <= self.logged.get(rid, 0):
+                    continue
                 if math.isfinite(r.value):
                     ms.append(Metric(name, float(r.value), now, int(r.epoch)))
                 if math.isfinite(r.stderr) and r.stderr > 0:

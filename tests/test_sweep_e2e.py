@@ -80,8 +80,10 @@ def final_rows(run_dir: Path) -> pd.DataFrame:
 
 def mlflow_runs(run_dir: Path, uri: str | None = None):
     from mlflow import MlflowClient
+
+    from orchestration.tracking import stored_uri
     ml = json.loads((run_dir / "mlflow_runs.json").read_text())
-    c = MlflowClient(uri or ml["tracking_uri"])
+    c = MlflowClient(uri or stored_uri(run_dir, ml))
     return c, ml, c.search_runs([ml["experiment_id"]], max_results=1000)
 
 
@@ -126,16 +128,17 @@ def test_sweep_layout_mlflow_and_selection(reference):
                  & (fin.p == (-1 if t["p"] == "none" else int(t["p"])))]
         pt = pt[pt.lam.isna()] if t["lam"] == "none" else pt[np.isclose(pt.lam, float(t["lam"]))]
         r5 = pt[(pt.split == "test") & (pt.metric == "R@5")]["value"]
-        assert len(r5) == 1 and m["R_at_5"] == pytest.approx(float(r5.iloc[0]), rel=1e-12)
+        assert len(r5) == 1 and m["test/R_at_5"] == pytest.approx(float(r5.iloc[0]), rel=1e-12)
+        assert all(k.split("/")[0] in ("train", "val", "test", "val_truth") for k in m), sorted(m)
         if t["method"] in ("dm", "poxm"):    # trained heads: per-epoch curves, step = epoch
-            hist = c.get_metric_history(r.info.run_id, "SNIS")
+            hist = c.get_metric_history(r.info.run_id, "val/SNIS")
             assert [h.step for h in hist] == [1, 2]
             per_epoch = rows[~rows.final & (rows.variant == t["variant"]) & (rows.method == t["method"])
                              & (rows.split == "val") & (rows.metric == "SNIS")]
             if t["method"] == "poxm":
                 per_epoch = per_epoch[(per_epoch.p == int(t["p"])) & np.isclose(per_epoch.lam, float(t["lam"]))]
             assert [h.value for h in hist] == pytest.approx(per_epoch.sort_values("epoch")["value"].tolist(), rel=1e-12)
-            assert {"loss", "IS", "sIS", "ESS", "val_SNIS"} <= set(m)
+            assert {"train/loss", "val/IS", "val/sIS", "val/ESS", "val/SNIS"} <= set(m)
 
     # selection: argmax of the final validation SNIS over (p, lam), computed here from the rows
     snis = fin[(fin.method == "poxm") & (fin.split == "val") & (fin.metric == "SNIS")]
@@ -150,6 +153,17 @@ def test_sweep_layout_mlflow_and_selection(reference):
         assert [(int(r.data.tags["p"]), float(r.data.tags["lam"])) for r in tagged] == [(int(best.p), pytest.approx(float(best.lam)))]
     arts = {a.path for a in c.list_artifacts(parent)}
     assert {"report", "results", "sweep"} <= arts
+    pr = parents[0].data
+    assert pr.params["training.epochs"] == "2" and pr.params["datasets.0.variants.1.T"] == "4.0"
+    assert pr.params["methods.poxm.p"] == "[5, 10]" and "runs_dir" not in pr.params
+    assert "finished_at" not in pr.metrics and "sweep/wall_s" in pr.metrics
+    assert "tiny-e2e" in pr.tags["mlflow.note.content"]
+    for k in ("mlflow.user", "mlflow.source.name"):
+        assert pr.tags[k] and points[0].data.tags[k], k
+    if (REPO / ".git").exists():
+        assert len(pr.tags["mlflow.source.git.commit"]) == 40
+    # the run directory names its own store relatively: a copy is self-contained
+    assert ml["tracking_uri"] == "sqlite:///mlflow.db"
 
 
 def test_crash_once_is_retried_from_checkpoint_logging_to_mlflow_server(ray_session, reference, tmp_path, monkeypatch):
@@ -173,7 +187,7 @@ def test_crash_once_is_retried_from_checkpoint_logging_to_mlflow_server(ray_sess
 
         # read back over HTTP
         assert not (out.run_dir / "mlflow.db").exists()
-        assert json.loads((out.run_dir / "mlflow_runs.json").read_text())["tracking_uri"] == uri
+        assert json.loads((out.run_dir / "mlflow_runs.json").read_text())["tracking_uri"] == uri   # not ours: as given
         c = MlflowClient(uri)
         exp = c.get_experiment_by_name(out.run_dir.name)
         runs = c.search_runs([exp.experiment_id], max_results=1000)
@@ -185,7 +199,7 @@ def test_crash_once_is_retried_from_checkpoint_logging_to_mlflow_server(ray_sess
         for r in points:
             assert r.data.metrics == pytest.approx(ref[r.data.tags["poxm.point"]], rel=1e-12)
             if r.data.tags["poxm.trial"] == "synthetic-A-s0-all" and r.data.tags["method"] == "poxm":
-                assert [h.step for h in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]  # epoch 1 once
+                assert [h.step for h in c.get_metric_history(r.info.run_id, "train/loss")] == [1, 2]  # epoch 1 once
         parent = next(r for r in runs if r.data.tags.get("poxm.role") == "sweep")
         assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
 
@@ -273,3 +287,58 @@ def test_kill_driver_then_resume(reference, tmp_path):
     assert {r.info.status for r in mruns} == {"FINISHED"}                        # none left RUNNING
     st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True)
     assert "done 2" in st.stdout
+
+
+def test_poxm_ui_serves_the_runs_table(reference, tmp_path):
+    """`poxm ui` on a COPY of the reference run directory: it waits for the server, prints the runs-table
+    URL (model-training mode), and the runs read back over HTTP carry the names, metric prefixes and
+    parent params; the copy's store is used, not the original's."""
+    import shutil
+    import urllib.request
+
+    from mlflow import MlflowClient
+
+    copy = tmp_path / reference.run_dir.name
+    shutil.copytree(reference.run_dir, copy, ignore=shutil.ignore_patterns("ray", "trials"))
+    ml = json.loads((copy / "mlflow_runs.json").read_text())
+    port = _free_port()
+    proc = subprocess.Popen(POXM + ["ui", str(copy), "--port", str(port)], cwd=tmp_path, env=_env(),
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines, deadline = [], time.time() + 240
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("MLflow UI: "):
+                break
+        url = f"http://127.0.0.1:{port}/#/experiments/{ml['experiment_id']}/runs?workflowType=machine_learning"
+        assert any(url in x for x in lines), "".join(lines)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:   # up when announced
+            assert r.status == 200
+        c = MlflowClient(f"http://127.0.0.1:{port}")
+        runs = c.search_runs([ml["experiment_id"]], max_results=1000)
+        points = [r for r in runs if r.data.tags.get("poxm.role") == "point"]
+        parent = next(r for r in runs if r.data.tags.get("poxm.role") == "sweep")
+        assert len(points) == N_POINTS
+        names = {r.info.run_name for r in points}
+        assert "poxm p=5 λ=0.5 · A · synthetic · s0" in names and "logging · B · synthetic · s0" in names
+        for r in points:
+            assert all(k.split("/")[0] in ("train", "val", "test", "val_truth") for k in r.data.metrics)
+            assert "test/R_at_5" in r.data.metrics
+        assert parent.data.params["name"] == "tiny-e2e" and parent.data.params["group_by"] == "seed"
+        assert parent.data.params["datasets.0.synthetic.n_train"] == "500"
+        assert c.get_experiment(ml["experiment_id"]).tags["mlflow.experimentKind"] == "custom_model_development"
+        # artifacts are served from the copy
+        (copy / "mlartifacts").rename(copy / "mlartifacts.moved")
+        assert not {a.path for a in c.list_artifacts(parent.info.run_id)}
+        (copy / "mlartifacts.moved").rename(copy / "mlartifacts")
+        assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)

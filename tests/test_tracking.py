@@ -28,10 +28,50 @@ def test_resolve_uri_precedence_and_absolute(tmp_path, monkeypatch):
 def test_point_key_and_name():
     p = {"dataset": "eurlex-4k", "variant": "A", "method": "poxm", "p": 10, "lam": 0.9, "seed": 1}
     assert tracking.point_key(p) == "eurlex-4k|A|poxm|10|0.9|1"
-    assert tracking.point_name(p) == "eurlex-4k/A/poxm/p=10/lam=0.9/seed=1"
+    assert tracking.point_name(p) == "poxm p=10 λ=0.9 · A · eurlex-4k · s1"     # what differs first
     q = dict(p, method="dm", p=None, lam=math.nan)
     assert tracking.point_key(q) == "eurlex-4k|A|dm|none|none|1"
-    assert tracking.point_name(dict(q, lam=None)) == "eurlex-4k/A/dm/seed=1"
+    assert tracking.point_name(dict(q, lam=None)) == "dm · A · eurlex-4k · s1"
+    assert tracking.point_name(q) == "dm · A · eurlex-4k · s1"
+
+
+def test_metric_names_carry_their_split():
+    assert tracking.metric_name("loss") == "train/loss" and tracking.metric_name("loss_se") == "train/loss_se"
+    assert tracking.metric_name("SNIS") == "val/SNIS" and tracking.metric_name("ESS_se") == "val/ESS_se"
+    assert tracking.metric_name("R@5", "test") == "test/R_at_5" and tracking.metric_name("DR", "val") == "val/DR"
+
+
+def test_flat_params_and_standard_tags():
+    flat = tracking.flat_params({"a": {"b": 1, "c": None}, "ds": [{"n": "x", "v": [{"T": 2}]}], "seeds": [0, 1],
+                                 "long": "y" * 7000})
+    assert flat == {"a.b": "1", "a.c": "none", "ds.0.n": "x", "ds.0.v.0.T": "2", "seeds": "[0, 1]",
+                    "long": "y" * 5997 + "..."}
+    tags = tracking.standard_tags("abc123+dirty")
+    assert tags["mlflow.source.git.commit"] == "abc123" and tags["mlflow.user"] and tags["mlflow.source.name"] == "poxm"
+    assert "mlflow.source.git.commit" not in tracking.standard_tags("unknown")
+
+
+def test_run_dir_store_is_recorded_relatively_and_relocated(tmp_path):
+    """A copied run directory opens (and logs artifacts to) its own copy of the store."""
+    import shutil
+    orig = tmp_path / "orig"
+    orig.mkdir()
+    uri = tracking.resolve_uri(orig)
+    assert tracking.record_uri(uri, orig) == tracking.RUN_DIR_STORE
+    assert tracking.record_uri("http://h:1", orig) == "http://h:1"
+    exp = tracking.init_store(uri, "e", orig / "mlartifacts")
+    rid = tracking.ensure_parent(uri, exp, "e", {})
+    shutil.copytree(orig, tmp_path / "copy")
+    copy = tmp_path / "copy"
+    got = tracking.stored_uri(copy, {"tracking_uri": tracking.RUN_DIR_STORE})
+    assert got == f"sqlite:///{copy.resolve()}/mlflow.db"
+    c = tracking.client(got)
+    assert c.get_experiment(exp).artifact_location == (copy / "mlartifacts").resolve().as_uri()
+    (tmp_path / "a.txt").write_text("x")
+    c.log_artifact(rid, str(tmp_path / "a.txt"), "report")
+    assert (copy / "mlartifacts").is_dir() and not (orig / "mlartifacts").exists()
+    assert tracking.stored_uri(copy, {"tracking_uri": "http://h:1"}) == "http://h:1"
+    assert tracking.stored_uri(copy, {}) is None
 
 
 CFG = {"device": "cpu", "group_by": "seed",
@@ -68,11 +108,16 @@ def store(db, request, tmp_path):
 def test_runs_created_once_and_found_again(store, tmp_path):
     uri, exp = store
     assert tracking.init_store(uri, tracking.client(uri).get_experiment(exp).name, tmp_path / "mlartifacts") == exp
-    parent = tracking.ensure_parent(uri, exp, "sweep-x", {"config_hash": "h"})
+    parent = tracking.ensure_parent(uri, exp, "sweep-x", {"config_hash": "h"}, params={"training.epochs": "3"},
+                                    description="the sweep")
     pts = [(g, "trial-1") for g in GRID]
     first = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, pts, {"config_hash": "h"},
                                    {tracking.point_key(GRID[0]): {"dataset_checksum": "c0"}})
-    assert tracking.ensure_parent(uri, exp, "sweep-x", {}) == parent
+    # found again; params cannot change in MLflow: a logged one is kept, a new one is added
+    assert tracking.ensure_parent(uri, exp, "sweep-x", {}, params={"training.epochs": "4", "seeds": "[0]"}) == parent
+    pr = tracking.client(uri).get_run(parent)
+    assert pr.data.params == {"training.epochs": "3", "seeds": "[0]"} and pr.data.tags["mlflow.note.content"] == "the sweep"
+    assert tracking.client(uri).get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
     again = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, pts, {"config_hash": "h"})
     assert again == first and len(set(first.values())) == 3
     c = tracking.client(uri)
@@ -104,17 +149,21 @@ def test_worker_logger_dedupes_epochs_and_finishes(store):
     log.log_epoch(3, m(3))
     c = tracking.client(uri)
     r10 = heads["poxm/p=10/lam=0.9"]
-    assert [(h.step, h.value) for h in c.get_metric_history(r10, "loss")] == [(1, 2.0), (2, 1.0), (3, 2.0 / 3)]
-    assert [h.step for h in c.get_metric_history(heads["poxm/p=5/lam=0.9"], "loss")] == [1, 2, 3]
-    assert "SNIS" not in c.get_run(heads["poxm/p=5/lam=0.9"]).data.metrics   # p=5 vs p=10 prefixes kept apart
+    assert [(h.step, h.value) for h in c.get_metric_history(r10, "train/loss")] == [(1, 2.0), (2, 1.0), (3, 2.0 / 3)]
+    assert [h.step for h in c.get_metric_history(heads["poxm/p=5/lam=0.9"], "train/loss")] == [1, 2, 3]
+    assert "val/SNIS" not in c.get_run(heads["poxm/p=5/lam=0.9"]).data.metrics   # p=5 vs p=10 prefixes kept apart
     rows = to_frame([make_row(dataset="d", variant="A", method="poxm", p=p, lam=0.9, seed=0, split=s, metric=k,
                               value=v, stderr=se, epoch=3, final=True)
-                     for p in (5, 10) for s, k, v, se in (("test", "R@5", 0.1 * p, 0.01), ("val", "SNIS", 0.3, math.nan))])
+                     for p in (5, 10) for s, k, v, se in (("test", "R@5", 0.1 * p, 0.01), ("val", "SNIS", 0.3, math.nan),
+                                                          ("val", "DR", 0.2, math.nan))])
     log.log_final(rows, {("poxm", 5, 0.9): heads["poxm/p=5/lam=0.9"], ("poxm", 10, 0.9): r10})
     got = c.get_run(r10)
     assert got.info.status == "FINISHED"
-    assert got.data.metrics["R_at_5"] == pytest.approx(1.0) and got.data.metrics["R_at_5_se"] == pytest.approx(0.01)
-    assert got.data.metrics["val_SNIS"] == pytest.approx(0.3) and "val_SNIS_se" not in got.data.metrics
+    assert got.data.metrics["test/R_at_5"] == pytest.approx(1.0) and got.data.metrics["test/R_at_5_se"] == pytest.approx(0.01)
+    assert got.data.metrics["val/DR"] == pytest.approx(0.2) and "val/DR_se" not in got.data.metrics
+    # the final SNIS at epoch 3 was logged per epoch already: not a second point at step 3
+    assert [(h.step, h.value) for h in c.get_metric_history(r10, "val/SNIS")] == [(1, 1.5), (2, 2.5), (3, 3.5)]
+    assert [h.step for h in c.get_metric_history(heads["poxm/p=5/lam=0.9"], "val/SNIS")] == [3]   # never per epoch
 
 
 @pytest.mark.slow
