@@ -1,0 +1,60 @@
+"""Golden values (scripts/make_golden.py): estimators, metrics and every method's training on the
+committed fixture tests/golden/fixture.npz must give the numbers in tests/golden/expected.json,
+written before later changes (the commit is expected.json's `generated_from`). A failure names each
+value that moved; regenerate the file only for an intended change of the numbers."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("make_golden", ROOT / "scripts" / "make_golden.py")
+golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(golden)
+
+EXPECTED = json.loads((golden.GOLDEN / "expected.json").read_text())
+PREP = golden.load_fixture()
+
+
+def test_fixture_is_the_documented_shape():
+    s = golden.SHAPE
+    assert PREP.Z_train.shape == (s["n_tr"], s["d"]) and PREP.Z_test.shape == (s["n_te"], s["d"])
+    assert PREP.n_labels == s["L"] and PREP.policy_train.cand.shape[1] == s["K"]
+    assert PREP.log_val.slate_size == s["ell"] and PREP.log_train.n + PREP.log_val.n == s["n_tr"]
+
+
+def test_every_builtin_estimator_has_a_golden_value():
+    # the built-in ones at generation time; a registered plugin estimator needs none
+    assert {"is", "sis", "snis", "translated", "dr", "pis", "sis@phi4"} <= set(EXPECTED["estimators"])
+
+
+def test_estimators_match_golden(tmp_path):
+    got = {"estimators": golden.estimator_values(PREP)}
+    assert golden.compare(EXPECTED, got, ["estimators"]) == []
+
+
+def test_metrics_match_golden():
+    assert golden.compare(EXPECTED, {"metrics": golden.metric_values(PREP)}, ["metrics"]) == []
+
+
+def test_compare_names_a_moved_value():
+    # the comparison can fail: a value moved beyond tolerance, and one missing, are both reported
+    moved = json.loads(json.dumps(EXPECTED["metrics"]))
+    moved["P@1"] += 1e-6
+    del moved["R@5"]
+    bad = golden.compare(EXPECTED, {"metrics": moved}, ["metrics"])
+    assert len(bad) == 2 and any(b.startswith("metrics/P@1: got") for b in bad) and any("R@5: missing" in b for b in bad)
+
+
+@pytest.mark.slow
+def test_training_every_method_matches_golden(tmp_path):
+    """~12 s on 2 cores: every method of make_golden.METHODS, 2 epochs, one trial."""
+    got = {"training": golden.training_values(PREP, tmp_path)}
+    bad = golden.compare(EXPECTED, got, ["training"])
+    assert bad == [], f"{len(bad)} golden training values moved (generated from {EXPECTED['generated_from']}):\n" + \
+        "\n".join(bad[:30])
+    trained = {k for k in EXPECTED["training"]["heads"]}
+    assert {k.split("/")[0] for k in trained} >= set(golden.METHODS) - {"logging"}
