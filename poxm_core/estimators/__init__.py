@@ -4,7 +4,10 @@
   (pruned per position, or product), NumPy + Torch twins.
 - Estimators IS, sIS, SNIS, translated, DR, prefix-product IS (`pis`): frozen dataclasses in the
   registry `ESTIMATORS`, `.estimate(w, r, ...) -> Estimate`, `.value_torch(w, r, ...)` differentiable;
-  the class attribute `weights` ("pruned" or "prefix") says which importance weights to pass.
+  the class attribute `weights` ("pruned" or "prefix") says which importance weights to pass,
+  `support` ("policy" or "selector") with which support A, `label` the metric name of its rows.
+- `validation_estimates`: every reported estimator of the registry on one validation log (what the
+  trainer writes); `register_estimator(cls)` adds one (a plugin), nothing else lists them.
 """
 from poxm_core.estimators.base import BaseEstimator, Estimate, effective_sample_size
 from poxm_core.estimators.dr import DR, dr_value_torch
@@ -12,9 +15,10 @@ from poxm_core.estimators.ips import IS, SIS, is_value_torch
 from poxm_core.estimators.plackett_luce import (pl_expectations, pl_expectations_torch, pl_log_conditionals,
                                                 pl_log_conditionals_full_torch, pl_log_conditionals_torch)
 from poxm_core.estimators.prefix import PrefixIS
-from poxm_core.estimators.registry import ESTIMATORS, get_estimator
+from poxm_core.estimators.registry import ESTIMATORS, get_estimator, register_estimator
 from poxm_core.estimators.snis import SNIS, snis_value_torch
 from poxm_core.estimators.translated import Translated, translated_value_torch
+from poxm_core.estimators.validation import reported_labels, validation_estimates
 from poxm_core.estimators.weights import (importance_weights, importance_weights_torch, selector_pos,
                                           sis_weights, sis_weights_torch)
 
@@ -23,6 +27,7 @@ __all__ = [
     "pl_expectations", "pl_expectations_torch",
     "importance_weights", "importance_weights_torch", "selector_pos", "sis_weights", "sis_weights_torch",
     "Estimate", "BaseEstimator", "effective_sample_size", "ESTIMATORS", "get_estimator",
+    "register_estimator", "validation_estimates", "reported_labels",
     "IS", "SIS", "SNIS", "Translated", "DR", "PrefixIS",
     "is_value_torch", "snis_value_torch", "translated_value_torch", "dr_value_torch",
 ]

@@ -92,6 +92,13 @@ class BaseEstimator:
     name: ClassVar[str] = ""
     aux_names: ClassVar[tuple[str, ...]] = ()   # extra (n, ell) arrays `per_sample` needs
     weights: ClassVar[str] = "pruned"           # weights to pass: "pruned" (pi/q per position) or "prefix" (product)
+    # How the trainer reports it on the validation log (`estimators.validation`): the metric name of
+    # its rows (`label`, e.g. "SNIS"), the support A of the policy's log pi_A: "policy" (the test-time
+    # policy's own support S) or "selector" (Phi^p(x), sIS); reported=False for an objective that
+    # needs a setting the validation log does not have (translated: lam).
+    label: ClassVar[str] = ""
+    support: ClassVar[str] = "policy"
+    reported: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:

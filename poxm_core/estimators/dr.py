@@ -31,6 +31,7 @@ def dr_value_torch(w: torch.Tensor, r: torch.Tensor, dm_term: torch.Tensor, rhat
 class DR(BaseEstimator):
     """t_i = sum_j dm_term_ij + w_ij (r_ij - rhat_logged_ij). Needs `dm_term` and `rhat_logged` (n, ell)."""
     name: ClassVar[str] = "dr"
+    label: ClassVar[str] = "DR"
     aux_names: ClassVar[tuple[str, ...]] = ("dm_term", "rhat_logged")
 
     def per_sample(self, w: np.ndarray, r: np.ndarray, dm_term: np.ndarray, rhat_logged: np.ndarray) -> np.ndarray:

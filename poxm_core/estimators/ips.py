@@ -26,6 +26,7 @@ def is_value_torch(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
 class IS(BaseEstimator):
     """Importance sampling with per-position (pruned or product) weights: t_i = sum_j w_ij r_ij."""
     name: ClassVar[str] = "is"
+    label: ClassVar[str] = "IS"
 
     def per_sample(self, w: np.ndarray, r: np.ndarray) -> np.ndarray:
         return np.sum(w * r, axis=1)
@@ -38,3 +39,5 @@ class IS(BaseEstimator):
 class SIS(IS):
     """Selective IS: IS arithmetic on weights of pi restricted to Phi^p(x) (`sis_weights`)."""
     name: ClassVar[str] = "sis"
+    label: ClassVar[str] = "sIS"
+    support: ClassVar[str] = "selector"

@@ -39,6 +39,7 @@ class PrefixIS(BaseEstimator):
     the slate's weights.
     """
     name: ClassVar[str] = "pis"
+    label: ClassVar[str] = "PIS"
     weights: ClassVar[str] = "prefix"
 
     def per_sample(self, w: np.ndarray, r: np.ndarray) -> np.ndarray:

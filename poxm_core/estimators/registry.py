@@ -1,4 +1,6 @@
-"""The estimator registry: name -> estimator class. Adding one is one module and one line here."""
+"""The estimator registry: name -> estimator class. Adding one is one module and one line here
+(or, from a plugin, `register_estimator(cls)`). Every list of estimators is this dict: the trainer's
+validation rows (`estimators.validation`), hence MLflow and the report's estimator figure, read it."""
 from __future__ import annotations
 
 from poxm_core.errors import PoxmInputError, nearest
@@ -9,7 +11,7 @@ from poxm_core.estimators.prefix import PrefixIS
 from poxm_core.estimators.snis import SNIS
 from poxm_core.estimators.translated import Translated
 
-__all__ = ["ESTIMATORS", "get_estimator"]
+__all__ = ["ESTIMATORS", "get_estimator", "register_estimator"]
 
 
 class _Registry(dict):
@@ -20,6 +22,8 @@ class _Registry(dict):
                              f"valid: {', '.join(sorted(self))}")
 
 
+# The order is the display order of the validation estimators (IS, sIS, SNIS, DR, PIS; translated
+# is the training objective, not reported).
 ESTIMATORS: dict[str, type[BaseEstimator]] = _Registry(
     {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR, PrefixIS)})
 
@@ -27,3 +31,21 @@ ESTIMATORS: dict[str, type[BaseEstimator]] = _Registry(
 def get_estimator(name: str, **settings) -> BaseEstimator:
     """An estimator instance by registry name, e.g. get_estimator('translated', lam=0.9)."""
     return ESTIMATORS[name](**settings)
+
+
+def register_estimator(cls: type[BaseEstimator]) -> type[BaseEstimator]:
+    """Add an estimator class under `cls.name` (usable as a class decorator in a plugin module).
+    Registering the same class again is a no-op (a plugin imported twice); another class under a
+    taken name, or a reported estimator without a label, is an error."""
+    if not (isinstance(cls, type) and issubclass(cls, BaseEstimator)) or not cls.name:
+        raise TypeError(f"estimator: expected a BaseEstimator subclass with a name, got {cls!r}")
+    if cls.reported and not cls.label:
+        raise TypeError(f"estimator '{cls.name}': a reported estimator needs a `label` (its metric name)")
+    if cls.support not in ("policy", "selector") or cls.weights not in ("pruned", "prefix"):
+        raise TypeError(f"estimator '{cls.name}': support must be 'policy' or 'selector' and weights "
+                        f"'pruned' or 'prefix', got {cls.support!r}, {cls.weights!r}")
+    have = ESTIMATORS.get(cls.name)
+    if have is not None and have is not cls:
+        raise ValueError(f"estimator '{cls.name}' is already registered ({have.__name__})")
+    ESTIMATORS[cls.name] = cls
+    return cls

@@ -40,6 +40,7 @@ def snis_value_torch(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
 class SNIS(BaseEstimator):
     """Self-normalised IS, one ratio per position, summed over positions."""
     name: ClassVar[str] = "snis"
+    label: ClassVar[str] = "SNIS"
 
     def per_sample(self, w: np.ndarray, r: np.ndarray) -> np.ndarray:
         vj, sw = _per_position(w, r)

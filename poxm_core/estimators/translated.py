@@ -30,6 +30,8 @@ class Translated(BaseEstimator):
     """t_i = sum_j w_ij (r_ij - lam). lam: the translation lambda (paper grid 0.7 .. 1.0)."""
     lam: float = 0.0
     name: ClassVar[str] = "translated"
+    label: ClassVar[str] = "translated"
+    reported: ClassVar[bool] = False      # the training objective; its value depends on lam
 
     def __post_init__(self) -> None:
         super().__post_init__()

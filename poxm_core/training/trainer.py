@@ -37,7 +37,7 @@ import yaml
 from poxm_core.config import MethodConfig, SweepConfig, config_hash, protocol_name, resolved_dict
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
-from poxm_core.estimators.registry import get_estimator
+from poxm_core.estimators.validation import validation_estimates
 from poxm_core.estimators.weights import importance_weights
 from poxm_core.methods import Batch, HeadContext, Method, get_method
 from poxm_core.methods.base import reward_shift
@@ -273,8 +273,8 @@ def _split_features(h: _Head, prepared: Prepared, split: str, rows: np.ndarray |
 
 
 def _val_estimates(h: _Head, prepared: Prepared, reward: _Head | None, device) -> dict[str, tuple[float, float]]:
-    """{metric: (value, stderr)} on the validation log: IS, sIS, SNIS, PIS (prefix-product), ESS (+ DR
-    with a reward model). Features are computed for the logged rows only (the log is re-indexed)."""
+    """{metric: (value, stderr)} on the validation log: every reported estimator of the registry (IS,
+    sIS, SNIS, PIS, ...; DR with a reward model) and ESS. Features are computed for the logged rows only (the log is re-indexed)."""
     full = prepared.log_val
     rows = full.instance
     log = dataclasses.replace(full, instance=np.arange(full.n, dtype=np.int64))
@@ -283,19 +283,11 @@ def _val_estimates(h: _Head, prepared: Prepared, reward: _Head | None, device) -
     arr = val_arrays(h.view(), _split_features(h, prepared, "train", rows), prepared.policy_train.cand[rows],
                      prepared.policy_train.rho[rows], log, _p_sis(h, K), rw, device)
     q = log.q.astype(np.float64)
-    r = log.rewards.astype(np.float64)
-    w_is = importance_weights(arr["logpi_is"], q)
-    w_sis = importance_weights(arr["logpi_sis"], q)
-    w_pis = importance_weights(arr["logpi_is"], q, pruned=False)
-    out = {}
-    for name, metric, w, aux in (("is", "IS", w_is, {}), ("sis", "sIS", w_sis, {}), ("snis", "SNIS", w_is, {}),
-                                 ("pis", "PIS", w_pis, {})):
-        e = get_estimator(name).estimate(w, r, **aux)
-        out[metric] = (e.value, e.stderr)
-    out["ESS"] = (effective_sample_size(w_is), math.nan)
-    if reward is not None:
-        e = get_estimator("dr").estimate(w_is, r, dm_term=arr["dm_term"], rhat_logged=arr["rhat_logged"])
-        out["DR"] = (e.value, e.stderr)
+    # every reported estimator of the registry (estimators.validation): DR only with a reward model
+    aux = {k: arr[k] for k in ("dm_term", "rhat_logged") if k in arr}
+    est = validation_estimates({"policy": arr["logpi_is"], "selector": arr["logpi_sis"]}, q, log.rewards, aux)
+    out = {label: (e.value, e.stderr) for label, e in est.items()}
+    out["ESS"] = (effective_sample_size(importance_weights(arr["logpi_is"], q)), math.nan)
     return out
 
 

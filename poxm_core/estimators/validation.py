@@ -1,0 +1,43 @@
+"""Every reported estimator of the registry on one validation log: what the trainer writes as the
+'val' rows of a head (and so what MLflow and the report's estimator figure show).
+
+    validation_estimates(logpi, q, r, aux) -> {label: Estimate}, in registry order
+
+`logpi` maps a support ("policy": the head's test-time support S; "selector": Phi^p(x)) to the
+(n, ell) log conditionals log pi_A(y_ij | x_i, y_i,<j) of the logged actions; each estimator gets the
+importance weights (`weights.importance_weights`, pruned or prefix as its class says) of its support,
+and the auxiliary arrays it names (`aux_names`, e.g. DR's dm_term and rhat_logged). An estimator
+whose support or auxiliary arrays are not given is skipped: DR needs a fitted reward model, which the
+per-epoch reports do not have. Nothing here names an estimator: a registered one appears by itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from poxm_core.estimators.base import Estimate
+from poxm_core.estimators.registry import ESTIMATORS
+from poxm_core.estimators.weights import importance_weights
+
+__all__ = ["validation_estimates", "reported_labels"]
+
+
+def reported_labels() -> list[str]:
+    """The metric names the validation rows can carry, in registry (display) order."""
+    return [cls.label for cls in ESTIMATORS.values() if cls.reported]
+
+
+def validation_estimates(logpi: dict[str, np.ndarray], q: np.ndarray, r: np.ndarray,
+                         aux: dict[str, np.ndarray] | None = None) -> dict[str, Estimate]:
+    aux = aux or {}
+    q = np.asarray(q, dtype=np.float64)
+    r = np.asarray(r, dtype=np.float64)
+    weights: dict[tuple[str, str], np.ndarray] = {}      # each (support, kind) computed once
+    out: dict[str, Estimate] = {}
+    for cls in ESTIMATORS.values():
+        if not cls.reported or cls.support not in logpi or not all(k in aux for k in cls.aux_names):
+            continue
+        key = (cls.support, cls.weights)
+        if key not in weights:
+            weights[key] = importance_weights(logpi[cls.support], q, pruned=cls.weights == "pruned")
+        out[cls.label] = cls().estimate(weights[key], r, **{k: aux[k] for k in cls.aux_names})
+    return out
