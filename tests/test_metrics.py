@@ -125,7 +125,7 @@ def test_stochastic_hand_computed_exact_and_mc():
     for key, v in want.items():
         assert exact[key] == pytest.approx(v, rel=1e-12), key
         assert exact[f"{key}_se"] == 0.0
-    mc = stochastic_metrics(Y, support, probs, INV_HAND, ks=(1, 2), n_slates=4000, exact_threshold=0)
+    mc = stochastic_metrics(Y, support, probs, INV_HAND, ks=(1, 2), n_slates=4000, exact_budget=0)
     for key, v in want.items():
         if key.endswith("@1"):   # k = 1 is always exact
             assert mc[key] == pytest.approx(v, rel=1e-12) and mc[f"{key}_se"] == 0.0
@@ -134,14 +134,14 @@ def test_stochastic_hand_computed_exact_and_mc():
             assert abs(mc[key] - v) < 4 * mc[f"{key}_se"], key
 
 
-@pytest.mark.parametrize("exact_threshold", [0, 1024])
-def test_stochastic_short_support(exact_threshold):
+@pytest.mark.parametrize("exact_budget", [0, 10**6])
+def test_stochastic_short_support(exact_budget):
     # Y* = {0, 1, 2}; only labels 0, 1 have mass, so every slate for k = 3 is {0, 1} in some order:
     # R@3 = 2/3; nDCR@3 = (1 + 1/log2 3) / (1 + 1/log2 3 + 1/2); PSR@3 = (1 + 2) / (3 + 2 + 1)
     # the padding (-1) and the zero-probability relevant label 2 never score.
     Y = csr([[0, 1, 2]], 4)
     support, probs = np.array([[0, 1, 2, -1]]), np.array([[0.6, 0.4, 0.0, 0.0]])
-    got = stochastic_metrics(Y, support, probs, INV_HAND, ks=(3,), n_slates=8, exact_threshold=exact_threshold)
+    got = stochastic_metrics(Y, support, probs, INV_HAND, ks=(3,), n_slates=8, exact_budget=exact_budget)
     assert got["R@3"] == pytest.approx(2 / 3)
     assert got["nDCR@3"] == pytest.approx((1 + 1 / LOG3) / (1 + 1 / LOG3 + 0.5))
     assert got["PSR@3"] == pytest.approx(3 / 6)
@@ -158,7 +158,7 @@ def test_deterministic_policy_gives_greedy_metrics():
     probs /= probs.sum(1, keepdims=True)
     inv = 1.0 + 3 * rng.random(L)
     greedy = greedy_metrics(Y, greedy_from_policy(support, probs, 5), inv)
-    stoch = stochastic_metrics(Y, support, probs, inv, n_slates=8, exact_threshold=0)
+    stoch = stochastic_metrics(Y, support, probs, inv, n_slates=8, exact_budget=0)
     for k in (1, 3, 5):
         for g, s in (("P", "R"), ("nDCG", "nDCR"), ("PSP", "PSR")):
             assert stoch[f"{s}@{k}"] == pytest.approx(greedy[f"{g}@{k}"], rel=1e-12, abs=1e-12)
@@ -200,9 +200,9 @@ def _tiny_policy(seed: int, n: int = 6, L: int = 6, m: int = 4):
     return Y, support, probs, inv
 
 
-def test_exact_enumeration_matches_brute_force():
+def test_exact_matches_brute_force():
     Y, support, probs, inv = _tiny_policy(11)
-    got = stochastic_metrics(Y, support, probs, inv, ks=(1, 2, 3))   # P(4, 3) = 24 slates: exact
+    got = stochastic_metrics(Y, support, probs, inv, ks=(1, 2, 3))   # n * m = 24 <= budget: exact
     for k in (1, 2, 3):
         for key, v in _brute_force(Y, support, probs, inv, k).items():
             assert got[key] == pytest.approx(v, rel=1e-10), key
@@ -215,7 +215,7 @@ def test_monte_carlo_within_standard_errors_of_brute_force():
     assert all(0.05 < v < 0.95 for v in want.values())   # a non-degenerate problem
     z = {key: [] for key in want}
     for seed in range(40):
-        mc = stochastic_metrics(Y, support, probs, inv, ks=(3,), n_slates=64, seed=seed, exact_threshold=0)
+        mc = stochastic_metrics(Y, support, probs, inv, ks=(3,), n_slates=64, seed=seed, exact_budget=0)
         for key, v in want.items():
             assert abs(mc[key] - v) < 5 * mc[f"{key}_se"], (key, seed)
             z[key].append((mc[key] - v) / mc[f"{key}_se"])
@@ -231,12 +231,33 @@ def test_stochastic_chunking_and_seed():
     support = np.stack([rng.choice(L, size=m, replace=False) for _ in range(n)])
     probs = rng.dirichlet(np.ones(m) * 0.3, size=n)
     inv = 1.0 + 3 * rng.random(L)
-    one = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3)
-    small = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, chunk_elems=1)   # 64-row chunks
+    one = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0)
+    small = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0, chunk_elems=1)   # 64-row chunks
     assert small == pytest.approx(one, rel=1e-12)
-    other = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=4)
+    other = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=4, exact_budget=0)
     assert other["R@5"] != one["R@5"] and other["R@1"] == one["R@1"]
     assert abs(other["R@5"] - one["R@5"]) < 5 * math.hypot(other["R@5_se"], one["R@5_se"])
+    exact = stochastic_metrics(Y, support, probs, inv)   # n * m = 6000: exact, independent of the chunking
+    assert stochastic_metrics(Y, support, probs, inv, chunk_elems=1) == pytest.approx(exact, rel=1e-12)
+    assert exact["R@5_se"] == 0.0 and abs(exact["R@5"] - one["R@5"]) < 5 * one["R@5_se"]
+
+
+def test_exact_against_large_monte_carlo_at_m100():
+    # the quadrature at the sizes it is used for (m = 100, k = 5, peaked and flat rows) against a
+    # Monte-Carlo of 2000 slates per instance: every metric within 4.5 of its standard error
+    rng = np.random.default_rng(8)
+    n, L, m = 40, 400, 100
+    Y = csr([rng.choice(L, size=rng.integers(1, 30), replace=False).tolist() for _ in range(n)], L)
+    support = np.stack([rng.choice(L, size=m, replace=False) for _ in range(n)])
+    logits = rng.normal(size=(n, m)) * np.linspace(0.1, 6.0, n)[:, None]
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    inv = 1.0 + 3 * rng.random(L)
+    exact = stochastic_metrics(Y, support, probs, inv)
+    mc = stochastic_metrics(Y, support, probs, inv, n_slates=2000, seed=1, exact_budget=0)
+    for key in ("R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"):
+        assert exact[f"{key}_se"] == 0.0 and mc[f"{key}_se"] > 0
+        assert abs(exact[key] - mc[key]) < 4.5 * mc[f"{key}_se"], (key, exact[key], mc[key], mc[f"{key}_se"])
 
 
 # ------------------------------------------------------------------ covering
@@ -300,6 +321,7 @@ def test_greedy_bad_input(change, exc, msg):
     ([[0, 1]], [[1.5, -0.5]], {}, "non-negative"),
     ([[0, 1]], [[0.5, 0.5, 0.0]], {}, "probs: expected the shape of support"),
     ([[0, 1]], [[0.5, 0.5]], {"n_slates": 0}, "n_slates: expected an int >= 1"),
+    ([[0, 1]], [[0.5, 0.5]], {"exact_budget": -1}, "exact_budget: expected an int >= 0"),
 ])
 def test_stochastic_bad_input(support, probs, extra, msg):
     with pytest.raises(PoxmInputError) as e:

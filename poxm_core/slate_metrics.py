@@ -1,0 +1,179 @@
+"""Stochastic (slate) metrics of DESIGN §8: R@k, nDCR@k, PSR@k of a Plackett-Luce policy.
+
+Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without replacement
+(Gumbel-top-k). Expectations are exact where cheap — position probabilities by the exponential-race
+integral of poxm_core/plackett_luce.py, no m^k enumeration — else Monte-Carlo with S slates per
+instance and its standard error (DESIGN §8). docs/metrics.md gives the formulas.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from poxm_core.metric_inputs import (CHUNK_ELEMS, check_count, check_ids, check_inv_prop, check_ks, check_labels,
+                                     check_probs, discount_cumsum, member, true_keys, truth_summaries)
+from poxm_core.plackett_luce import elements_per_row, position_sums
+
+_NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
+# Exact when instances x support <= this: ~2 ms per row at m = 100 on one core (docs/metrics.md)
+EXACT_BUDGET = 1_000_000
+NAMES = ("R", "nDCR", "PSR")
+
+__all__ = ["stochastic_metrics", "EXACT_BUDGET"]
+
+
+def _slate_values(hit_pos, w_pos, filled, ks, idcg, disc):
+    """Per-slate R, DCG/IDCG and PS sums for each k. hit_pos/w_pos/filled (c, S, kk) by position."""
+    kk = hit_pos.shape[-1]
+    h = hit_pos & filled
+    ch = np.cumsum(h, axis=-1)
+    cdcg = np.cumsum(h * disc[:kk], axis=-1)
+    cps = np.cumsum(np.where(h, w_pos, 0.0), axis=-1)
+    out = {}
+    for k in ks:
+        j = min(k, kk) - 1   # a slate shorter than k simply has no hit beyond its end
+        idk = idcg[:, k - 1][:, None]
+        out[k] = (ch[..., j] / k,
+                  np.divide(cdcg[..., j], idk, out=np.zeros(cdcg.shape[:-1]), where=idk > 0),
+                  cps[..., j])
+    return out
+
+
+def _block_gumbel(seed: int, a: int, b: int, S: int, m: int) -> np.ndarray:
+    """Gumbel noise (b-a, S, m) for rows a..b-1 (a multiple of _NOISE_BLOCK): a fixed function of
+    (seed, row block), so the chunk size never changes the draws."""
+    parts = []
+    for blk_start in range(a, b, _NOISE_BLOCK):
+        r = min(b, blk_start + _NOISE_BLOCK) - blk_start
+        rng = np.random.default_rng([seed, blk_start // _NOISE_BLOCK])
+        parts.append(rng.gumbel(size=(r, S, m)))
+    return np.concatenate(parts, axis=0)
+
+
+def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
+    """Gumbel-top-kk: (idx (c, S, kk) columns in draw order, filled (c, S, kk) real positions)."""
+    c, m = probs.shape
+    with np.errstate(divide="ignore"):
+        keys = np.log(probs)[:, None, :] + _block_gumbel(seed, a, a + c, S, m)
+    if kk < m:
+        idx = np.argpartition(-keys, kk - 1, axis=-1)[..., :kk]
+    else:
+        idx = np.broadcast_to(np.arange(m), (c, S, m))
+    sel = np.take_along_axis(keys, idx, axis=-1)
+    o = np.argsort(-sel, axis=-1, kind="stable")
+    idx = np.take_along_axis(idx, o, axis=-1)
+    filled = np.isfinite(np.take_along_axis(sel, o, axis=-1))   # -inf key = zero prob: slate ends
+    return idx, filled
+
+
+def _exact_chunk(pr, hit, w, ks, idcg, disc, est) -> None:
+    """Add the chunk's exact expectations to est[(name, k)]: position probabilities by quadrature."""
+    kmax = ks[-1]
+    S = position_sums(pr, np.stack([hit.astype(np.float64), w], axis=2), kmax)   # (c, kmax, 2)
+    cum_hit = np.cumsum(S[:, :, 0], axis=1)
+    cum_dcg = np.cumsum(S[:, :, 0] * disc[:kmax], axis=1)
+    cum_ps = np.cumsum(S[:, :, 1], axis=1)
+    for k in ks:
+        idk = idcg[:, k - 1]
+        est["R", k] += float(cum_hit[:, k - 1].sum() / k)
+        est["nDCR", k] += float(np.divide(cum_dcg[:, k - 1], idk, out=np.zeros(len(idk)), where=idk > 0).sum())
+        est["PSR", k] += float(cum_ps[:, k - 1].sum())
+
+
+def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var) -> None:
+    """Add the chunk's Monte-Carlo means (and sample variances) for k > 1; k = 1 exactly."""
+    c = pr.shape[0]
+    if ks[-1] > 1:
+        idx, filled = _mc_slates(pr, seed, a, S, kk)
+        rows = np.arange(c)[:, None, None]
+        vals = _slate_values(hit[rows, idx], w[rows, idx], filled, [k for k in ks if k > 1], idcg, disc)
+        for k, triple in vals.items():
+            for nm, v in zip(NAMES, triple):
+                est[nm, k] += float(v.mean(axis=1).sum())
+                if S > 1:
+                    var[nm, k] += float(v.var(axis=1, ddof=1).sum())
+    if ks[0] == 1:   # exact: the first label is drawn with probability pi_j
+        p_hit = (pr * hit).sum(1)
+        est["R", 1] += float(p_hit.sum())
+        est["nDCR", 1] += float(p_hit.sum())   # IDCG@1 = 1 whenever a hit is possible
+        est["PSR", 1] += float((pr * w).sum())
+
+
+def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int = 32, seed: int = 0,
+                       exact_budget: int = EXACT_BUDGET, *, chunk_elems: int = CHUNK_ELEMS) -> dict[str, float]:
+    """R@k, nDCR@k, PSR@k of a stochastic policy and their Monte-Carlo standard errors "<name>_se".
+
+    Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without
+    replacement (Gumbel-top-k on log probs); with hit_l = 1{y_l in Y*_i} (DESIGN §8, paper §5):
+      R@k    = (1/n) sum_i E[(1/k) sum_{l<=k} hit_l] = (1/n) sum_i (1/k) sum_{l<=k} sum_y hit_y P(y at l)
+      nDCR@k = (1/n) sum_i E[DCG_i@k] / IDCG_i@k     (IDCG over min(k, |Y*_i|); Y*_i empty adds 0)
+      PSR@k  = sum_i E[sum_{l<=k} hit_l / p_{y_l}] / sum_i best_i@k   (ratio of sums, as PSP@k)
+    If a row has fewer than k positive-probability labels its slate is that short (the 1/k stays).
+
+    Exact (se = 0) for k = 1 (E[hit_1] = sum_j pi_j hit_j) and, when n * m <= `exact_budget`, for
+    every k: the position probabilities P(y at l) come from the exponential-race integral
+    (plackett_luce.position_sums, quadrature error ~1e-12). Otherwise Monte-Carlo with S = n_slates
+    seeded slates per instance:
+      estimate = (1/n) sum_i mean_s v_is,  se = sqrt(sum_i var_s(v_is) / S) / n   (PSR: / sum_i best_i)
+    with var_s the unbiased sample variance over the S slates of instance i (se is nan when S = 1),
+    the error of the Monte-Carlo approximation to the expectation on these instances.
+    `exact_budget=0` forces Monte-Carlo.
+
+    Y CSR (n, L); support (n, m) int64 (-1 padding, prob 0); probs (n, m) float64 rows summing to 1;
+    inv_prop (L,). Memory is bounded by `chunk_elems` elements per working array.
+    """
+    Y = check_labels(Y)
+    n, L = Y.shape
+    ks = check_ks(ks)
+    kmax = ks[-1]
+    support = check_ids("support", support, L, n)
+    probs = check_probs(support, probs)
+    inv = check_inv_prop(inv_prop, L)
+    S = check_count("n_slates", n_slates, 1)
+    seed = check_count("seed", seed, 0)
+    exact_budget = check_count("exact_budget", exact_budget, 0)
+    chunk_elems = check_count("chunk_elems", chunk_elems, 1)
+    m = support.shape[1]
+    kk = min(kmax, m)
+    cd = discount_cumsum(kmax)
+    disc = np.diff(cd)
+    exact = kmax == 1 or n * m <= exact_budget
+    if exact:
+        r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
+        chunk = max(1, chunk_elems // elements_per_row(m, max(r, 1), kmax))
+    else:
+        chunk = max(1, chunk_elems // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
+
+    est = {(nm, k): 0.0 for nm in NAMES for k in ks}
+    var = {(nm, k): 0.0 for nm in NAMES for k in ks}
+    best_sum = np.zeros(kmax)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        keys = true_keys(Y, a, b)
+        ny, best = truth_summaries(keys, b - a, L, inv, kmax)
+        best_sum += best.sum(0)
+        idcg = cd[np.minimum(np.arange(1, kmax + 1)[None, :], ny[:, None])]
+        pr = probs[a:b]
+        hit = member(keys, support[a:b], L)
+        w = np.where(hit, inv[np.maximum(support[a:b], 0)], 0.0)
+        if exact:
+            _exact_chunk(pr, hit, w, ks, idcg, disc, est)
+        else:
+            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var)
+
+    out: dict[str, float] = {}
+    for k in ks:
+        mc = not exact and k > 1
+        for nm in NAMES:
+            den = (best_sum[k - 1] if nm == "PSR" else n)
+            value = est[nm, k] / den if den > 0 else 0.0
+            if not mc:
+                se = 0.0
+            elif S == 1:
+                se = math.nan
+            else:
+                se = math.sqrt(var[nm, k] / S) / den if den > 0 else 0.0
+            out[f"{nm}@{k}"] = float(value)
+            out[f"{nm}@{k}_se"] = float(se)
+    return out
