@@ -11,19 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+# the bandit layer's types, re-exported: this module is the stage boundary above bandit/ (bandit
+# imports nothing from here)
+from poxm_core.bandit.log import BanditLog
+from poxm_core.bandit.variant import VariantPolicy
 
-@dataclass(frozen=True)
-class VariantPolicy:
-    """Logging policy rho on C(x) for one split, candidates in rho order (descending, ties by label id).
-
-    Phi^p(x) = cand[:, :p]. rho[i, k] = rho(cand[i, k] | x_i); rows sum to 1.
-    """
-    cand: np.ndarray   # (n, K) int64 label ids, sorted by rho descending
-    rho: np.ndarray    # (n, K) float64
-
-    def __post_init__(self) -> None:
-        if self.cand.shape != self.rho.shape or self.cand.ndim != 2:
-            raise ValueError(f"cand {self.cand.shape} and rho {self.rho.shape} must be equal (n, K) shapes")
+__all__ = ["Prepared", "VariantPolicy", "BanditLog"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +31,8 @@ class Prepared:
     b: np.ndarray                  # (L,) float32 logging model head bias
     policy_train: VariantPolicy    # rho on training instances
     policy_test: VariantPolicy     # rho on test instances
-    log_train: "BanditLog"         # logged slates used for gradient steps
-    log_val: "BanditLog"           # held-out logged slates: selection reads only these
+    log_train: BanditLog           # logged slates used for gradient steps
+    log_val: BanditLog             # held-out logged slates: selection reads only these
     inv_propensity: np.ndarray     # (L,) float64, 1/p_l (Jain et al.)
     Y_test: sp.csr_matrix          # (n_te, L) test labels: only metrics read them
     Y_train: sp.csr_matrix | None = None  # (n_tr, L) read ONLY by the supervised skyline
@@ -54,6 +47,3 @@ class Prepared:
     @property
     def dim(self) -> int:
         return int(self.W.shape[1])
-
-
-from poxm_core.bandit.log import BanditLog  # noqa: E402  (type used above)

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from poxm_core.prepared import VariantPolicy
+from poxm_core.bandit.variant import VariantPolicy
 
 EULER_GAMMA = 0.57721566490153286061
 _ROW_BLOCK = 65536

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import frozen_gumbel, noise_key
 from poxm_core.csr import check_csr
-from poxm_core.prepared import VariantPolicy
+from poxm_core.bandit.variant import VariantPolicy
 
 _SLATE_STREAM = 0x51A7E  # separates slate noise from the policy's frozen noise for the same seed
 _ROW_BLOCK = 65536

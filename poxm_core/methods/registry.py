@@ -7,6 +7,7 @@ from poxm_core.methods.banditnet import BanditNet
 from poxm_core.methods.base import Method
 from poxm_core.methods.dm import DirectMethod
 from poxm_core.methods.dr_poxm import DRPOXM
+from poxm_core.methods.head import HeadSpec
 from poxm_core.methods.logging_policy import Logging
 from poxm_core.methods.pm_banditnet import PMBanditNet
 from poxm_core.methods.poxm import POXM
@@ -42,7 +43,5 @@ def get_method(name: str) -> Method:
 
 def head_grid(name: str, mc: MethodConfig | None = None):
     """HeadSpec for every (p, lam) grid point of method `name` under its config."""
-    from poxm_core.training.spec import HeadSpec
-
     m = get_method(name)
     return [HeadSpec(name, p, lam) for p, lam in m.grid(mc if mc is not None else MethodConfig())]
