@@ -70,7 +70,8 @@ def test_partial_seed_and_missing_method_are_marked_not_dropped():
     labels = [r[0] for r in t.rows]
     assert labels == ["Logging policy", "Direct Method", "BanditNet", "PM-BanditNet", "POXM", "wPOXM",
                       "DR-POXM", "Supervised skyline (frozen inputs)", "Supervised skyline (end to end, the paper's)"]
-    assert t.rows[labels.index("POXM")][2] == "40.50 ± 0.71 (n=2/3)"
+    # two seeds 0.40, 0.41: resampled means are 0.40, 0.405 or 0.41, so the 95 % interval is [40.00, 41.00]
+    assert t.rows[labels.index("POXM")][2] == "40.50 ± 0.71 [40.00, 41.00] (n=2/3)"
     assert t.rows[labels.index("BanditNet")][1:7] == ["—"] * 6
     md = to_markdown(t)
     assert "(n=2/3)" in md and "| BanditNet | — |" in md
@@ -85,8 +86,8 @@ def test_best_is_bold_with_ties_and_skyline_excluded():
 
 
 def test_p_and_lam_sets():
-    assert p_set([20, 10, 20]) == "10/20" and p_set([-1, -1]) == "-"
-    assert lam_set([0.8, 0.8]) == "0.8" and lam_set([1.0, 0.7]) == "0.7/1.0" and lam_set([math.nan]) == "-"
+    assert p_set([20, 10, 20]) == "10/20" and p_set([-1, -1]) == "—"
+    assert lam_set([0.8, 0.8]) == "0.8" and lam_set([1.0, 0.7]) == "0.7/1.0" and lam_set([math.nan]) == "—"
 
 
 def test_expected_from_config():
@@ -225,9 +226,9 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
         assert (out / f).stat().st_size > 0
     md = (out / "tables" / "results_eurlex-4k_A.md").read_text()
     # poxm seeds 0, 1 at p=20 (SNIS-selected): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
-    assert "50.50 ± 0.71 (n=2/3)" in md and "52.38" in md
+    assert "50.50 ± 0.71 [50.00, 51.00] (n=2/3)" in md and "52.38" in md
     tex = (out / "tables" / "results_eurlex-4k_A.tex").read_text()
-    assert r"\textbf{50.50 $\pm$ 0.71 (n=2/3)}" in tex
+    assert r"\textbf{50.50 $\pm$ 0.71 [50.00, 51.00] (n=2/3)}" in tex
     assert "52.38" not in (out / "tables" / "results_eurlex-4k_B.md").read_text()  # B is not the paper's policy
     toy = (out / "tables" / "results_toy_A.md").read_text()
     assert "| BanditNet | — | — |" in toy
@@ -237,7 +238,10 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     sel = pd.read_csv(out / "selection.csv")
     assert set(sel[(sel["method"] == "poxm") & (sel["selection"] == "snis")]["p"]) == {20}
     html = (out / "index.html").read_text()
-    assert "<table>" in html and 'src="figures/robustness_eurlex-4k.png"' in html
+    # self-contained: figures inline, no anchors, nothing fetched from a relative or remote URL
+    assert "<table>" in html and html.count('src="data:image/png;base64,') >= 4
+    assert "<a " not in html and 'src="figures/' not in html and "http" not in html.replace("http-equiv", "")
+    assert "<code>figures/robustness_eurlex-4k.pdf</code>" in html
 
     build_report(run)  # a rebuild swaps the report in and leaves no temporary directories
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "report", "results", "sweep.json"]
@@ -392,7 +396,8 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
     assert not (out / "figures" / "sharpness_toy.png").exists()
     assert "figures/sharpness_eurlex-4k.png" in index
     # estimator figure: every criterion present, and what each one targets
-    assert "IS, sIS, SNIS, DR and PIS estimates" in index and "mixed quantity" in index
+    assert "IS, sIS, SNIS, DR and PIS estimates" in index and "mixed slate" in index
+    assert "different quantity than the deployed slate value" in index and "Measured bias" in index
     assert "PIS (prefix-product" in index
 
 

@@ -1,4 +1,5 @@
-"""Mean +- std over seeds of the selected points, with partial and missing cells made visible.
+"""Mean ± std and a bootstrap 95 % interval over seeds of the selected points, with partial and
+missing cells made visible.
 
 Pure functions of result rows. A *cell* is (dataset, variant, method, metric). Its status is
   ok       every expected seed has a value
@@ -6,7 +7,10 @@ Pure functions of result rows. A *cell* is (dataset, variant, method, metric). I
   missing  the sweep expects it, no seed has a value: shown as "—"
   not_run  the sweep does not expect it (method not configured): shown as "—", listed apart
 The std is the sample standard deviation over seeds (ddof = 1); with one seed there is none and
-only the mean is shown.
+only the mean is shown. Beside it, `bootstrap_ci`: the percentile bootstrap 95 % interval of the
+mean over seeds (seeds resampled with replacement, as rliable does for runs), seeded so that a
+report rebuilds identically. With few seeds it is narrow by construction (3 seeds have only 10
+distinct resamples): read it as a description of the seeds at hand, not a coverage guarantee.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 CELL_KEYS = ["dataset", "variant", "method", "metric"]
+N_BOOT = 10_000
+BOOT_SEED = 0
 EXPECT_KEYS = ["dataset", "variant", "method", "seed"]
 MISSING = "—"
 
@@ -30,6 +36,8 @@ class Cell:
     std: float = math.nan
     n: int = 0
     n_expected: int = 0
+    ci_lo: float = math.nan   # bootstrap 95 % interval of the mean over seeds (n >= 2)
+    ci_hi: float = math.nan
 
     @property
     def status(self) -> str:
@@ -38,24 +46,41 @@ class Cell:
         return "partial" if self.n < self.n_expected else "ok"
 
     def text(self, scale: float = 100.0, digits: int = 2) -> str:
-        """'52.38 ± 1.20', '52.38 ± 1.20 (n=2/3)', '52.38' (one seed), or '—'."""
+        """'52.38 ± 1.20 [51.10, 53.40]' (mean ± std [bootstrap 95 % interval]), '... (n=2/3)',
+        '52.38' (one seed), or '—'."""
         if self.n == 0 or not math.isfinite(self.mean):
             return MISSING
         s = f"{scale * self.mean:.{digits}f}"
         if self.n > 1 and math.isfinite(self.std):
             s += f" ± {scale * self.std:.{digits}f}"
+        if self.n > 1 and math.isfinite(self.ci_lo) and math.isfinite(self.ci_hi):
+            s += f" [{scale * self.ci_lo:.{digits}f}, {scale * self.ci_hi:.{digits}f}]"
         if self.status == "partial":
             s += f" (n={self.n}/{self.n_expected})"
         return s
 
 
+def bootstrap_ci(values, level: float = 0.95, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `values` (one per seed): resample the seeds
+    with replacement `n_boot` times (seeded), take the (1-level)/2 and (1+level)/2 quantiles of the
+    resampled means. (nan, nan) with fewer than two finite values. Pure."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) < 2:
+        return math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, len(v), size=(n_boot, len(v)))
+    lo, hi = np.quantile(v[idx].mean(axis=1), [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def seed_stats(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean, sample std (ddof=1) and count over seeds per (dataset, variant, method, metric).
+    """Mean, sample std (ddof=1), count and bootstrap 95 % interval (ci_lo, ci_hi) over seeds per
+    (dataset, variant, method, metric).
 
     `rows` holds one value per (cell, seed) (e.g. ``selection.selected_rows``); duplicates of a
     (cell, seed) keep the row with the largest epoch. Non-finite values do not count as a seed.
     """
-    cols = CELL_KEYS + ["mean", "std", "n", "seeds"]
+    cols = CELL_KEYS + ["mean", "std", "n", "ci_lo", "ci_hi", "seeds"]
     if rows.empty:
         return pd.DataFrame(columns=cols)
     one = rows.sort_values("epoch", kind="stable").drop_duplicates(CELL_KEYS + ["seed"], keep="last")
@@ -65,6 +90,8 @@ def seed_stats(rows: pd.DataFrame) -> pd.DataFrame:
     g = one.groupby(CELL_KEYS, sort=True)
     out = g["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else math.nan,
                          n="count").reset_index()
+    ci = g["value"].agg(lambda v: bootstrap_ci(v.to_numpy(dtype=float)))
+    out = out.merge(pd.DataFrame(ci.tolist(), index=ci.index, columns=["ci_lo", "ci_hi"]).reset_index(), on=CELL_KEYS)
     seeds = g["seed"].agg(lambda s: tuple(sorted(int(x) for x in s))).rename("seeds").reset_index()
     return out.merge(seeds, on=CELL_KEYS)[cols]
 
@@ -117,7 +144,7 @@ def cell_grid(stats: pd.DataFrame, expected: pd.DataFrame, dataset: str, variant
             out[(m, k)] = Cell(n_expected=ne)
         else:
             # a cell with more seeds than the grid names (grid unknown or widened) is not partial
-            out[(m, k)] = Cell(float(r.mean), float(r.std), int(r.n), max(ne, int(r.n)))
+            out[(m, k)] = Cell(float(r.mean), float(r.std), int(r.n), max(ne, int(r.n)), float(r.ci_lo), float(r.ci_hi))
     return out
 
 
@@ -136,15 +163,15 @@ def best_cells(cells: Mapping[tuple[str, str], Cell], metrics: list[str], eligib
 
 
 def p_set(values: Iterable) -> str:
-    """'20' or '10/20': the distinct p chosen over seeds, sorted; '-' when unused (p = -1)."""
+    """'20' or '10/20': the distinct p chosen over seeds, sorted; '—' when unused (p = -1)."""
     vals = sorted({int(v) for v in values if v is not None and math.isfinite(float(v)) and v >= 0})
-    return "/".join(str(v) for v in vals) if vals else "-"
+    return "/".join(str(v) for v in vals) if vals else MISSING
 
 
 def lam_set(values: Iterable) -> str:
-    """'0.8' or '0.7/0.9': the distinct lambda chosen over seeds, sorted; '-' when unused (nan)."""
+    """'0.8' or '0.7/0.9': the distinct lambda chosen over seeds, sorted; '—' when unused (nan)."""
     vals = sorted({float(v) for v in values if v is not None and math.isfinite(float(v))})
-    return "/".join(_lam_text(v) for v in vals) if vals else "-"
+    return "/".join(_lam_text(v) for v in vals) if vals else MISSING
 
 
 def _lam_text(v: float) -> str:

@@ -30,6 +30,7 @@ from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, e
 from orchestration.report.index import render_html, render_markdown
 from orchestration.selection import (DEFAULT_CRITERION, POINT, check_criterion, check_rows, select,
                                      selected_rows, selection_label, val_criteria)
+from poxm_core.atomic import publish
 from poxm_core.errors import PoxmInputError
 from poxm_core.results import COLUMNS
 
@@ -298,7 +299,7 @@ def _write_report(run_dir: Path, out: Path) -> None:
                      "choice by test R@5 (selection='oracle', uses test labels, never used by the tables)."),
                ("links", [("selection.csv", "selection.csv")])]
     T.atomic_write_text(out / "index.md", render_markdown(blocks))
-    T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}"))
+    T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
 
 
 def build_report(run_dir: str | os.PathLike) -> Path:
@@ -317,8 +318,8 @@ def build_report(run_dir: str | os.PathLike) -> Path:
         old = None
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=".report.old-", dir=run_dir))
-            os.replace(final, old / "report")
-        os.replace(tmp, final)
+            publish(final, old / "report")
+        publish(tmp, final)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:

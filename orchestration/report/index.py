@@ -7,13 +7,20 @@ Blocks are tuples:
   ("table", Table)               a table from tables.py, shown inline
   ("links", [(label, href), ...])  a line of links to files, relative to the report directory
   ("figure", png_href, title, caption, [(label, href), ...])  an image with its caption and file links
+
+index.html is self-contained so that it renders the same from disk and inside MLflow's sandboxed
+artifact frame (which resolves no relative URL and opens no link): figures are embedded as
+base64 data URIs, styles are inline, there are no anchors and no external resources; the files
+beside it (CSV, LaTeX, PDF) are named as plain text paths. index.md keeps ordinary relative links.
 """
 from __future__ import annotations
 
+import base64
 import html
 import re
+from pathlib import Path
 
-from orchestration.report.tables import Table, to_markdown
+from orchestration.report.table_format import Table, to_markdown
 
 
 def render_markdown(blocks: list[tuple]) -> str:
@@ -69,10 +76,22 @@ _CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 
         "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
         "th,td{border-bottom:1px solid #ccc;padding:3px 8px;text-align:right}"
         "th:first-child,td:first-child{text-align:left}caption{font-weight:bold;text-align:left}"
-        "img{max-width:100%}figure{margin:1.5em 0}.note{font-size:85%;color:#444}")
+        "img{max-width:100%}figure{margin:1.5em 0}.note{font-size:85%;color:#444}"
+        ".files{font-size:85%;color:#555}")
 
 
-def render_html(blocks: list[tuple], title: str) -> str:
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _files_html(links: list[tuple[str, str]]) -> str:
+    """Files beside the report, named (not linked: a link breaks inside MLflow's sandboxed frame)."""
+    return ('<span class="files">files: ' + " · ".join(f"<code>{html.escape(h)}</code>" for _, h in links)
+            + "</span>") if links else ""
+
+
+def render_html(blocks: list[tuple], title: str, base: Path) -> str:
+    """Self-contained HTML; `base` is the report directory the figure paths are relative to."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"]
     for b in blocks:
@@ -86,14 +105,12 @@ def render_html(blocks: list[tuple], title: str) -> str:
         elif kind == "table":
             out.append(_table_html(b[1]))
         elif kind == "links":
-            out.append("<p>" + " · ".join(f'<a href="{html.escape(h)}">{html.escape(label)}</a>'
-                                          for label, h in b[1]) + "</p>")
+            out.append(f"<p>{_files_html(b[1])}</p>")
         elif kind == "figure":
             _, png, title, caption, links = b
-            out.append(f'<figure><img src="{html.escape(png)}" alt="{html.escape(title)}">'
+            out.append(f'<figure><img src="{_data_uri(Path(base) / png)}" alt="{html.escape(title)}">'
                        f"<figcaption><b>{html.escape(title)}.</b> {html.escape(caption)}<br>"
-                       + " · ".join(f'<a href="{html.escape(h)}">{html.escape(label)}</a>' for label, h in links)
-                       + "</figcaption></figure>")
+                       + _files_html(links) + "</figcaption></figure>")
         else:
             raise ValueError(f"unknown index block kind {kind!r}")
     out.append("</body></html>")

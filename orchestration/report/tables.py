@@ -9,19 +9,16 @@
                      per method)
   logging_<d>        logging-policy statistics of prepare.csv per variant
 
-Values are x100, mean ± sample std over seeds at the criterion-selected points. Bold: best mean per
-column among bandit-feedback rows present (the supervised skyline uses full labels, so it is
-italic and never bold, as in the paper); ties at the displayed precision are all bold.
-Pure functions of result rows; `write_table` is the only function that touches files.
+Values are x100, mean ± sample std [bootstrap 95 % interval] over seeds at the criterion-selected
+points. Bold: best mean per column among the *trained* bandit-feedback methods only; every such
+method tied at the displayed precision is bold (ties: all). The logging policy (a reference, not a
+learner) and the supervised skyline (full labels; italic, as in the paper) are never bold, so a
+logging policy level with a trained method does not make or break a bold.
+Pure functions of result rows; rendering and file writing: table_format.py.
 """
 from __future__ import annotations
 
 import math
-import os
-import tempfile
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import warnings
 
 import numpy as np
@@ -30,6 +27,8 @@ from scipy.stats import spearmanr
 
 from orchestration.report import paper
 from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
+from orchestration.report.table_format import (DAGGER, Table, atomic_write_text, tex_escape, to_latex,  # noqa: F401
+                                               to_markdown, write_table)
 from orchestration.selection import (DEFAULT_CRITERION, ORACLE_METRIC, POINT, SELECT_SPLIT, is_criterion,
                                      order_criteria, selection_label)
 
@@ -43,21 +42,7 @@ STOCHASTIC = ["R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"]
 GREEDY = ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5"]
 # A deterministic top-k slate has R@k = P@k, nDCR@k = nDCG@k, PSR@k = PSP@k.
 GREEDY_TWIN = {"R@": "P@", "nDCR@": "nDCG@", "PSR@": "PSP@"}
-DAGGER = "†"
-
-
-@dataclass
-class Table:
-    """A rendered table: display strings plus the machine-readable frame written as CSV."""
-    name: str
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    bold: set[tuple[int, int]] = field(default_factory=set)
-    italic_rows: set[int] = field(default_factory=set)
-    sections: dict[int, str] = field(default_factory=dict)  # row index -> label of a block starting there
-    notes: list[str] = field(default_factory=list)
-    frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+NOT_TRAINED = ("logging",)   # the policy that produced the log: a reference row, never bold
 
 
 def method_list(present: list[str]) -> list[str]:
@@ -106,7 +91,7 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
                 twinned.add(m)
                 for k in metrics:
                     cells[(m, k)] = twins[(m, _twin(k))]
-    eligible = [m for m in methods if m not in FULL_INFORMATION]
+    eligible = [m for m in methods if m not in FULL_INFORMATION and m not in NOT_TRAINED]
     best = best_cells(cells, metrics, eligible)
 
     columns = ["Method"] + metrics + ["p", "λ"]
@@ -122,7 +107,8 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
                "method_name": method_name(m), "greedy_twin": m in twinned}
         for k in metrics:
             c = cells[(m, k)]
-            rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_n": c.n,
+            rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_ci_lo": 100 * c.ci_lo,
+                        f"{k}_ci_hi": 100 * c.ci_hi, f"{k}_n": c.n,
                         f"{k}_n_expected": c.n_expected, f"{k}_status": c.status,
                         f"{k}_best": (m, k) in best})
         rec.update({"p": p_txt, "lam": lam_txt})
@@ -148,10 +134,12 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
         notes.append(f"Paper block: {paper.SOURCE}; AttentionXML is the paper's supervised skyline.")
     title_kind = ("Stochastic policies: expected reward metrics" if kind == "results"
                   else "Greedy top-k metrics")
-    notes.insert(0, f"Values ×100, mean ± std over seeds at the (p, λ) selected by the validation-log {criterion} "
-                    "estimate; p and λ: the values "
-                    "selected over seeds. Bold: best among bandit-feedback methods; the supervised "
-                    "skyline (full labels) is italic. “—”: no result; (n=a/b): a of b expected seeds.")
+    notes.insert(0, f"Values ×100, mean ± std [bootstrap 95 % interval of the mean] over seeds at the (p, λ) "
+                    f"selected by the validation-log {criterion} estimate; one seed: the value alone. p and λ: "
+                    "the values selected over seeds. Bold: best mean among the trained bandit-feedback methods "
+                    "(all of them when tied at this precision); the logging policy is never bold, the "
+                    "supervised skyline (full labels) is italic. “—”: no result, or p/λ not used by the "
+                    "method; (n=a/b): a of b expected seeds.")
     if twinned:
         notes.append(f"{DAGGER} greedy policy without stochastic rows: its P@k, nDCG@k, PSP@k are shown, which "
                      "equal R@k, nDCR@k, PSR@k for a deterministic slate.")
@@ -317,6 +305,16 @@ def spearman_table(dataset: str, data: pd.DataFrame, criterion: str = DEFAULT_CR
                  columns=columns, rows=rows, sections=sections, notes=notes, frame=frame)
 
 
+def _stat_text(vals: np.ndarray, scale: float, counts: bool) -> str:
+    """'20000' for a count (every seed an integer), '20000 ± 12' over seeds; else '%.2f' values."""
+    mean, sd = scale * vals.mean(), (scale * vals.std(ddof=1) if len(vals) > 1 else math.nan)
+    if counts and mean == round(mean):
+        return f"{int(round(mean))}" + (f" ± {sd:.0f}" if len(vals) > 1 and sd > 0 else "")
+    if counts:
+        return f"{mean:.1f}" + (f" ± {sd:.1f}" if len(vals) > 1 else "")
+    return f"{mean:.2f}" + (f" ± {sd:.2f}" if len(vals) > 1 else "")
+
+
 def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
     """Logging-policy statistics (prepare.csv) per variant: every metric, mean ± std over seeds.
 
@@ -341,105 +339,15 @@ def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
             # data/* are dataset facts (sizes, propensity A/B), never rates: shown as they are
             frac = not k.startswith("data/") and bool(np.all((vals >= 0) & (vals <= 1)))
             sc = 100.0 if frac else 1.0
-            txt = f"{sc * vals.mean():.2f}" + (f" ± {sc * vals.std(ddof=1):.2f}" if len(vals) > 1 else "")
+            txt = _stat_text(vals, sc, counts=not frac and bool(np.all(vals == np.round(vals))))
             row.append(txt)
             recs.append({"dataset": dataset, "variant": v, "metric": k, "scale": sc,
                          "mean": sc * vals.mean(), "std": sc * vals.std(ddof=1) if len(vals) > 1 else math.nan,
                          "n": len(vals)})
         rows.append(row)
-    notes = ["Rates and fractions ×100, dataset facts (data/*) as they are (mean ± std over seeds); covering@k: share of test instances' true labels "
-             "inside the top-k of ρ. Full covering curve: the covering figure and the CSV."]
+    notes = ["Rates and fractions ×100, dataset facts (data/*) as they are, counts as integers (mean ± std over "
+             "seeds where there are several); covering@k: share of test instances' true labels "
+             "inside the top-k of ρ. “—”: not recorded for that variant. Full covering curve: the covering figure "
+             "and the CSV."]
     return Table(name=f"logging_{dataset}", title=f"Logging policy statistics — {dataset}",
                  columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
-
-
-# --------------------------------------------------------------------------------------------
-# rendering
-
-def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|")
-
-
-def to_markdown(t: Table) -> str:
-    """GitHub-flavoured Markdown: bold **x**, italic rows *x*, block labels as bold rows."""
-    ncol = len(t.columns)
-    out = [f"**{t.title}**", "", "| " + " | ".join(map(_md_escape, t.columns)) + " |",
-           "|" + "|".join([":---"] + ["---:"] * (ncol - 1)) + "|"]
-    for i, row in enumerate(t.rows):
-        if i in t.sections:
-            out.append("| " + " | ".join([f"**{_md_escape(t.sections[i])}**"] + [""] * (ncol - 1)) + " |")
-        cells = _styled(t, i, row, _md_escape, "**{}**", "*{}*")
-        out.append("| " + " | ".join(cells) + " |")
-    out.append("")
-    out += [n + "  " for n in t.notes]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _styled(t: "Table", i: int, row: list[str], escape, bold: str, italic: str) -> list[str]:
-    """Row i's cells escaped for the output format, bold where best, italic on italic rows (skyline)."""
-    cells = []
-    for j, c in enumerate(row):
-        c = escape(c)
-        if c and (i, j) in t.bold:
-            c = bold.format(c)
-        elif c and i in t.italic_rows:
-            c = italic.format(c)
-        cells.append(c)
-    return cells
-
-
-_TEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-_TEX_UNI = {"±": r"$\pm$", "—": "--", "−": "$-$", "λ": r"$\lambda$", "ρ": r"$\rho$",
-            DAGGER: r"$^\dagger$", "×": r"$\times$", "“": "``", "”": "''", "Δ": r"$\Delta$"}
-
-
-def tex_escape(s: str) -> str:
-    s = "".join(_TEX_ESC.get(ch, ch) for ch in s)
-    for a, b in _TEX_UNI.items():
-        s = s.replace(a, b)
-    return s
-
-
-def to_latex(t: Table) -> str:
-    """A booktabs table environment (needs \\usepackage{booktabs})."""
-    ncol = len(t.columns)
-    out = [r"\begin{table}[ht]", r"\centering", r"\small", rf"\caption{{{tex_escape(t.title)}}}",
-           rf"\label{{tab:{t.name.replace('_', '-')}}}",
-           r"\begin{tabular}{l" + "r" * (ncol - 1) + "}", r"\toprule",
-           " & ".join(tex_escape(c) for c in t.columns) + r" \\", r"\midrule"]
-    for i, row in enumerate(t.rows):
-        if i in t.sections:
-            if i > 0:
-                out.append(r"\midrule")
-            out.append(rf"\multicolumn{{{ncol}}}{{l}}{{\emph{{{tex_escape(t.sections[i])}}}}} \\")
-        cells = _styled(t, i, row, tex_escape, r"\textbf{{{}}}", r"\textit{{{}}}")
-        out.append(" & ".join(cells) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}"]
-    if t.notes:
-        out.append(r"\par\smallskip{\footnotesize " + " ".join(tex_escape(n) for n in t.notes) + "}")
-    out.append(r"\end{table}")
-    return "\n".join(out) + "\n"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_table(t: Table, out_dir: Path) -> dict[str, Path]:
-    """Write <name>.csv, <name>.md, <name>.tex into out_dir; returns {'csv': path, ...}."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {ext: out_dir / f"{t.name}.{ext}" for ext in ("csv", "md", "tex")}
-    atomic_write_text(paths["csv"], t.frame.to_csv(index=False))
-    atomic_write_text(paths["md"], to_markdown(t))
-    atomic_write_text(paths["tex"], to_latex(t))
-    return paths
