@@ -1,18 +1,40 @@
-"""The sweep's progress view: a Tune callback on the driver showing trial counts
-(done / running / pending / errored) on one tqdm bar, and one line per finished or failed trial."""
+"""The sweep's progress view: a Tune callback on the driver with one tqdm bar in head-epochs.
+
+A trial trains several heads (grid points) together and reports once per epoch through Tune, so
+the unit of work is the head-epoch: the bar counts heads x epochs done of the sweep's total (a trial
+at epoch e of E with h heads has done h*e of h*E), which moves every epoch instead of sitting at 0 %
+until the first trial ends; tqdm's rate over head-epochs done *in this session* gives the ETA (work
+finished before a resume is the bar's `initial`, not counted in the rate). The postfix shows the
+trial counts (done / running / pending / errored) and the running trials' epochs; one line is
+written per finished or failed trial. Not on a terminal (a log file, CI): no bar and no ANSI codes,
+the per-trial lines only.
+"""
 from __future__ import annotations
 
 import sys
 import time
+from typing import Sequence
 
 from ray.tune import Callback
 
 
-class SweepProgress(Callback):
-    """tqdm bar over the sweep's trials. `already_done` trials (finished before a resume) count as done."""
+def head_epochs_done(status: str, heads: int, epoch: int, epochs: int) -> int:
+    """Head-epochs a trial has done: all of them once it terminated, else heads x its last epoch."""
+    return heads * epochs if status == "TERMINATED" else heads * min(max(epoch, 0), epochs)
 
-    def __init__(self, total: int, already_done: int = 0, enabled: bool = True, epochs: int | None = None):
+
+class SweepProgress(Callback):
+    """tqdm bar over the sweep's head-epochs.
+
+    total: trials in the sweep; already_done: trials finished before a resume (they count as done);
+    epochs: epochs per trial; heads: heads of each trial, in any order (when None, read from each
+    trial's config['trial']['heads'] as Tune materialises it, the unseen ones taken as the mean).
+    """
+
+    def __init__(self, total: int, already_done: int = 0, enabled: bool = True, epochs: int | None = None,
+                 heads: Sequence[int] | None = None):
         self.total, self.already_done, self.enabled, self.epochs = total, already_done, enabled, epochs
+        self.heads = list(heads) if heads is not None else None
         self._bar = None
         self._t0: dict[str, float] = {}
         self._epoch: dict[str, int] = {}
@@ -25,6 +47,13 @@ class SweepProgress(Callback):
     @staticmethod
     def _name(trial) -> str:
         return str(trial.config.get("trial", {}).get("name", trial.trial_id))
+
+    @staticmethod
+    def _heads_of(trial) -> int:
+        try:
+            return max(1, int(trial.config.get("trial", {}).get("heads", 1)))
+        except (TypeError, ValueError):
+            return 1
 
     def _counts(self, trials) -> dict[str, int]:
         c = {"done": 0, "running": 0, "pending": 0, "errored": 0}
@@ -42,19 +71,35 @@ class SweepProgress(Callback):
         c["pending"] += max(0, self.total - len(trials))
         return c
 
+    def work(self, trials) -> tuple[int, int]:
+        """(head-epochs done, head-epochs in the sweep)."""
+        E = max(1, int(self.epochs or 1))
+        seen = [self._heads_of(t) for t in trials]
+        if self.heads is not None:
+            total = sum(self.heads) * E
+        else:
+            mean = sum(seen) / len(seen) if seen else 1.0
+            total = int(round((sum(seen) + mean * max(0, self.total - len(seen))) * E))
+        done = sum(head_epochs_done(t.status, h, self._epoch.get(self._name(t), 0), E) for t, h in zip(trials, seen))
+        return min(done, total), max(total, 1)
+
     def _refresh(self, trials, note: str | None = None) -> None:
         if not self.enabled:
             return
+        done, total = self.work(trials)
         if self._bar is None:
             from tqdm.auto import tqdm
             # not a terminal (a log file, CI): no bar and no ANSI codes; the done/ERROR lines still come
-            self._bar = tqdm(total=self.total, desc="trials", unit="trial", file=sys.stderr, dynamic_ncols=True,
-                             disable=not sys.stderr.isatty())
+            self._bar = tqdm(total=total, initial=done, desc="head-epochs", unit="head-epoch", file=sys.stderr,
+                             dynamic_ncols=True, disable=not sys.stderr.isatty())
+        self._bar.total = total
+        if done > self._bar.n:
+            self._bar.update(done - self._bar.n)   # update(), not n=: tqdm's rate (the ETA) follows it
         c = self._counts(trials)
-        self._bar.n = c["done"]
         running = [f"{self._name(t)}@{self._epoch.get(self._name(t), 0)}/{self.epochs or '?'}"
                    for t in trials if t.status == "RUNNING"]
-        self._bar.set_postfix_str(f"running={c['running']} pending={c['pending']} errored={c['errored']}"
+        self._bar.set_postfix_str(f"trials done={c['done']}/{self.total} running={c['running']} "
+                                  f"pending={c['pending']} errored={c['errored']}"
                                   + (f" [{', '.join(running[:3])}{', ...' if len(running) > 3 else ''}]" if running else ""),
                                   refresh=False)
         self._bar.refresh()
