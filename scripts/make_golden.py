@@ -8,7 +8,7 @@ Why: the trainer, the estimators and the metrics are otherwise checked by hand v
 and by self-consistency (resume = uninterrupted, grouped = alone). A change that moves every number
 consistently (a refactor for speed, a new kernel) passes those; it does not pass a comparison with
 numbers written down before the change. Regenerate only when a change of the numbers is intended,
-and say so in the commit.
+say which values moved and why in expected.json's "history" list, and in the commit.
 
 The fixture (tests/golden/fixture.npz) is the arrays of one `Prepared` (a few hundred instances,
 L = 24 labels, K = 12 candidates, slates of 3), built once from seed 20210 by the hand-built
@@ -245,7 +245,9 @@ def main(argv=None) -> int:
     prep = load_fixture()          # the values are computed from the fixture as the test will read it
     with tempfile.TemporaryDirectory() as tmp:
         vals = compute(prep, Path(tmp))
-    vals = {"generated_from": _commit(), "seed": SEED, "shape": SHAPE, "epochs": EPOCHS, **vals}
+    history = json.loads((GOLDEN / "expected.json").read_text()).get("history", []) \
+        if (GOLDEN / "expected.json").exists() else []
+    vals = {"generated_from": _commit(), "history": history, "seed": SEED, "shape": SHAPE, "epochs": EPOCHS, **vals}
     (GOLDEN / "expected.json").write_text(json.dumps(vals, indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN / 'fixture.npz'} and {GOLDEN / 'expected.json'} (code at {vals['generated_from']})")
     return 0
