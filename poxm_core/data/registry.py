@@ -15,6 +15,7 @@ from poxm_core.data.readers import (TEXT_FILES, find_split_sparse, read_split_sp
                                     read_xc_bow, read_xy_npz)
 from poxm_core.data.types import XMCData, XMCSplit
 from poxm_core.errors import PoxmInputError, nearest
+from poxm_core.registration import add
 
 if TYPE_CHECKING:
     from poxm_core.config import DatasetConfig
@@ -91,10 +92,7 @@ def register_dataset(spec: DatasetSpec) -> DatasetSpec:
     """Add `spec` to `DATASETS` (a name may be registered once)."""
     if not isinstance(spec, DatasetSpec):
         raise TypeError(f"spec: expected a DatasetSpec, got {type(spec).__name__}")
-    if spec.name in DATASETS:
-        raise ValueError(f"dataset '{spec.name}' is already registered")
-    DATASETS[spec.name] = spec
-    return spec
+    return add(DATASETS, "dataset", spec.name, spec)
 
 
 def get_spec(name: str) -> DatasetSpec:

@@ -12,17 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-import torch
-
-from poxm_core.estimators.base import BaseEstimator
-from poxm_core.estimators.ips import is_value_torch
+from poxm_core.estimators.ips import IS
 
 __all__ = ["PrefixIS"]
 
 
 @dataclass(frozen=True)
-class PrefixIS(BaseEstimator):
+class PrefixIS(IS):
     """Prefix-product IS: t_i = sum_j w_ij r_ij with w_ij = prod_{k<=j} pi_A(y_ik | x_i, y_i,<k) / q_ik.
 
     Why it is unbiased for the deployed slate value V(pi_A) = E_x E_{slate ~ pi_A} sum_j mu(x, y_j):
@@ -40,10 +36,4 @@ class PrefixIS(BaseEstimator):
     """
     name: ClassVar[str] = "pis"
     label: ClassVar[str] = "PIS"
-    weights: ClassVar[str] = "prefix"
-
-    def per_sample(self, w: np.ndarray, r: np.ndarray) -> np.ndarray:
-        return np.sum(w * r, axis=1)
-
-    def torch_value(self, w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        return is_value_torch(w, r)
+    weights: ClassVar[str] = "prefix"     # IS's arithmetic (inherited), on the prefix-product weights

@@ -4,6 +4,7 @@ validation rows (`estimators.validation`), hence MLflow and the report's estimat
 from __future__ import annotations
 
 from poxm_core.errors import PoxmInputError, nearest
+from poxm_core.registration import add
 from poxm_core.estimators.base import BaseEstimator
 from poxm_core.estimators.dr import DR
 from poxm_core.estimators.ips import IS, SIS
@@ -44,8 +45,4 @@ def register_estimator(cls: type[BaseEstimator]) -> type[BaseEstimator]:
     if cls.support not in ("policy", "selector") or cls.weights not in ("pruned", "prefix"):
         raise TypeError(f"estimator '{cls.name}': support must be 'policy' or 'selector' and weights "
                         f"'pruned' or 'prefix', got {cls.support!r}, {cls.weights!r}")
-    have = ESTIMATORS.get(cls.name)
-    if have is not None and have is not cls:
-        raise ValueError(f"estimator '{cls.name}' is already registered ({have.__name__})")
-    ESTIMATORS[cls.name] = cls
-    return cls
+    return add(ESTIMATORS, "estimator", cls.name, cls, same=lambda old, new: old is new)

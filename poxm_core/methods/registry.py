@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from poxm_core.config import MethodConfig
 from poxm_core.errors import PoxmInputError, nearest
+from poxm_core.registration import add
 from poxm_core.methods.banditnet import BanditNet
 from poxm_core.methods.base import Method
 from poxm_core.methods.dm import DirectMethod
@@ -26,11 +27,7 @@ def register_method(method: Method) -> Method:
     Registering the same class again under its name is a no-op (a plugin imported twice)."""
     if not isinstance(method, Method) or not method.name:
         raise TypeError(f"method: expected a Method instance with a name, got {method!r}")
-    have = METHODS.get(method.name)
-    if have is not None and type(have) is not type(method):
-        raise ValueError(f"method '{method.name}' is already registered ({type(have).__name__})")
-    METHODS[method.name] = method
-    return method
+    return add(METHODS, "method", method.name, method, same=lambda old, new: type(old) is type(new))
 
 
 def get_method(name: str) -> Method:
