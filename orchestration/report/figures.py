@@ -89,10 +89,11 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
             bx.annotate(f"{m:.1f}", (xi, m), ha="center", va="bottom", fontsize=8, xytext=(0, 2),
                         textcoords="offset points")
         bx.set_xticks(x)
-        bx.set_xticklabels([f"variant {v}" for v in r5["variant"]], fontsize=8)
+        bx.set_xticklabels([str(v) for v in r5["variant"]], fontsize=8, rotation=30, ha="right")
         bx.set_ylim(0, max(5.0, 1.2 * float(100 * r5["mean"].max())))
     else:
         bx.text(0.5, 0.5, "no logging R@5", ha="center", va="center", transform=bx.transAxes)
+    bx.set_xlabel("variant")
     bx.set_ylabel("expected R@5 of ρ (%)\n(relevant labels per slate position)")
     bx.set_title("Logging policy's own slates", fontsize=10)
     bx.grid(True, axis="y", alpha=0.3)
@@ -168,10 +169,11 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
             ax.annotate(f"{m:.1f}", (xi, m), ha="center", va="bottom", fontsize=8, xytext=(0, 2),
                         textcoords="offset points")
         ax.set_xticks(x)
-        ax.set_xticklabels([f"variant {v}" for v in r5["variant"]], fontsize=8)
+        ax.set_xticklabels([str(v) for v in r5["variant"]], fontsize=8, rotation=30, ha="right")
         ax.set_ylim(0, max(5.0, 1.2 * float(100 * r5["mean"].max())))
     else:
         ax.text(0.5, 0.5, "no logging R@5 (prepare.csv)", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("variant")
     ax.set_ylabel("expected R@5 of ρ on test (%)")
     ax.set_title("Logging policy per variant")
     ax.grid(True, axis="y", alpha=0.3)

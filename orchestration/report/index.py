@@ -69,10 +69,11 @@ def _table_html(t: Table) -> str:
             cells.append(f"<td>{c}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in t.notes)
-    return "<table>\n" + "\n".join(rows) + "\n</table>\n" + notes
+    return '<div class="tw"><table>\n' + "\n".join(rows) + "\n</table></div>\n" + notes
 
 
-_CSS = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;line-height:1.4}"
+_CSS = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0 1em;line-height:1.4}"
+        ".tw{overflow-x:auto}td{white-space:nowrap}td:first-child{white-space:normal;min-width:9em}"
         "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
         "th,td{border-bottom:1px solid #ccc;padding:3px 8px;text-align:right}"
         "th:first-child,td:first-child{text-align:left}caption{font-weight:bold;text-align:left}"
