@@ -159,7 +159,7 @@ def _print_config(path, overrides) -> int:
 
 
 def cmd_prepare(a) -> int:
-    from poxm_core.prepare import prepare_command
+    from poxm_core.prepare_summary import prepare_command
     return int(prepare_command(a.config, a.overrides, print_config=a.print_config, cache_dir=a.cache_dir) or 0)
 
 

@@ -11,13 +11,14 @@ results/prepare.csv has columns dataset, variant, seed, metric, value:
 """
 from __future__ import annotations
 
-import json
+import math
+import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from orchestration.rundir import RunDir
+from orchestration.rundir import RunDir, read_json, write_json
+from poxm_core.errors import PoxmInputError
 from poxm_core.results import COLUMNS
 
 PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
@@ -42,15 +43,12 @@ def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:
     return df
 
 
-def prepare_stats(cache_dir: Path, dataset: str, seed: int, variant_dir: Path) -> list[dict]:
-    """Long-form statistics of one prepared variant, read from the cache's manifests and covering.npy."""
-    man = json.loads((variant_dir / "manifest.json").read_text())
-    parents = {k: json.loads((Path(cache_dir) / p / "manifest.json").read_text())
-               for k, p in man["key"]["parents"].items()}
+def prepare_stats(dataset: str, seed: int, record: dict) -> list[dict]:
+    """Long-form statistics of one prepared variant from its record (poxm_core.prepare_cache.variant_record)."""
+    man, parents = record["manifest"], record["parents"]
     variant = man["key"]["variant"]["name"]
     out: list[tuple[str, float]] = []
-    cover = np.load(variant_dir / "covering.npy")
-    out += [(f"covering@{k + 1}", float(v)) for k, v in enumerate(cover)]
+    out += [(f"covering@{k + 1}", float(v)) for k, v in enumerate(record["covering"])]
     out += [(f"logging_model/{k}", float(v)) for k, v in parents["candidates"]["stats"]["logging_model_test"].items()]
     st = man["stats"]
     out += [(f"logging_policy/{k}", float(v)) for k, v in st["logging_policy_test"].items() if not k.endswith("_se")]
@@ -62,19 +60,67 @@ def prepare_stats(cache_dir: Path, dataset: str, seed: int, variant_dir: Path) -
     return [{"dataset": dataset, "variant": variant, "seed": int(seed), "metric": m, "value": v} for m, v in out]
 
 
-def gather_prepare(rd: RunDir, prepared: dict[tuple[str, int], dict[str, str]], cache_dir: Path) -> pd.DataFrame:
-    """results/prepare.csv from the prepare stage's outputs {(dataset, seed): {variant: dir}}."""
+def gather_prepare(rd: RunDir, prepared: dict[tuple[str, int], dict[str, dict]]) -> pd.DataFrame:
+    """results/prepare.csv from the prepare stage's outputs {(dataset, seed): {variant: record}}."""
     rows = []
     for (dataset, seed), variants in sorted(prepared.items()):
-        for vdir in variants.values():
-            rows += prepare_stats(cache_dir, dataset, seed, Path(vdir))
+        for record in variants.values():
+            rows += prepare_stats(dataset, seed, record)
     df = pd.DataFrame(rows, columns=PREPARE_COLUMNS)
     _csv_atomic(df, rd.prepare_csv, PREPARE_COLUMNS)
     return df
 
 
-def data_checksum(cache_dir: Path, variant_dir: Path) -> str:
-    """The content address of the dataset's cache level (names, sizes and mtimes of its files, or
-    the generator config and seed): what 'dataset_checksum' tags carry."""
-    man = json.loads((Path(variant_dir) / "manifest.json").read_text())
-    return Path(man["key"]["parents"]["data"]).name
+def data_checksum(record: dict) -> str:
+    """What 'dataset_checksum' tags carry: the SHA-256 of the prepared data level's content (Y, X,
+    inverse propensities as written), the same on every node and for every copy of the files."""
+    return record["parents"]["data"]["content_sha256"]
+
+
+def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Path | None:
+    """results/selection.csv (honest selection on the validation log) and report/; None when the
+    report cannot be built yet (said in one line)."""
+    from orchestration.selection import select
+
+    sel = select(rows, criterion) if len(rows) else None
+    if sel is not None:
+        _csv_atomic(sel, rd.selection_csv, list(sel.columns))
+    try:
+        from orchestration.report import build_report
+        return Path(build_report(rd.root))
+    except (PoxmInputError, ImportError) as exc:
+        say(f"  report: not built ({exc})")
+        return None
+
+
+def busy_seconds(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of time intervals: the wall time during which some trial was computing."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def sweep_summary(rd: RunDir, n_trials: int, n_points: int, done: list, errored: list, before: set,
+                  seconds: dict, max_concurrent: int) -> dict:
+    """results/sweep_summary.json: this invocation's counts and stage times (seconds: wall, prepare,
+    prepare_compute, tune, gather_select_report) with the trials' own compute; the file keeps every
+    invocation under 'history'."""
+    compute, spans = 0.0, []
+    for n in sorted(set(done) - before):
+        for a in (read_json(rd.trial(n) / "timing.json", {}) or {}).get("attempts", []):
+            compute += float(a.get("run_trial_s", 0.0))
+            if "start" in a and "end" in a:
+                spans.append((a["start"], a["end"]))
+    busy, wall = busy_seconds(spans), seconds["wall"]
+    summary = {"sweep": rd.root.name, "trials": n_trials, "done": len(done), "errored": len(errored),
+               "ran_now": len(set(done) - before), "grid_points": n_points,
+               **{f"{k}_s": round(v, 2) for k, v in seconds.items()},
+               "trial_compute_s": round(compute, 2), "trial_compute_busy_s": round(busy, 2),
+               "share_outside_trial_compute": round(1 - busy / wall, 4) if wall > 0 else None,
+               "max_concurrent_trials": max_concurrent, "finished_at": time.time()}
+    history = (read_json(rd.summary_json, {}) or {}).get("history", [])
+    write_json(rd.summary_json, {**summary, "history": history + [summary]})
+    return summary

@@ -187,8 +187,7 @@ def remove_tmp_leftovers(rd: RunDir) -> list[Path]:
     trial starts, so nothing is writing them. Returns what was removed."""
     import shutil
     gone = []
-    for pattern in ("*", "results/*", "trials/*/*", "trials/*/checkpoints/*", "trials/*/rank*/*",
-                    "trials/*/rank*/checkpoints/*"):
+    for pattern in ("*", "results/*", "trials/*/*", "trials/*/checkpoints/*"):
         for p in rd.root.glob(pattern):
             n = p.name
             if n.startswith(".") and (".tmp-" in n or n.endswith(".tmp")):

@@ -191,9 +191,20 @@ class SelectionConfig(_Strict):
 class ResourcesConfig(_Strict):
     cpus_per_trial: float = Field(1, gt=0, description="CPUs per Train worker")
     gpus_per_trial: float = Field(0, ge=0, description="GPUs per Train worker (fractions share a card)")
-    num_workers: int = Field(1, gt=0, description="Ray Train workers per trial")
+    num_workers: int = Field(1, gt=0, description="Ray Train workers per trial: 1 (no data parallelism, docs/orchestration.md)")
     max_concurrent_trials: int | None = Field(None, gt=0, description="default: what the resources allow")
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial (from its checkpoint)")
+    storage_path: str | None = Field(None, description="where trials exchange prepared data, checkpoints and results: a path or pyarrow filesystem URI every node reaches (default: the run directory, i.e. one node or a shared filesystem)")
+
+    @field_validator("num_workers")
+    @classmethod
+    def _one_worker(cls, v: int) -> int:
+        # Data parallelism inside a trial is not worth it here (docs/orchestration.md, "Why no data
+        # parallelism"): scale with more trials at once, or more heads per trial.
+        if v != 1:
+            raise ValueError(f"num_workers={v}: a trial runs on one worker (no data parallelism); use "
+                             "resources.max_concurrent_trials / gpus_per_trial to run more trials at once, or group_by: seed")
+        return v
 
 
 class MlflowConfig(_Strict):

@@ -204,7 +204,7 @@ def test_prepare_removes_a_killed_prepares_tmp(tmp_path):
     import platform
     import subprocess
 
-    from poxm_core.prepare import _remove_stale_tmp
+    from poxm_core.prepare_cache import _remove_stale_tmp
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -254,7 +254,7 @@ def test_version_and_defaults_in_help(capsys):
 # ------------------------------------------------------------------------------------- secrets, terminal
 
 def test_runtime_env_gets_allow_listed_non_secrets_only():
-    from orchestration.sweep import worker_env
+    from orchestration.ray_setup import worker_env
     env = {"POXM_DATA_ROOT": "/data", "OMP_NUM_THREADS": "2", "MLFLOW_TRACKING_TOKEN": "t",
            "AWS_SECRET_ACCESS_KEY": "s", "MLFLOW_TRACKING_PASSWORD": "p", "HF_TOKEN": "h", "PATH": "/bin"}
     assert worker_env(env) == {"POXM_DATA_ROOT": "/data", "OMP_NUM_THREADS": "2"}

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from poxm_core import prepare as prep
+from poxm_core import prepare_summary
 from poxm_core.bandit import build_variant, name_code, simulate_log, validation_split
 from poxm_core.config import load_config
 from poxm_core.errors import PoxmInputError
@@ -84,7 +85,7 @@ def test_artifacts_are_consistent(built):
     assert cover.shape == (K,) and np.all(np.diff(cover) >= 0)
     csv = (out["A"] / "covering.csv").read_text().splitlines()
     assert csv[0] == "k,test,train" and len(csv) == K + 1
-    row = prep.summary_row(cache, "synthetic", 0, out["A"])
+    row = prepare_summary.summary_row(cache, "synthetic", 0, out["A"])
     assert row["cover@1"] == pytest.approx(cover[0]) and 0 <= row["P@1"] <= 1
     mm = prep.load_prepared(cfg, "synthetic", "A", 0, cache, mmap=True)
     np.testing.assert_array_equal(np.asarray(mm.Z_train), P.Z_train)
@@ -155,10 +156,10 @@ def test_bad_input(tmp_path):
 def test_prepare_command(tmp_path, capsys):
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(BASE))
-    assert prep.prepare_command(path, ["model.epochs=1"], print_config=True, cache_dir=tmp_path / "c") == 0
+    assert prepare_summary.prepare_command(path, ["model.epochs=1"], print_config=True, cache_dir=tmp_path / "c") == 0
     out = capsys.readouterr().out
     assert "name: tiny" in out and "R@5" in out and "cover@10" in out and "synthetic" in out
     man = json.loads(next((tmp_path / "c" / "variant").iterdir()).joinpath("manifest.json").read_text())
     assert man["key"]["variant"] == {"name": "A", "beta": 0.0, "T": 2.0} and man["created_by"]["module"]
     with pytest.raises(PoxmInputError, match="model.epocs"):
-        prep.prepare_command(path, ["model.epocs=1"], cache_dir=tmp_path / "c")
+        prepare_summary.prepare_command(path, ["model.epocs=1"], cache_dir=tmp_path / "c")

@@ -1,0 +1,127 @@
+"""The plan stage of a sweep: config -> run directory, trials, grid points (no Ray, no MLflow).
+
+`plan_sweep` checks everything that can be checked without data or Ray (dataset and method names,
+method settings, p against the candidates, file datasets exist), so bad input fails before anything
+starts; `write_plan` records config.yaml, config.input.yaml and sweep.json; `plan_from_run_dir`
+reloads the plan of an existing run directory (`poxm resume`, `poxm report`).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestration.storage import Storage, sweep_storage
+from orchestration.rundir import RunDir, git_commit, sweep_hash, sweep_id, write_config, write_json
+from poxm_core.config import SweepConfig
+from poxm_core.errors import PoxmInputError
+
+@dataclass
+class SweepPlan:
+    cfg: SweepConfig
+    rd: RunDir
+    cache_dir: Path
+    specs: list = field(default_factory=list)       # poxm_core.training.TrialSpec
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    @property
+    def storage(self) -> Storage | None:
+        """Where nodes exchange files (resources.storage_path), None: the run directory itself."""
+        return sweep_storage(self.cfg.resources.storage_path, sweep_id(self.cfg))
+
+    def grid(self) -> list[dict]:
+        """Every grid point with the trial that trains it."""
+        return [{"dataset": s.dataset, "variant": s.variant, "method": h.method, "p": h.p, "lam": h.lam,
+                 "seed": s.seed, "trial": s.name} for s in self.specs for h in s.heads]
+
+
+@dataclass
+class SweepOutcome:
+    run_dir: Path
+    n_trials: int
+    done: list[str]
+    errored: list[str]
+    summary: dict
+    report: Path | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errored and len(self.done) == self.n_trials
+
+
+def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
+               cache_dir: str | os.PathLike | None = None, check_data: bool = True) -> SweepPlan:
+    """The sweep of `cfg`: run directory, cache, trials. Checks dataset/method names and settings and
+    (check_data) that file datasets exist, so bad input fails here, before Ray starts."""
+    from poxm_core.training import trial_specs
+
+    base = Path(runs_dir if runs_dir is not None else cfg.runs_dir).expanduser().resolve()
+    cfg = cfg.model_copy(update={"runs_dir": str(base)})
+    rd = RunDir.for_config(cfg, base)
+    cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else base / "cache"
+    from poxm_core.config import default_data_root
+    from poxm_core.data import spec_for
+    from poxm_core.data.registry import declared_files, locate_files
+    from poxm_core.methods import get_method
+    for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
+        spec = spec_for(d)
+        if d.format is not None and check_data:
+            declared_files(d)
+        elif spec.reader is None and check_data:
+            root = Path(cfg.data_root) if cfg.data_root else default_data_root()
+            locate_files(spec, Path(d.path) if d.path else root / spec.folder)
+    for name, mc in cfg.methods.items():
+        get_method(name).validate(mc)
+    specs = trial_specs(cfg, cfg.group_by)
+    _check_p(cfg, specs)
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise PoxmInputError(f"config: two trials share a name ({names}); dataset/variant names must be distinct")
+    return SweepPlan(cfg, rd, cache, specs)
+
+
+def _check_p(cfg: SweepConfig, specs) -> None:
+    """p (the action selector's size) cannot exceed the K = model.n_candidates candidates C(x), nor a
+    synthetic dataset's label count: known now, so not found inside a trial after Ray has started."""
+    for s in specs:
+        d = cfg.dataset(s.dataset)
+        n_labels = d.synthetic.n_labels if d.synthetic is not None and d.synthetic.n_labels else None
+        K = min(cfg.model.n_candidates, n_labels) if n_labels else cfg.model.n_candidates
+        for h in s.heads:
+            if h.p is not None and h.p > K:
+                valid = sorted(x for x in (cfg.methods[h.method].p or []) if x <= K) or [K]
+                raise PoxmInputError(
+                    f"config key 'methods.{h.method}.p': p={h.p} exceeds the {K} candidates C(x) of dataset "
+                    f"{s.dataset} (model.n_candidates={cfg.model.n_candidates}"
+                    + (f", synthetic.n_labels={n_labels}" if n_labels else "")
+                    + f"); use p <= {K}, e.g. p: {valid}"
+                    + (f" or model.n_candidates={h.p}" if not n_labels or h.p <= n_labels else ""))
+
+
+def write_plan(plan: SweepPlan) -> None:
+    rd = plan.rd
+    rd.root.mkdir(parents=True, exist_ok=True)
+    old = rd.read_sweep()
+    if old and old.get("hash") != sweep_hash(plan.cfg):
+        raise PoxmInputError(f"{rd.root}: holds sweep hash {old.get('hash')}, not {sweep_hash(plan.cfg)}")
+    write_config(rd, plan.cfg)
+    write_json(rd.sweep, {"name": plan.cfg.name, "hash": sweep_hash(plan.cfg), "id": sweep_id(plan.cfg),
+                          "git_commit": git_commit(), "cache_dir": str(plan.cache_dir),
+                          "group_by": plan.cfg.group_by, "trials": plan.names,
+                          "grid": plan.grid(), "created": old.get("created", time.time()) if old else time.time()})
+
+
+def plan_from_run_dir(run_dir: str | os.PathLike) -> SweepPlan:
+    rd = RunDir.existing(run_dir)
+    cfg = rd.load_config()
+    sw = rd.read_sweep()
+    plan = plan_sweep(cfg, rd.root.parent, sw.get("cache_dir"))
+    if plan.rd.root != rd.root:
+        raise PoxmInputError(f"{run_dir}: its config.yaml hashes to {plan.rd.root.name}, not {rd.root.name} "
+                             "(was config.yaml edited? start a new sweep with `poxm run`)")
+    return plan
+

@@ -1,0 +1,84 @@
+"""Ray for a sweep: connect or start it (quiet unless --verbose), the environment its workers may be
+handed, and how many trials fit at once on its resources.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+
+from poxm_core.config import SweepConfig
+from poxm_core.errors import PoxmInputError
+
+
+def ray_init(address: str | None, verbose: bool) -> bool:
+    """Connect to `address` / $RAY_ADDRESS, else start a local Ray; True if this call started it."""
+    import ray
+    if ray.is_initialized():
+        return False
+    if not verbose:
+        quiet_libraries()
+    addr = address or os.environ.get("RAY_ADDRESS") or None
+    extra = {}
+    if addr and worker_env():     # a remote cluster's workers do not inherit this shell: allow-listed vars only
+        extra["runtime_env"] = {"env_vars": worker_env()}
+    ray.init(address=addr, include_dashboard=False, log_to_driver=verbose,
+             logging_level=logging.INFO if verbose else logging.WARNING, **extra)
+    return True
+
+
+# Environment variables a Ray worker may be handed (runtime_env is logged in plain text, readable by
+# anyone on the cluster): poxm's own settings and thread counts, never tokens, passwords or keys.
+# On a local Ray the workers inherit the driver's environment and no runtime_env is set at all.
+WORKER_ENV_ALLOW = ("POXM_DATA_ROOT", "POXM_GIT_COMMIT", "POXM_INJECT_CRASH_ONCE", "OMP_NUM_THREADS",
+                    "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG")
+_SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
+
+
+def worker_env(environ=None) -> dict[str, str]:
+    """The allow-listed, non-secret environment variables for Ray's runtime_env (see WORKER_ENV_ALLOW)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in WORKER_ENV_ALLOW
+            if k in environ and not any(h in k.upper() for h in _SECRET_HINTS)}
+
+
+def quiet_libraries() -> None:
+    """Ray's and MLflow's start-up warnings, INFO lines and colours off (`--verbose` keeps them)."""
+    import warnings
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")    # Tune's own tables: our progress bar replaces them
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")   # its FutureWarning on every worker
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if not sys.stderr.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")            # no ANSI codes in log files
+        os.environ.setdefault("NO_COLOR", "1")
+    for name in ("ray", "ray.tune", "ray.train", "ray.data", "mlflow", "alembic", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for mod in ("ray", "mlflow", "pydantic"):
+        warnings.filterwarnings("ignore", category=FutureWarning, module=mod)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=mod)
+
+
+def check_resources(cfg: SweepConfig, local: bool) -> int:
+    """max_concurrent_trials: the config's, else what the cluster's CPUs/GPUs allow. On a local
+    Ray, a trial that can never fit is an input error (it would wait forever)."""
+    import ray
+    r = cfg.resources
+    total = ray.cluster_resources()
+    cpus, gpus = float(total.get("CPU", 0)), float(total.get("GPU", 0))
+    need_cpu, need_gpu = r.num_workers * r.cpus_per_trial, r.num_workers * r.gpus_per_trial
+    if local and need_cpu > cpus + 1e-9:
+        raise PoxmInputError(f"config key 'resources.cpus_per_trial': a trial needs {need_cpu:g} CPUs "
+                             f"(num_workers x cpus_per_trial) but this machine's Ray has {cpus:g}")
+    if local and need_gpu > gpus + 1e-9:
+        raise PoxmInputError(f"config key 'resources.gpus_per_trial': a trial needs {need_gpu:g} GPUs but this "
+                             f"machine's Ray has {gpus:g} (set resources.gpus_per_trial=0 for CPU)")
+    if cfg.device == "cuda" and r.gpus_per_trial <= 0:
+        raise PoxmInputError("config key 'resources.gpus_per_trial': device=cuda needs gpus_per_trial > 0 "
+                             "(Ray hides GPUs from workers that do not ask for them)")
+    fit = math.floor(cpus / need_cpu + 1e-9) if need_cpu > 0 else 1 << 30
+    if need_gpu > 0:
+        fit = min(fit, math.floor(gpus / need_gpu + 1e-9))
+    auto = max(1, fit)
+    return min(r.max_concurrent_trials, auto) if (r.max_concurrent_trials and local) else (r.max_concurrent_trials or auto)

@@ -1,0 +1,88 @@
+"""The track stage of a sweep (MLflow, created once in the driver): the store, the experiment and the
+parent run before anything runs; one run per grid point after prepare; every run closed at the end
+(or on an interruption) so that nothing stays RUNNING.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestration import tracking
+from orchestration.plan import SweepPlan
+from orchestration.rundir import git_commit, sweep_hash, sweep_id, write_json
+from poxm_core.config import protocol_name, resolved_dict
+from poxm_core.errors import PoxmInputError
+
+
+def stage_track(plan: SweepPlan, cli_uri: str | None) -> tuple[str, str, str, dict]:
+    cfg = plan.cfg
+    uri = tracking.resolve_uri(plan.rd.root, cli_uri, cfg.mlflow.tracking_uri)
+    if plan.storage is not None and not uri.startswith(("http://", "https://", "databricks")):
+        # the trials log from nodes that do not see the run directory, where the default store lives
+        raise PoxmInputError(f"config key 'resources.storage_path': trials then run where {uri} may not be "
+                             "reachable; use an MLflow server (mlflow.tracking_uri or --mlflow-uri http://...) "
+                             "or mlflow.enabled=false")
+    exp_name = cfg.mlflow.experiment or sweep_id(cfg)
+    exp_id = tracking.init_store(uri, exp_name, plan.rd.mlartifacts)
+    commit = git_commit()
+    tags = {"config_hash": sweep_hash(cfg), "git_commit": commit, "sweep_name": cfg.name,
+            "protocol": protocol_name(cfg.training), **tracking.standard_tags(commit)}
+    cfg_dict = resolved_dict(cfg)
+    cfg_dict.pop("runs_dir", None)        # a machine path, and not what the sweep computes
+    note = tracking.sweep_description(cfg_dict, sweep_id(cfg), len(plan.specs), len(plan.grid()),
+                                      protocol_name(cfg.training))
+    parent = tracking.ensure_parent(uri, exp_id, sweep_id(cfg), {**tags, "run_dir": plan.rd.root.name},
+                                    params=tracking.flat_params(cfg_dict), description=note)
+    return uri, exp_id, parent, tags
+
+
+def stage_points(plan: SweepPlan, uri: str, exp_id: str, parent: str, tags: dict,
+                 prepared: dict) -> tracking.SweepRuns:
+    from orchestration.gather import data_checksum
+    checks = {}
+    for (d, s), variants in prepared.items():
+        for v, record in variants.items():
+            checks[(d, v, s)] = data_checksum(record)
+    grid = plan.grid()
+    ptags = {tracking.point_key(g): {"dataset_checksum": checks[(g["dataset"], g["variant"], g["seed"])]}
+             for g in grid if (g["dataset"], g["variant"], g["seed"]) in checks}
+    points = tracking.ensure_points(uri, exp_id, parent, sweep_id(plan.cfg), resolved_dict(plan.cfg),
+                                    [(g, g["trial"]) for g in grid], tags, ptags)
+    runs = tracking.SweepRuns(uri, exp_id, parent, points)
+    write_json(plan.rd.mlflow_runs, {**runs.to_dict(), "tracking_uri": tracking.record_uri(uri, plan.rd.root)})
+    return runs
+
+
+def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errored: list, summary: dict,
+                   report: Path | None) -> None:
+    """Point runs FINISHED / FAILED / KILLED, the selected points tagged, the parent run's summary
+    metrics and artifacts logged and the parent ended."""
+    rd = plan.rd
+    status = {tracking.point_key(g): "FINISHED" if g["trial"] in done else ("FAILED" if g["trial"] in errored
+                                                                            else "KILLED")
+              for g in plan.grid()}
+    tracking.close_points(runs, status)
+    if report is not None and rd.selection_csv.is_file():
+        import pandas as pd
+        tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
+    ok = not errored and len(done) == len(plan.specs)
+    tracking.finish_parent(
+        runs, ok, {f"sweep/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "finished_at"},
+        [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
+        + ([(report, "report")] if report is not None else []))
+
+
+def abort_tracking(plan: SweepPlan, runs: tracking.SweepRuns | None, parent: tuple[str, str] | None) -> None:
+    """After an interruption or a failure: nothing stays RUNNING (errors here must not hide the original)."""
+    from orchestration.trial import done_trials
+    if runs is not None:
+        try:
+            done = done_trials(plan.rd.root, plan.names)
+            tracking.close_points(runs, {tracking.point_key(g): "FINISHED" if g["trial"] in done else "KILLED"
+                                         for g in plan.grid()})
+        except Exception:  # noqa: BLE001  the original error matters more
+            pass
+    if parent is not None:
+        try:
+            tracking.client(parent[0]).set_terminated(parent[1], "KILLED")
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,90 @@
+"""The trials stage of a sweep: a Ray Tune `Tuner` over the trials, each one a Ray Train job
+(orchestration.trial); a restored Tuner continues unfinished and errored trials.
+"""
+from __future__ import annotations
+
+from ray.tune import Callback
+
+from orchestration.plan import SweepPlan
+
+DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see make_tuner)
+TUNE_NAME = "tune"
+
+
+def ray_storage(plan: SweepPlan) -> str:
+    """Ray Tune's and Ray Train's storage_path: <run dir>/ray, or ray/ under resources.storage_path."""
+    return plan.storage.ray if plan.storage is not None else str(plan.rd.ray)
+
+
+class StorageSync(Callback):
+    """Storage mode, in the driver: the run directory follows the trials that run elsewhere:
+    state.json from each reported epoch (for `poxm status`), the trial's files when it ends."""
+
+    def __init__(self, plan: SweepPlan):
+        self.plan = plan
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        from orchestration.rundir import set_trial_state
+        if "epoch" in result and not result.get("finished"):
+            set_trial_state(self.plan.rd.trial(trial.config["trial"]["name"]), "running", epoch=int(result["epoch"]),
+                            epochs=self.plan.cfg.training.epochs)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        from orchestration.trial import fetch_trial
+        fetch_trial(self.plan.rd.root, trial.config["trial"]["name"], self.plan.storage)
+
+    on_trial_error = on_trial_complete
+
+
+def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restore: bool):
+    import ray.tune
+
+    from orchestration.trial import drive_trial, trial_dirname
+
+    # The Tune trial only drives its TorchTrainer; giving it a CPU would leave that CPU idle and can
+    # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, ctx=ctx), {"memory": DRIVER_MEMORY})
+    storage = ray_storage(plan)
+    path = f"{storage}/{TUNE_NAME}"
+    if restore and ray.tune.Tuner.can_restore(path):
+        return ray.tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True), True
+    grid = [{"name": s.name, "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
+             "methods": ",".join(s.methods), "heads": len(s.heads)} for s in plan.specs]
+    return ray.tune.Tuner(
+        trainable, param_space={"trial": ray.tune.grid_search(grid)},
+        tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
+                                        trial_name_creator=trial_dirname),
+        run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
+                                      failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
+                                      callbacks=[progress] + ([StorageSync(plan)] if plan.storage else []),
+                                      verbose=0),
+    ), False
+
+
+def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, say) -> tuple[list, list, set, float]:
+    """Fit (or continue) the Tuner; (done, errored, done before this call, seconds)."""
+    import time
+
+    from orchestration.progress import SweepProgress
+    from orchestration.rundir import trial_state
+    from orchestration.trial import done_trials
+
+    rd = plan.rd
+    before = done_trials(rd.root, plan.names)
+    prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
+    tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=True)
+    say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done")
+    t0 = time.perf_counter()
+    try:
+        tuner.fit()
+    except KeyboardInterrupt:
+        say(f"poxm: interrupted; continue with `poxm resume {rd.root}`")
+        raise
+    finally:
+        if plan.storage is not None:     # whatever the callbacks missed (a driver restart, a late file)
+            from orchestration.trial import fetch_trial
+            for n in plan.names:
+                fetch_trial(rd.root, n, plan.storage)
+    done = sorted(done_trials(rd.root, plan.names))
+    errored = [n for n in plan.names if n not in done and trial_state(rd.trial(n)).get("state") == "errored"]
+    return done, errored, before, time.perf_counter() - t0

@@ -1,0 +1,88 @@
+"""A throw-away multi-node Ray cluster on this machine for tests: `ray start --head` and more nodes with
+`ray start --address`, each in its own process group and temp dir, stopped by killing those groups (never
+`ray stop`, which would stop every Ray of this user on the machine)."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cluster_env(**extra) -> dict:
+    """Ray >= 2.59 turns token authentication on for `ray start --head`; every process of the cluster
+    (and the driver) must then agree on it: token mode, the user's token file."""
+    return {**os.environ, "RAY_AUTH_MODE": "token", **extra}
+
+
+class Cluster:
+    def __init__(self, root: Path):
+        # Ray's socket paths (<temp-dir>/session_.../sockets/plasma_store) must fit 107 bytes: a short root
+        self.root = Path(tempfile.mkdtemp(prefix="pxr-", dir="/tmp"))
+        self.logs = Path(root)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _start(self, args: list[str], log: Path, env: dict, shell_prefix: str | None = None) -> subprocess.Popen:
+        cmd = [RAY, "start", *args, "--block"]
+        if shell_prefix is not None:     # a private mount namespace: what the prefix mounts only this node sees
+            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", f"{shell_prefix} {shlex.join(cmd)}"]
+        with open(log, "w") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.procs.append(p)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if "block forever" in log.read_text():
+                return p
+            if p.poll() is not None:
+                raise RuntimeError(f"ray start exited ({p.returncode}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        raise RuntimeError(f"ray start did not come up in 60 s:\n{log.read_text()[-3000:]}")
+
+    def start_head(self, *args: str, env: dict | None = None) -> None:
+        (self.root / "head").mkdir(parents=True, exist_ok=True)
+        self._start(["--head", "--port", str(self.port), "--include-dashboard=false",
+                     "--temp-dir", str(self.root / "head"), *args], self.logs / "head.log", env or cluster_env())
+
+    def add_node(self, name: str, *args: str, env: dict | None = None, shell_prefix: str | None = None) -> None:
+        """A node joining the head; `shell_prefix` (a shell command ending in `exec`) runs first in the
+        same shell, e.g. to mount a tmpfs over a folder inside an `unshare -m` namespace."""
+        (self.root / name).mkdir(parents=True, exist_ok=True)
+        args = ["--address", self.address, "--temp-dir", str(self.root / name), *args]
+        self._start(args, self.logs / f"{name}.log", env or cluster_env(), shell_prefix)
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):          # nodes first, the head last
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            try:                                # the head drains for up to 30 s: no need to wait for it
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
