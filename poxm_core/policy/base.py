@@ -10,7 +10,7 @@ A policy is two parts with two optimisers:
 `policy.scorer(batch)` is the `score(ids)` a method's loss receives (ids (B, m) -> (B, m) logits,
 None -> (B, L) logits for the full-softmax methods); `policy.step(scorer)` applies one optimiser
 step to the rows the loss touched and to the dense layers. `policy.features_of(Z, X, rows)` gives the
-features of any rows in chunks without gradient (evaluation). The shared dense layers are cheap:
+features of any rows in chunks without gradient (evaluation; `features_on` the same from device tensors). The shared dense layers are cheap:
 O(B * (nnz(x) + d) * h) per step, independent of L.
 
 Implementations live in their own modules and are registered in `registry.py`.
@@ -87,6 +87,21 @@ class Policy(nn.Module):
             out.append(self.features(z, bag).float().cpu().numpy())
         self.train(was)
         return np.concatenate(out, axis=0) if out else np.zeros((0, int(self.out.W.shape[1])), np.float32)
+
+    @torch.no_grad()
+    def features_on(self, Z: torch.Tensor, X, rows: torch.Tensor) -> torch.Tensor:
+        """`features_of` from device-resident inputs: Z (n, d) tensor, X a `training.batches.DeviceCSR`
+        (None when the policy does not read the sparse input), rows (m,) int64 on Z's device. Returns
+        (m, h) float32 on the device, in the same chunks as `features_of` (the same numbers)."""
+        was = self.training
+        self.eval()
+        out = []
+        for a in range(0, rows.numel(), _FEATURE_ROWS):
+            r = rows[a:a + _FEATURE_ROWS]
+            bag = X.gather(r)[:3] if self.reads_sparse else None
+            out.append(self.features(Z.index_select(0, r), bag).float())
+        self.train(was)
+        return torch.cat(out) if out else Z.new_zeros((0, int(self.out.W.shape[1])))
 
     def state(self) -> dict:
         return {"W": self.out.W, "b": self.out.b, "opt": self.out_opt.state_dict(),

@@ -54,6 +54,10 @@ class LinearPolicy(Policy):
     def features_of(self, Z, X, rows=None) -> np.ndarray:
         return np.asarray(Z if rows is None else Z[np.asarray(rows)], dtype=np.float32)
 
+    @torch.no_grad()
+    def features_on(self, Z: torch.Tensor, X, rows: torch.Tensor) -> torch.Tensor:
+        return Z.index_select(0, rows)
+
 
 class NetworkPolicy(Policy):
     """Head k of a `NetworkStack` (policy/stack.py): h(x) = U_k z + V_k^T x~ + c_k. The stack owns and

@@ -18,7 +18,10 @@ Test: a (support (n, m), probs (n, m)) table for `metrics.stochastic_metrics` an
 `metrics.greedy_metrics`. An "all" policy is represented by its top `max_support` labels,
 renormalised; the mass left out is returned (the trainer writes it as a diagnostic row).
 
-Everything is chunked over instances: at most `_CHUNK_ELEMS` logits (or gathered head rows) at once.
+Everything is chunked over instances: at most `_CHUNK_ELEMS` logits (or gathered head rows) at once
+(`_CHUNK_ELEMS_GPU` on a GPU: larger chunks, fewer launches and host round trips; the values do not
+depend on the chunk). Features Z may be NumPy arrays or tensors (already on the device: the trainer's
+`EvalInputs`), so that nothing a trial evaluates goes through the host.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from poxm_core.training.heads import HeadParams
 __all__ = ["PolicyView", "val_arrays", "test_table"]
 
 _CHUNK_ELEMS = 1 << 24
+_CHUNK_ELEMS_GPU = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,18 @@ class PolicyView:
     params: HeadParams | None = None
 
 
-def _chunks(n: int, per_row: int):
-    c = max(1, _CHUNK_ELEMS // max(per_row, 1))
+def _chunks(n: int, per_row: int, device: torch.device | None = None):
+    budget = _CHUNK_ELEMS_GPU if device is not None and torch.device(device).type == "cuda" else _CHUNK_ELEMS
+    c = max(1, budget // max(per_row, 1))
     for a in range(0, n, c):
         yield a, min(n, a + c)
+
+
+def _take(Z, idx: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Rows `idx` of Z (NumPy array or tensor) as a tensor on `device`."""
+    if isinstance(Z, torch.Tensor):
+        return Z.index_select(0, torch.as_tensor(idx, device=Z.device)).to(device)
+    return torch.as_tensor(Z[idx], device=device)
 
 
 @torch.no_grad()
@@ -88,8 +100,8 @@ def _greedy_logpi(scores: torch.Tensor, cand: torch.Tensor, cand_pos: torch.Tens
     return torch.as_tensor(logpi), torch.as_tensor(picks)
 
 
-def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarray, log, p_sis: int,
-               reward: tuple[HeadParams, np.ndarray] | None, device: torch.device) -> dict[str, np.ndarray]:
+def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray, rho: np.ndarray, log, p_sis: int,
+               reward: tuple[HeadParams, np.ndarray | torch.Tensor] | None, device: torch.device) -> dict[str, np.ndarray]:
     """(n, ell) float64 arrays on the logged slates of `log` (rows of Z/cand/rho by log.instance):
     logpi_is, logpi_sis, and with a reward model (its output layer, its features indexed like Z) also
     dm_term (E_{pi_S} rhat at each position) and rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(logits)."""
@@ -98,9 +110,9 @@ def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarra
     L = view.params.W.shape[0] if view.params is not None else 0
     d = Z.shape[1]
     per_row = L if view.kind == "all" else K * d
-    for a, b in _chunks(log.n, per_row):
+    for a, b in _chunks(log.n, per_row, device):
         inst = log.instance[a:b]
-        z = torch.as_tensor(Z[inst], device=device)
+        z = _take(Z, inst, device)
         cd = torch.as_tensor(cand[inst], device=device)
         rh = torch.as_tensor(rho[inst], device=device, dtype=torch.float64)
         act = torch.as_tensor(log.actions[a:b], device=device)
@@ -122,7 +134,7 @@ def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarra
         out["logpi_sis"].append(lp_sis.cpu().numpy())
         if reward is not None:
             reward_params, Zr = reward
-            zr = torch.as_tensor(Zr[inst], device=device)
+            zr = _take(Zr, inst, device)
             rhat_log = torch.sigmoid(_gather_logits(reward_params, zr, act))
             if view.kind == "all":
                 dm = pl_expectations_torch(S, torch.sigmoid(_full_logits(reward_params, zr)), act, check=False)
@@ -137,7 +149,7 @@ def val_arrays(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarra
     return {k: np.concatenate(v, axis=0).astype(np.float64) for k, v in out.items() if v}
 
 
-def test_table(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarray, kmax: int,
+def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray, rho: np.ndarray, kmax: int,
                max_support: int, device: torch.device):
     """(support (n, m) int64 | None, probs (n, m) float64 | None, ranking (n, kmax) int64, truncated mass).
 
@@ -153,8 +165,8 @@ def test_table(view: PolicyView, Z: np.ndarray, cand: np.ndarray, rho: np.ndarra
     lost = 0.0
     L, d = view.params.W.shape
     per_row = L if view.kind == "all" else K * d
-    for a, b in _chunks(n, per_row):
-        z = torch.as_tensor(Z[a:b], device=device)
+    for a, b in _chunks(n, per_row, device):
+        z = _take(Z, np.arange(a, b), device)
         cd = torch.as_tensor(cand[a:b], device=device)
         if view.kind == "all":
             S = _full_logits(view.params, z)

@@ -1,0 +1,183 @@
+"""A trial's evaluation: per-epoch validation estimates, and the final estimates, V_true and test metrics.
+
+Everything a head's evaluation reads is on the trial's device once (`EvalInputs`: the frozen z of
+both splits, the sparse inputs as `DeviceCSR`, the validation rows' candidates and rho); a head's
+features are computed there in chunks and handed to `evaluation.val_arrays` / `test_table` as device
+tensors, never through NumPy.
+
+Heads are evaluated concurrently by a thread pool (`map_heads`): the Monte-Carlo slate metrics and
+the estimators are NumPy on the host, which releases the GIL in its large array operations, and
+every head's draws come from its own seed, so the numbers do not depend on the order or the
+concurrency (each head's result is the same function of its parameters as when evaluated alone).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from poxm_core.config import SweepConfig
+from poxm_core.estimators.base import effective_sample_size
+from poxm_core.estimators.validation import validation_estimates
+from poxm_core.estimators.weights import importance_weights
+from poxm_core.metrics import greedy_metrics, stochastic_metrics
+from poxm_core.prepared import Prepared
+from poxm_core.results import make_row, mlflow_name
+from poxm_core.training.batches import DeviceCSR
+from poxm_core.training.evaluation import test_table, val_arrays
+from poxm_core.training.heads import stable_seed
+from poxm_core.training.spec import HeadSpec, TrialSpec
+from poxm_core.training.trial_setup import TrialHead
+
+__all__ = ["KS", "EvalInputs", "map_heads", "epoch_report", "final_report"]
+
+KS = (1, 3, 5)
+
+
+class EvalInputs:
+    """The evaluation inputs of a trial on its device. `Z_train`/`X_train` may be shared with the
+    training data (`TrainData`) so the training split is on the device once."""
+
+    def __init__(self, prepared: Prepared, device: torch.device, Z_train: torch.Tensor | None = None,
+                 X_train: DeviceCSR | None = None) -> None:
+        self.prepared, self.device = prepared, device
+        as_dev = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=device)  # noqa: E731
+        self._Z = {"train": Z_train if Z_train is not None else as_dev(prepared.Z_train), "test": as_dev(prepared.Z_test)}
+        self._X = {"train": X_train}
+        rows = prepared.log_val.instance
+        self.val_rows = torch.as_tensor(rows, dtype=torch.int64, device=device)
+        self.test_rows = torch.arange(prepared.Z_test.shape[0], device=device)
+        self.val_cand = prepared.policy_train.cand[rows]
+        self.val_rho = prepared.policy_train.rho[rows]
+
+    def _sparse(self, split: str) -> DeviceCSR | None:
+        if self._X.get(split) is None:
+            X = self.prepared.X_train if split == "train" else self.prepared.X_test
+            self._X[split] = DeviceCSR(X, self.device) if X is not None else None
+        return self._X[split]
+
+    def features(self, h: TrialHead, which: str) -> torch.Tensor:
+        """(n, h) features the head's output layer reads for the validation log's instances ('val')
+        or every test instance ('test'); the frozen z for the logging policy."""
+        split, rows = ("train", self.val_rows) if which == "val" else ("test", self.test_rows)
+        Z = self._Z[split]
+        if h.policy is None:
+            return Z.index_select(0, rows)
+        return h.policy.features_on(Z, self._sparse(split) if h.policy.reads_sparse else None, rows)
+
+    def prefetch_sparse(self) -> None:
+        """Build the sparse inputs now (before a thread pool shares this object)."""
+        self._sparse("train")
+        self._sparse("test")
+
+
+def map_heads(fn, heads: list) -> list:
+    """[fn(h) for h in heads], run by a thread pool (results in order; the first error is raised)."""
+    if len(heads) <= 1:
+        return [fn(h) for h in heads]
+    with ThreadPoolExecutor(max_workers=min(len(heads), os.cpu_count() or 1)) as pool:
+        return list(pool.map(fn, heads))
+
+
+def _p_sis(h: TrialHead, K: int) -> int:
+    return h.spec.p if h.spec.p is not None else K
+
+
+def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None) -> dict[str, tuple[float, float]]:
+    """{metric: (value, stderr)} on the validation log: every reported estimator of the registry (IS,
+    sIS, SNIS, PIS, ...; DR with a reward model) and ESS. Features are computed for the logged rows only (the log is re-indexed)."""
+    prepared = ev.prepared
+    full = prepared.log_val
+    log = dataclasses.replace(full, instance=np.arange(full.n, dtype=np.int64))
+    K = prepared.policy_train.cand.shape[1]
+    rw = (reward.params, ev.features(reward, "val")) if reward is not None else None
+    arr = val_arrays(h.view(), ev.features(h, "val"), ev.val_cand, ev.val_rho, log, _p_sis(h, K), rw, ev.device)
+    q = log.q.astype(np.float64)
+    # every reported estimator of the registry (estimators.validation): DR only with a reward model
+    aux = {k: arr[k] for k in ("dm_term", "rhat_logged") if k in arr}
+    est = validation_estimates({"policy": arr["logpi_is"], "selector": arr["logpi_sis"]}, q, log.rewards, aux)
+    out = {label: (e.value, e.stderr) for label, e in est.items()}
+    out["ESS"] = (effective_sample_size(importance_weights(arr["logpi_is"], q)), math.nan)
+    return out
+
+
+def test_metrics(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInputs") -> dict[str, tuple[float, float]]:
+    """{metric: (value, stderr)}: R@k, nDCR@k, PSR@k (stochastic, MC stderr), P@k, nDCG@k, PSP@k."""
+    tr, prepared = cfg.training, ev.prepared
+    sup, probs, ranking, lost = test_table(h.view(), ev.features(h, "test"), prepared.policy_test.cand,
+                                           prepared.policy_test.rho, max(KS), tr.eval_max_support, ev.device)
+    out = {k: (v, math.nan) for k, v in greedy_metrics(prepared.Y_test, ranking, prepared.inv_propensity, KS).items()}
+    out.update(_stochastic(prepared.Y_test, sup, probs, out, prepared.inv_propensity, KS, tr.mc_slates,
+                           stable_seed(spec.seed, h.key, "test-slates")))
+    if h.view().kind == "all":
+        out["truncated_mass"] = (lost, math.nan)
+    return out
+
+
+def _stochastic(Y, sup, probs, greedy: dict, inv, ks, n_slates: int, seed: int) -> dict[str, tuple[float, float]]:
+    if sup is None:   # a deterministic policy: every slate is the ranking, so R@k = P@k etc. exactly
+        ren = {"P": "R", "nDCG": "nDCR", "PSP": "PSR"}
+        return {f"{ren[k.split('@')[0]]}@{k.split('@')[1]}": (v[0], 0.0) for k, v in greedy.items()}
+    res = stochastic_metrics(Y, sup, probs, inv, ks, n_slates=n_slates, seed=seed)
+    return {k: (v, res.get(f"{k}_se", math.nan)) for k, v in res.items() if not k.endswith("_se")}
+
+
+def val_truth(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInputs") -> tuple[float, float] | None:
+    """V_true = E_{slate ~ pi}[sum_{j<=ell} 1{y_j in Y*_i}] averaged over the validation instances
+    (= ell * R@ell of the test-time policy on them, with their true labels). Ground truth for the
+    estimator-accuracy figure only."""
+    prepared = ev.prepared
+    if prepared.Y_train is None:
+        return None
+    log = prepared.log_val
+    ell = log.slate_size
+    inst = log.instance
+    Y = prepared.Y_train[inst]
+    sup, probs, ranking, _ = test_table(h.view(), ev.features(h, "val"), ev.val_cand, ev.val_rho, ell,
+                                        cfg.training.eval_max_support, ev.device)
+    greedy = {k: (v, math.nan) for k, v in greedy_metrics(Y, ranking, prepared.inv_propensity, (ell,)).items()}
+    v, se = _stochastic(Y, sup, probs, greedy, prepared.inv_propensity, (ell,), cfg.training.mc_slates,
+                        stable_seed(spec.seed, h.key, "val-truth-slates"))[f"R@{ell}"]
+    return ell * v, ell * se
+
+
+def result_rows(spec: TrialSpec, h: HeadSpec, split: str, values: dict, epoch: int, final: bool) -> list[dict]:
+    return [make_row(dataset=spec.dataset, variant=spec.variant, method=h.method, p=h.p, lam=h.lam, seed=spec.seed,
+                     split=split, metric=k, value=v, stderr=se, epoch=epoch, final=final)
+            for k, (v, se) in values.items()]
+
+
+def epoch_report(spec: TrialSpec, heads: list[TrialHead], losses: dict[str, float], ev: EvalInputs,
+                 epoch: int) -> tuple[list[dict], dict[str, float]]:
+    """Per-epoch rows (train loss, validation estimates) and MLflow metrics of the trained `heads`."""
+    trained = [h for h in heads if h.trains]
+    ests = map_heads(lambda h: val_estimates(h, ev, None), trained)
+    new: list[dict] = []
+    metrics: dict[str, float] = {}
+    for h, est in zip(trained, ests):
+        vals = {"loss": (losses[h.key], math.nan)}
+        new += result_rows(spec, h.spec, "train", vals, epoch, False)
+        new += result_rows(spec, h.spec, "val", est, epoch, False)
+        for k, (v, se) in {**vals, **est}.items():
+            metrics[mlflow_name(f"{h.key}/{k}")] = float(v)
+            if not math.isnan(se):
+                metrics[mlflow_name(f"{h.key}/{k}_se")] = float(se)
+    return new, metrics
+
+
+def final_report(cfg: SweepConfig, spec: TrialSpec, heads: list[TrialHead], reward: TrialHead, ev: EvalInputs,
+                 last: int) -> list[dict]:
+    """The final rows of every visible head: validation estimates with DR, V_true, test metrics."""
+    def one(h: TrialHead) -> list[dict]:
+        ep = last if h.trains else 0
+        rows = result_rows(spec, h.spec, "val", val_estimates(h, ev, reward), ep, True)
+        truth = val_truth(cfg, spec, h, ev)
+        if truth is not None:
+            rows += result_rows(spec, h.spec, "val_truth", {"V_true": truth}, ep, True)
+        return rows + result_rows(spec, h.spec, "test", test_metrics(cfg, spec, h, ev), ep, True)
+    ev.prefetch_sparse()
+    return [r for rows in map_heads(one, heads) for r in rows]
