@@ -16,7 +16,7 @@ from poxm_core.estimators.validation import reported_labels
 from poxm_core.results import COLUMNS
 from poxm_core.training import HeadSpec, TrialSpec, run_trial, trial_specs
 from poxm_core.training.evaluation import PolicyView, _greedy_logpi, val_arrays
-from poxm_core.training.train_command import final_table, pick_trial
+from poxm_core.training.command import final_table, pick_trial
 from trial_fixtures import tiny_config, tiny_prepared
 
 PREP = tiny_prepared()

@@ -44,6 +44,7 @@ import numpy as np
 
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.plackett_luce import _lse_np as _lse
+from poxm_core.seeds import tagged_rng
 
 __all__ = ["KnownAnswerWorld", "KnownAnswerContexts", "KnownAnswerLog", "make_world", "sample_contexts",
            "simulate_log", "pl_slate_value", "greedy_slate_value", "optimal_value", "logging_value",
@@ -54,10 +55,6 @@ MAX_EXACT_SUPPORT = 24   # the exact DP enumerates sets of < ell items out of th
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
-def _rng(seed: int, tag: str) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), *tag.encode()]))
 
 
 # ------------------------------------------------------------------------------------ containers
@@ -132,7 +129,7 @@ def make_world(m: int = 16, L: int = 50, K: int = 20, ell: int = 5, *, weight_sc
         raise PoxmInputError(f"temperature: expected a finite T > 0, got {temperature!r}")
     if not (noise >= 0 and label_shift >= 0 and weight_scale >= 0 and bias_std >= 0):
         raise PoxmInputError("noise, label_shift, weight_scale, bias_std: expected non-negative values")
-    g = _rng(seed, "world")
+    g = tagged_rng(seed, "world")
     A = g.normal(0.0, weight_scale / np.sqrt(m), size=(L, m))
     c = g.normal(bias_mean, bias_std, size=L)
     shift = g.normal(0.0, label_shift, size=L) if label_shift > 0 else np.zeros(L)
@@ -144,7 +141,7 @@ def sample_contexts(world: KnownAnswerWorld, n: int, seed: int) -> KnownAnswerCo
     """n fresh contexts (features, true probabilities, candidates and rho), seeded by `seed`."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise PoxmInputError(f"n: expected a positive int, got {n!r}")
-    g = _rng(seed, "contexts")
+    g = tagged_rng(seed, "contexts")
     X = g.standard_normal((n, world.m))
     z = world.true_logits(X)
     E = z + world.label_shift + world.noise * g.standard_normal((n, world.L))
@@ -159,7 +156,7 @@ def sample_contexts(world: KnownAnswerWorld, n: int, seed: int) -> KnownAnswerCo
 
 def simulate_log(world: KnownAnswerWorld, ctx: KnownAnswerContexts, seed: int) -> KnownAnswerLog:
     """One slate of ell labels per context from rho (Plackett-Luce via Gumbel-top-k), Bernoulli rewards."""
-    g = _rng(seed, "log")
+    g = tagged_rng(seed, "log")
     n, K, ell = ctx.n, world.K, world.ell
     keys = ctx.log_rho + g.gumbel(size=(n, K))
     pos = np.argsort(-keys, axis=1, kind="stable")[:, :ell].astype(np.int64)    # cand_pos, slate order
@@ -279,7 +276,7 @@ def _pl_value_exact(scores: np.ndarray, probs: np.ndarray, ell: int, chunk: int)
 
 
 def _pl_value_mc(scores: np.ndarray, probs: np.ndarray, ell: int, n_slates: int, seed: int) -> np.ndarray:
-    g = _rng(seed, "pl-mc")
+    g = tagged_rng(seed, "pl-mc")
     n, m = scores.shape
     out = np.zeros(n)
     for _ in range(n_slates):

@@ -26,13 +26,10 @@ from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import frozen_gumbel, noise_key
 from poxm_core.csr import check_csr
 from poxm_core.bandit.variant import VariantPolicy
+from poxm_core.seeds import tagged_rng
 
 _SLATE_STREAM = 0x51A7E  # separates slate noise from the policy's frozen noise for the same seed
 _ROW_BLOCK = 65536
-
-
-def _rng(seed: int, tag: str) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), *tag.encode()]))
 
 
 def validation_split(n_train: int, frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +44,7 @@ def validation_split(n_train: int, frac: float, seed: int) -> tuple[np.ndarray, 
     if not (0.0 < frac < 1.0):
         raise ValueError(f"frac must be in (0, 1), got {frac}")
     n_val = min(n_train - 1, max(1, int(round(frac * n_train))))
-    perm = _rng(seed, "validation").permutation(n_train)
+    perm = tagged_rng(seed, "validation").permutation(n_train)
     return np.sort(perm[n_val:]).astype(np.int64), np.sort(perm[:n_val]).astype(np.int64)
 
 

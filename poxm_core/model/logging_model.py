@@ -29,12 +29,9 @@ from tqdm.auto import tqdm
 from poxm_core.config import ModelConfig
 from poxm_core.csr import check_csr
 from poxm_core.model.core import CoreModel, csr_to_bag, resolve_device
+from poxm_core.seeds import tagged_rng
 
 _BYTES_PER_LOGIT = 16
-
-
-def _rng(seed: int, tag: str) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), *tag.encode()]))
 
 
 def alpha_sample(n: int, alpha: float, seed: int, rows: np.ndarray | None = None) -> np.ndarray:
@@ -46,7 +43,7 @@ def alpha_sample(n: int, alpha: float, seed: int, rows: np.ndarray | None = None
     if pool.size == 0:
         raise ValueError("rows: no training instances to sample the logging model's data from")
     m = min(pool.size, max(1, int(round(alpha * n))))
-    return np.sort(_rng(seed, "logging-sample").choice(pool, size=m, replace=False))
+    return np.sort(tagged_rng(seed, "logging-sample").choice(pool, size=m, replace=False))
 
 
 def _dense_targets(Y: sp.csr_matrix, device: torch.device) -> torch.Tensor:
@@ -90,7 +87,7 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
     model.to(dev).train()
     opt = torch.optim.Adam(model.parameters(), lr=mcfg.lr, weight_decay=mcfg.weight_decay)
     micro = micro_batch_rows(L, mcfg.topk_chunk_mb)
-    shuffle = _rng(seed, "logging-shuffle")
+    shuffle = tagged_rng(seed, "logging-shuffle")
     n_batches = math.ceil(n / mcfg.batch_size)
 
     bar = tqdm(total=mcfg.epochs * n_batches, desc=f"logging model (n={n}, L={L})", disable=not progress,

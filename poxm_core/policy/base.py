@@ -24,7 +24,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from poxm_core.training.heads import HeadParams, RowAdam, RowScorer
+from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 
 __all__ = ["Policy", "Bag"]
 

@@ -25,7 +25,7 @@ from torch import nn
 from poxm_core.errors import PoxmInputError
 from poxm_core.policy.base import Bag, Policy
 from poxm_core.policy.stack import NetworkStack
-from poxm_core.training.heads import HeadParams
+from poxm_core.policy.heads import HeadParams
 
 __all__ = ["LinearPolicy", "NetworkPolicy", "EndToEndPolicy", "fresh_output"]
 
