@@ -3,7 +3,7 @@
 Synthetic data (no dataset needed): N instances with encoder outputs z ~ N(0, 1)^d, a head (L, d),
 candidates C(x) of K labels, slates of ell logged actions among the top 50 candidates, q in (0, 1],
 rewards Bernoulli(0.3). One epoch = N / batch_size steps of the real code path: the method's loss
-through the RowScorer, backward, RowAdam (`poxm_core.training.heads`). Each configuration runs in a
+through the RowScorer, backward, RowAdam (`poxm_core.policy.heads`). Each configuration runs in a
 fresh subprocess, so "peak MB" is that process's peak resident memory (CPU) or
 torch.cuda.max_memory_allocated (CUDA), parameters and Adam state of the one head included
 (3 * L * d floats: W and the two moments; they are what a head costs, not the step).
@@ -32,7 +32,7 @@ def _one(a: argparse.Namespace) -> dict:
 
     from poxm_core.config import MethodConfig
     from poxm_core.methods import Batch, HeadContext, get_method
-    from poxm_core.training.heads import HeadParams, RowAdam, RowScorer
+    from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 
     torch.manual_seed(0)
     torch.set_num_threads(a.threads) if a.threads else None

@@ -14,7 +14,7 @@ from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
 from poxm_core.methods import METHODS, Batch, HeadContext, get_method, head_grid, translated_loss
-from poxm_core.training.heads import HeadParams, RowAdam, RowScorer
+from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 
 L, D = 10, 3
 

@@ -144,7 +144,7 @@ def test_logging_policy_weights_are_one_and_is_is_mean_reward(tmp_path):
 
 
 def test_phi_policy_val_logpi_matches_hand_softmax():
-    from poxm_core.training.heads import HeadParams
+    from poxm_core.policy.heads import HeadParams
     P = HeadParams(torch.tensor(PREP.W), torch.tensor(PREP.b))
     log = PREP.log_val
     arr = val_arrays(PolicyView("phi", 4, P), PREP.Z_train, PREP.policy_train.cand, PREP.policy_train.rho, log, 4,

@@ -19,7 +19,8 @@ from poxm_core.methods import HeadContext
 from poxm_core.methods.base import reward_shift
 from poxm_core.prepared import Prepared
 from poxm_core.training.batches import TrainData
-from poxm_core.training.heads import RowScorer, stable_seed
+from poxm_core.policy.heads import RowScorer
+from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 

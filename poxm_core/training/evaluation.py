@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
-from poxm_core.training.heads import HeadParams
+from poxm_core.policy.heads import HeadParams
 
 __all__ = ["PolicyView", "val_arrays", "test_table"]
 

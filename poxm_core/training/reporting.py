@@ -29,7 +29,7 @@ from poxm_core.prepared import Prepared
 from poxm_core.results import make_row, mlflow_name
 from poxm_core.training.batches import DeviceCSR
 from poxm_core.training.evaluation import test_table, val_arrays
-from poxm_core.training.heads import stable_seed
+from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 

@@ -19,7 +19,8 @@ from poxm_core.methods import Method, get_method
 from poxm_core.policy import NetworkStack, Policy, PolicyRequest, build_policies
 from poxm_core.prepared import Prepared
 from poxm_core.training.evaluation import PolicyView
-from poxm_core.training.heads import HeadParams, stable_seed
+from poxm_core.policy.heads import HeadParams
+from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 
 __all__ = ["TrialHead", "REWARD_KEY", "build_heads", "check_spec", "head_lr", "result_hash", "deterministic"]
