@@ -175,7 +175,7 @@ def merge(src: Path) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("parts", nargs="*", choices=["trial", "grid", "l3m"])
+    ap.add_argument("parts", nargs="*", help="trial, grid, l3m")
     ap.add_argument("--out", default="/tmp/bench-trial")
     ap.add_argument("--runs", default="/tmp/bench-trial-runs")
     ap.add_argument("--epochs", type=int, default=10)
@@ -187,6 +187,9 @@ def main(argv=None) -> None:
         return
     Path(a.out).mkdir(parents=True, exist_ok=True)
     fns = {"trial": part_trial, "grid": part_grid, "l3m": part_l3m}
+    bad = [p for p in a.parts if p not in fns]
+    if bad:
+        ap.error(f"unknown part(s) {bad}: expected trial, grid, l3m")
     for part in a.parts:
         try:
             res = fns[part](a)
