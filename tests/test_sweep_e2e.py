@@ -335,6 +335,7 @@ def test_poxm_ui_serves_the_runs_table(reference, tmp_path):
         assert not {a.path for a in c.list_artifacts(parent.info.run_id)}
         (copy / "mlartifacts.moved").rename(copy / "mlartifacts")
         assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
+        _chromium_sees_runs(url, port, ml["experiment_id"], parent, points)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -342,3 +343,27 @@ def test_poxm_ui_serves_the_runs_table(reference, tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=20)
+
+
+def _chromium_sees_runs(url: str, port: int, exp_id: str, parent, points) -> None:
+    """Where Debian's chromium is installed: the UI as a browser renders it (JavaScript run, DOM dumped).
+    The runs table shows the sweep's parent run (its trials nested under it, MLflow's layout for a
+    sweep) and the count of every run; a trial's page shows its name. Skipped without chromium."""
+    import re
+    import shutil
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        return
+
+    def dom(u: str) -> str:
+        out = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+                              "--dump-dom", u], capture_output=True, text=True, timeout=180)
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", out.stdout))
+
+    table = dom(url)
+    assert parent.info.run_name in table, table[-2000:]
+    assert f"{len(points) + 1} matching runs" in table, table[-2000:]
+    one = sorted(points, key=lambda r: r.info.run_name)[0]
+    page = dom(f"http://127.0.0.1:{port}/#/experiments/{exp_id}/runs/{one.info.run_id}")
+    assert one.info.run_name in page, page[-2000:]
+
