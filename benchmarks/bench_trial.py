@@ -4,7 +4,9 @@ Parts (each writes <out>/<part>.json; `--merge` folds them into docs/benchmarks/
 
   trial   the Amazon-670K-shaped single-head POXM trial: synthetic preset amazon670k (490,449 train
           instances, L 670,091, D 135,909), the settings of configs/amazon-670k.yaml (dim 256, K 100,
-          slates of 5, policy network hidden 128, batch 256, 10 epochs, 32 MC slates), one head
+          slates of 5, policy network hidden 128, batch 256, 10 epochs, 32 MC slates; one checkpoint,
+          after the last epoch: training.checkpoint_every = epochs; training.deterministic auto = off
+          on CUDA, --deterministic true to time the mode), one head
           poxm p=100 lam=0.9, prepared artifacts (prepare is run first and not timed; its logging
           model gets --model-epochs epochs, which changes the data, not the trial's work).
           Seconds = run_trial wall time (training, per-epoch validation estimates, checkpoints,
@@ -40,13 +42,14 @@ def _card() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int) -> Path:
+def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "auto") -> Path:
     import yaml
     cfg = {"name": "bench-p3", "seeds": [0], "device": "cuda", "runs_dir": str(runs),
            "datasets": [{"name": "synthetic", "synthetic": {"preset": "amazon670k", "scale": 1.0},
                          "variants": [{"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2}]}],
            "model": {"dim": 256, "epochs": model_epochs, "n_candidates": 100, "slate_size": 5, "topk_chunk_mb": 4096},
-           "training": {"epochs": epochs, "batch_size": 256, "hidden": 128, "mc_slates": 32},
+           "training": {"epochs": epochs, "batch_size": 256, "hidden": 128, "mc_slates": 32,
+                        "checkpoint_every": epochs, "deterministic": {"auto": "auto", "true": True, "false": False}[det]},
            "group_by": "method", "methods": {"poxm": poxm}}
     path = runs / f"bench-{len(poxm['p'])}x{len(poxm['lam'])}.yaml"
     runs.mkdir(parents=True, exist_ok=True)
@@ -62,7 +65,7 @@ def _trial(a, poxm: dict) -> dict:
     from poxm_core.training.command import pick_trial
     from poxm_core.training.trainer import run_trial
 
-    cfg = load_config(_config(Path(a.runs), poxm, a.model_epochs, a.epochs), [])
+    cfg = load_config(_config(Path(a.runs), poxm, a.model_epochs, a.epochs, a.deterministic), [])
     spec = pick_trial(cfg, method="poxm")
     t = time.perf_counter()
     prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.runs) / "cache")
@@ -70,11 +73,13 @@ def _trial(a, poxm: dict) -> dict:
     out = Path(a.runs) / f"trial-{len(spec.heads)}"
     torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
-    run_trial(cfg, spec, prep, out, progress=False)
+    # per-epoch wall times on stdout: a run cut off by the device's time limit still shows its pace
+    run_trial(cfg, spec, prep, out, progress=False, on_epoch=lambda e, m, c: print(
+        f"  {len(spec.heads)} head(s) epoch {e}: {time.perf_counter() - t:.1f} s", flush=True))
     sec = time.perf_counter() - t
     summ = json.loads((out / "summary.json").read_text())
     return {"seconds": sec, "heads": len(spec.heads), "epochs": a.epochs, "n_fit": int(prep.log_train.n),
-            "timing": summ.get("timing"), "prepare_or_load_s": prep_s,
+            "timing": summ.get("timing"), "prepare_or_load_s": prep_s, "deterministic": a.deterministic,
             "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
 
 
@@ -180,6 +185,8 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", default="/tmp/bench-trial-runs")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--model-epochs", type=int, default=2)
+    ap.add_argument("--deterministic", choices=["auto", "true", "false"], default="auto",
+                    help="training.deterministic of the timed trials (auto = off on CUDA)")
     ap.add_argument("--merge", type=Path)
     a = ap.parse_args(argv)
     if a.merge:

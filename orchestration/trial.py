@@ -121,12 +121,15 @@ def worker_loop(tlc: dict) -> None:
         logger = PointLogger(tlc["mlflow"]["uri"], tlc["mlflow"]["heads"])
         logger.start()
 
-    def on_epoch(epoch: int, metrics: dict, ckpt_dir: Path) -> None:
+    def on_epoch(epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         if logger is not None:
             logger.log_epoch(epoch, metrics)
         files.set_state("running", epoch=epoch, epochs=cfg.training.epochs)
-        ray.train.report({**metrics, "epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
-                         checkpoint_dir_name=f"epoch_{epoch:04d}")
+        if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
+            ray.train.report({**metrics, "epoch": epoch})
+        else:
+            ray.train.report({**metrics, "epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
+                             checkpoint_dir_name=f"epoch_{epoch:04d}")
         _maybe_crash(tlc.get("crash"), spec.name, epoch, out_dir)
 
     ckpt = ray.train.get_checkpoint()

@@ -173,6 +173,8 @@ class TrainingConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0, description="Adam weight decay on the trained layers")
     mc_slates: int = Field(32, gt=0, description="Monte-Carlo slates per instance for stochastic metrics")
     eval_max_support: int = Field(1024, gt=0, description="full-L policies are evaluated on their top this many labels")
+    deterministic: Literal["auto"] | bool = Field("auto", description="torch.use_deterministic_algorithms during a trial: true, false, or auto = on for CPU (the reference results, compared exactly by the tests), off for CUDA, where its sort-based row-update kernels cost 2-3x the step and leaving it off changes only the float summation order of atomic adds (docs/performance.md)")
+    checkpoint_every: int = Field(1, gt=0, description="write a trial checkpoint every this many epochs and after the last; a resumed trial restarts from the last one written and still ends identical (CPU)")
 
 
 PAPER_PROTOCOL = {"policy": "network", "network_inputs": "sparse", "init": "fresh", "translation": "loss", "lr_is": 5e-3, "lr_supervised": 1e-3}

@@ -8,14 +8,16 @@ trainable head in turn (its own policy: dense layers + row-sparse output layer, 
 with its optimisers and learning rate: MethodConfig.lr, else training.lr_is / lr_supervised). The
 reward model (the DM head) is fitted first, for all its epochs (phase 1), so that DR estimates and
 DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
-estimates and ESS of its test-time policy on the validation log; a checkpoint is written; then
-`on_epoch(e, metrics, ckpt_dir)`. At the end: test metrics (DESIGN §8), the final validation
+estimates and ESS of its test-time policy on the validation log; a checkpoint is written every
+training.checkpoint_every epochs and after the last; then `on_epoch(e, metrics, ckpt_dir)` (ckpt_dir None
+after an epoch without a checkpoint). At the end: test metrics (DESIGN §8), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
 written as long-form rows to out_dir/rows.csv with out_dir/summary.json and out_dir/config.yaml.
 
 Heads share nothing but the batches, and every random draw of a head comes from a generator seeded
 by (seed, epoch, head key): a head trained in a group gives the same numbers as trained alone, and a
-trial resumed from its checkpoint ends identical to an uninterrupted one (CPU; deterministic kernels).
+trial resumed from its latest checkpoint (whichever epoch wrote it) ends identical to an uninterrupted
+one (CPU; deterministic kernels there: training.deterministic, auto = CPU only).
 
 Stages, one module each: trial_setup.py (checks, heads, settings hash), batches.py (the data on the
 device), epoch.py (one epoch of a group of heads), reporting.py (validation estimates, test metrics),
@@ -44,11 +46,11 @@ from poxm_core.training.epoch import train_data_for, train_epoch
 from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import (REWARD_KEY, TrialHead, build_heads, check_spec, deterministic, head_lr,
-                                            result_hash)
+                                            result_hash, wants_deterministic)
 
 __all__ = ["run_trial", "KS", "REWARD_KEY"]
 
-OnEpoch = Callable[[int, dict, Path], None]
+OnEpoch = Callable[[int, dict, "Path | None"], None]
 
 # the stages under their earlier names (tests drive them directly)
 _build_heads, _train_epoch = build_heads, train_epoch
@@ -104,7 +106,8 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     timing = {"setup_s": 0.0, "train_s": 0.0, "eval_s": 0.0, "checkpoint_s": 0.0}
     rhash = result_hash(cfg, spec)
     E = cfg.training.epochs
-    with deterministic(), torch.no_grad():
+    det = wants_deterministic(cfg, device)
+    with deterministic(det), torch.no_grad():
         heads, stacks = build_heads(cfg, spec, prepared, device)
     rows: list[dict] = []
     start = 0
@@ -135,7 +138,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         timing[key] += time.perf_counter() - t
         return out
 
-    with deterministic():
+    with deterministic(det):
         # phase 1: the reward model (DM) alone, all its epochs; its per-epoch metrics join phase 2's
         early: dict[int, dict[str, float]] = {}
         for epoch in phase1:
@@ -150,8 +153,11 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
             new, metrics = timed("eval_s", epoch_report, spec, [h for h in visible if h in others], losses, ev, epoch)
             metrics.update(early.get(epoch, {}))
             rows += new
-            ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch,
-                             _state(heads, stacks, epoch, rows, spec, rhash), {"trial": spec.name, "result_hash": rhash})
+            ckpt_dir = None
+            if epoch % cfg.training.checkpoint_every == 0 or epoch == E:
+                ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch,
+                                 _state(heads, stacks, epoch, rows, spec, rhash),
+                                 {"trial": spec.name, "result_hash": rhash})
             if bar is not None:
                 bar.update(1)
             if on_epoch is not None:

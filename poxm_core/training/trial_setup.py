@@ -23,7 +23,7 @@ from poxm_core.policy.heads import HeadParams
 from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 
-__all__ = ["TrialHead", "REWARD_KEY", "build_heads", "check_spec", "head_lr", "result_hash", "deterministic"]
+__all__ = ["TrialHead", "REWARD_KEY", "build_heads", "check_spec", "head_lr", "result_hash", "deterministic", "wants_deterministic"]
 
 REWARD_KEY = HeadSpec("dm").key   # the DR reward model is the DM head (trained hidden if not in the group)
 
@@ -131,6 +131,10 @@ def result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
     may be resumed to more epochs)."""
     used = sorted({h.method for h in spec.heads} | {"dm"})
     training = resolved_dict(cfg.training)
+    # neither changes a number on CPU: checkpoint_every is when state is written, deterministic only the
+    # float summation order on CUDA (kept out so that older caches and checkpoints stay valid)
+    training.pop("checkpoint_every")
+    training.pop("deterministic")
     if not any(get_method(h.method).needs_reward_model for h in spec.heads):
         training.pop("epochs")   # resumable to more epochs, except after a phase-1 reward fit
     return config_hash({"spec": spec.to_dict(), "training": training, "model": resolved_dict(cfg.model),
@@ -138,10 +142,29 @@ def result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
                         "methods": {m: resolved_dict(_method_config(cfg, m)) for m in used}})
 
 
+def wants_deterministic(cfg: SweepConfig, device: torch.device) -> bool:
+    """training.deterministic resolved for `device`: 'auto' = on for CPU, off for CUDA.
+
+    CPU results are the reference (tests compare them exactly, resume equals uninterrupted). On CUDA
+    the mode sends the row-sparse updates (index_put on unique rows, index_select's backward) through
+    PyTorch's sort-based kernels, 2-3x the step (docs/performance.md); without it the only difference is
+    the float summation order of atomic adds (the gather backward, EmbeddingBag backward).
+    """
+    mode = cfg.training.deterministic
+    return device.type == "cpu" if mode == "auto" else bool(mode)
+
+
 @contextlib.contextmanager
-def deterministic():
-    """torch.use_deterministic_algorithms for the trial (warn-only where an op has no such kernel)."""
+def deterministic(on: bool = True):
+    """torch.use_deterministic_algorithms(on) for the trial (warn-only where an op has no such kernel)."""
     prev, prev_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if not on:
+        torch.use_deterministic_algorithms(False)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
+        return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
