@@ -173,8 +173,10 @@ class TrainingConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0, description="Adam weight decay on the trained layers")
     mc_slates: int = Field(32, gt=0, description="Monte-Carlo slates per instance for stochastic metrics")
     eval_max_support: int = Field(1024, gt=0, description="full-L policies are evaluated on their top this many labels")
-    deterministic: Literal["auto"] | bool = Field("auto", description="torch.use_deterministic_algorithms during a trial: true, false, or auto = on for CPU (the reference results, compared exactly by the tests), off for CUDA, where its sort-based row-update kernels cost 2-3x the step and leaving it off changes only the float summation order of atomic adds (docs/performance.md)")
-    checkpoint_every: int = Field(1, gt=0, description="write a trial checkpoint every this many epochs and after the last; a resumed trial restarts from the last one written and still ends identical (CPU)")
+    # Both keys came after results were published and change no number on CPU: left out of dumps (and
+    # so of the sweep hash, the run directory's name) at their defaults.
+    deterministic: Literal["auto"] | bool = Field("auto", exclude_if=lambda v: v == "auto", description="torch.use_deterministic_algorithms during a trial: true, false, or auto = on for CPU (the reference results, compared exactly by the tests), off for CUDA, where its sort-based row-update kernels cost 2-3x the step and leaving it off changes only the float summation order of atomic adds (docs/performance.md)")
+    checkpoint_every: int = Field(1, gt=0, exclude_if=lambda v: v == 1 and not isinstance(v, bool), description="write a trial checkpoint every this many epochs and after the last; a resumed trial restarts from the last one written and still ends identical (CPU)")
 
 
 PAPER_PROTOCOL = {"policy": "network", "network_inputs": "sparse", "init": "fresh", "translation": "loss", "lr_is": 5e-3, "lr_supervised": 1e-3}
@@ -196,7 +198,7 @@ class ResourcesConfig(_Strict):
     num_workers: int = Field(1, gt=0, description="Ray Train workers per trial: 1 (no data parallelism, docs/orchestration.md)")
     max_concurrent_trials: int | None = Field(None, gt=0, description="default: what the resources allow")
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial (from its checkpoint)")
-    storage_path: str | None = Field(None, description="where trials exchange prepared data, checkpoints and results: a path or pyarrow filesystem URI every node reaches (default: the run directory, i.e. one node or a shared filesystem)")
+    storage_path: str | None = Field(None, exclude_if=_unset, description="where trials exchange prepared data, checkpoints and results: a path or pyarrow filesystem URI every node reaches (default: the run directory, i.e. one node or a shared filesystem)")
 
     @field_validator("num_workers")
     @classmethod

@@ -133,8 +133,8 @@ def result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
     training = resolved_dict(cfg.training)
     # neither changes a number on CPU: checkpoint_every is when state is written, deterministic only the
     # float summation order on CUDA (kept out so that older caches and checkpoints stay valid)
-    training.pop("checkpoint_every")
-    training.pop("deterministic")
+    training.pop("checkpoint_every", None)   # absent from the dump at their defaults (config.py)
+    training.pop("deterministic", None)
     if not any(get_method(h.method).needs_reward_model for h in spec.heads):
         training.pop("epochs")   # resumable to more epochs, except after a phase-1 reward fit
     return config_hash({"spec": spec.to_dict(), "training": training, "model": resolved_dict(cfg.model),
