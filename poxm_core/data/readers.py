@@ -148,17 +148,23 @@ def _chunks(f: IO[str], path: Path, n_rows: int) -> Iterator[tuple[int, list[str
 # --------------------------------------------------------------------------------------------
 # chunk parsers (fast path) and the per-token diagnosis (slow path, only on failure)
 
+def _id_error(text: str, n: int, what: str, shown: str, not_int: str) -> str | None:
+    """None if `text` is an id in [0, n); else the message (`not_int` when it is no integer)."""
+    try:
+        i = int(text)
+    except ValueError:
+        return not_int
+    return f"{what} id {i} out of range [0, {n}) in {shown}" if i < 0 or i >= n else None
+
+
 def _pair_error(part: str, ncols: int, what: str) -> str | None:
     for tok in part.split():
         idx, sep, val = tok.partition(":")
         if not sep or not idx or not val or ":" in val:
             return f"expected '{what}_id:value', got {_short(tok)}"
-        try:
-            i = int(idx)
-        except ValueError:
-            return f"{what} id is not an integer in {_short(tok)}"
-        if i < 0 or i >= ncols:
-            return f"{what} id {i} out of range [0, {ncols}) in {_short(tok)}"
+        msg = _id_error(idx, ncols, what, _short(tok), f"{what} id is not an integer in {_short(tok)}")
+        if msg:
+            return msg
         try:
             v = float(val)
         except ValueError:
@@ -170,12 +176,9 @@ def _pair_error(part: str, ncols: int, what: str) -> str | None:
 
 def _label_error(part: str, n_labels: int) -> str | None:
     for tok in part.split(","):
-        try:
-            i = int(tok)
-        except ValueError:
-            return f"expected comma-separated label ids, got {_short(part)}"
-        if i < 0 or i >= n_labels:
-            return f"label id {i} out of range [0, {n_labels}) in {_short(part)}"
+        msg = _id_error(tok, n_labels, "label", _short(part), f"expected comma-separated label ids, got {_short(part)}")
+        if msg:
+            return msg
     return None
 
 
