@@ -19,7 +19,7 @@ different derivation would change them; new code must not copy them):
                           slate simulation (bandit/simulate.py), the known-answer world (bandit/known_answer.py)
   bandit.policy.noise_key SeedSequence(entropy).generate_state(1, uint64): the keys of the variants'
                           frozen Gumbel noise (counter-based, bandit/policy.py)
-  default_rng([seed, k])  the synthetic generator (data/synthetic.py, k = 0) and the Monte-Carlo
+  default_rng([seed, k])  the synthetic generator (data/synthetic.py: [seed, 0], a chunk [seed, 1, c]), the Monte-Carlo
                           slate noise blocks of the stochastic metrics (k = block index)
   default_rng(seed)       a user-given seed used as is: the test split of a declared dataset
                           (split.seed, data/registry.py), the bootstrap of an estimate or an aggregate
