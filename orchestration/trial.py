@@ -160,7 +160,10 @@ def worker_loop(tlc: dict) -> None:
     timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
                                "start": round(wall1, 3), "end": round(time.time(), 3),
                                "resumed_from": resumed, "node": os.uname().nodename,
-                               "ray_node_id": ray.get_runtime_context().get_node_id()})
+                               "ray_node_id": ray.get_runtime_context().get_node_id(),
+                               # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
+                               "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
+                               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     files.write_json("timing.json", timing)
     final = df[df["final"] & (df["split"] == "val") & (df["metric"] == "SNIS")]
     ray.train.report({"finished": 1, "epoch": int(df["epoch"].max()) if len(df) else 0,
