@@ -78,7 +78,7 @@ class Cluster:
                 pass
         for p in reversed(self.procs):
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 pass
             try:                                # the head drains for up to 30 s: no need to wait for it
