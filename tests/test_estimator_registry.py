@@ -33,7 +33,7 @@ class ScaledIS(IS):
         return 2.0 * super().torch_value(w, r)
 
 
-METHODS = {"logging": {}, "dm": {"lr": 0.01}, "poxm": {"p": [4, 8], "lam": [0.5], "lr": 0.01}}
+METHODS = {"logging": {}, "poxm": {"p": [4, 8], "lam": [0.5], "lr": 0.01}}
 
 
 @pytest.fixture(scope="module")
