@@ -6,7 +6,7 @@ Formats:
   (0-based ids; the label list may be empty: the row then starts with a space or holds features only).
 - Split sparse files: ``trn_X_Xf.txt`` (header ``N D``) + ``trn_X_Y.txt`` (header ``N L``), rows
   ``idx:val ...``, and the ``tst_`` twins.
-- Raw text + label lines (AttentionXML layout) turned into TF-IDF by scikit-learn.
+(Raw text + label lines: `text_reader.py`; multilabel svmlight and .npz: `svmlight_npz.py`.)
 
 Parsing is chunked: per row only a few string operations run in Python; the numbers of a whole chunk
 are parsed by NumPy in C. When a chunk fails any vectorised check, a slow per-token pass over that
@@ -14,9 +14,7 @@ chunk finds the first bad row and raises one ``PoxmInputError`` naming ``file:li
 """
 from __future__ import annotations
 
-import logging
 import re
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import IO, Iterator
@@ -25,8 +23,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from poxm_core.errors import PoxmInputError
-
-log = logging.getLogger(__name__)
 
 _CHUNK_ROWS = 20000
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -39,7 +35,7 @@ SPLIT_FILES = {"train": ("trn_X_Xf.txt", "trn_X_Y.txt"), "test": ("tst_X_Xf.txt"
 # --------------------------------------------------------------------------------------------
 # low level: files, headers, chunks
 
-def _open(path: Path) -> IO[str]:
+def open_text(path: Path) -> IO[str]:
     if not path.exists():
         raise PoxmInputError(f"{path}: file not found")
     if not path.is_file():
@@ -260,7 +256,7 @@ def read_xc_bow(path: str | Path) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     (feature values summed; a label stays 1.0). Explicit zero values are dropped.
     """
     path = Path(path)
-    with _open(path) as f:
+    with open_text(path) as f:
         n, d, n_labels = _read_header(f, path, ("N", "D", "L"))
         xc, xi, xv, yc, yi = [], [], [], [], []
         for first, rows in _chunks(f, path, n):
@@ -281,7 +277,7 @@ def read_xc_bow(path: str | Path) -> tuple[sp.csr_matrix, sp.csr_matrix]:
 
 
 def _read_pairs_file(path: Path, what: str, col_name: str) -> sp.csr_matrix:
-    with _open(path) as f:
+    with open_text(path) as f:
         n, ncols = _read_header(f, path, ("N", col_name))
         cs, ids, vals = [], [], []
         for first, rows in _chunks(f, path, n):
@@ -328,163 +324,3 @@ def read_split_sparse_dir(folder: str | Path) -> tuple[sp.csr_matrix, sp.csr_mat
     Xtr, Ytr = read_split_sparse(*found["train"])
     Xte, Yte = read_split_sparse(*found["test"])
     return Xtr, Ytr, Xte, Yte
-
-
-# --------------------------------------------------------------------------------------------
-# raw text -> TF-IDF
-
-TEXT_FILES = {"train": ("train_texts.txt", "train_labels.txt"), "test": ("test_texts.txt", "test_labels.txt")}
-
-
-@dataclass(frozen=True)
-class TextTfidf:
-    """Result of `read_text_tfidf`: TF-IDF features fit on train only, labels mapped by sorted train names."""
-    X_train: sp.csr_matrix
-    Y_train: sp.csr_matrix
-    X_test: sp.csr_matrix
-    Y_test: sp.csr_matrix
-    label_names: tuple[str, ...]
-    n_unknown_test_labels: int  # test label occurrences whose name never occurs in train (dropped)
-
-
-def _read_lines(path: Path) -> list[str]:
-    with _open(path) as f:
-        lines = f.read().split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise PoxmInputError(f"{path}: empty file, expected one line per document")
-    return lines
-
-
-def _label_matrix(lines: list[str], index: dict[str, int]) -> tuple[sp.csr_matrix, int]:
-    indptr, ids, unknown = [0], [], 0
-    for line in lines:
-        names = line.split()
-        known = [index[n] for n in names if n in index]
-        unknown += len(names) - len(known)
-        ids.extend(known)
-        indptr.append(len(ids))
-    Y = sp.csr_matrix((np.ones(len(ids), np.float32), np.asarray(ids, np.int64), np.asarray(indptr, np.int64)),
-                      shape=(len(lines), len(index)))
-    Y.sum_duplicates()
-    Y.data[:] = 1.0
-    return Y, unknown
-
-
-def read_text_tfidf(train_texts_path: str | Path, train_labels_path: str | Path, test_texts_path: str | Path,
-                    test_labels_path: str | Path, max_features: int | None = None, **vectorizer_kwargs) -> TextTfidf:
-    """AttentionXML layout -> TF-IDF (scikit-learn ``TfidfVectorizer`` fit on the training texts only).
-
-    ``*_texts.txt``: one document per line; ``*_labels.txt``: the document's label NAMES, space-separated.
-    Label ids = positions in the sorted set of training label names; test labels unknown to train are
-    dropped and counted (``n_unknown_test_labels``, also logged). ``vectorizer_kwargs`` go to the vectorizer.
-    """
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    if max_features is not None and (not isinstance(max_features, int) or max_features <= 0):
-        raise PoxmInputError(f"max_features: expected a positive int or None, got {max_features!r}")
-    paths = [Path(p) for p in (train_texts_path, train_labels_path, test_texts_path, test_labels_path)]
-    tr_txt, tr_lab, te_txt, te_lab = (_read_lines(p) for p in paths)
-    for txt, lab, ptxt, plab in ((tr_txt, tr_lab, paths[0], paths[1]), (te_txt, te_lab, paths[2], paths[3])):
-        if len(txt) != len(lab):
-            raise PoxmInputError(f"{plab}: has {len(lab)} label lines but {ptxt.name} has {len(txt)} documents")
-    names = sorted({n for line in tr_lab for n in line.split()})
-    if not names:
-        raise PoxmInputError(f"{paths[1]}: no label names at all")
-    index = {n: i for i, n in enumerate(names)}
-    Ytr, _ = _label_matrix(tr_lab, index)
-    Yte, unknown = _label_matrix(te_lab, index)
-    if unknown:
-        log.warning("%s: dropped %d test label occurrences whose names never occur in %s",
-                    paths[3], unknown, paths[1].name)
-    vec = TfidfVectorizer(max_features=max_features, dtype=np.float32, **vectorizer_kwargs)
-    Xtr = vec.fit_transform(tr_txt).tocsr()
-    Xte = vec.transform(te_txt).tocsr()
-    return TextTfidf(Xtr, Ytr, Xte, Yte, tuple(names), unknown)
-
-
-# --------------------------------------------------------------------------------------------
-# svmlight (multilabel) and .npz
-
-def read_svmlight(*paths: str | Path) -> list[tuple[sp.csr_matrix, sp.csr_matrix]]:
-    """Multilabel svmlight / libsvm files (``l1,l2 f:v f:v ...``, label ids 0-based integers) -> one
-    (X, Y) per file, with a shared D (the largest feature id + 1 over all files) and L (likewise)."""
-    from sklearn.datasets import load_svmlight_files
-
-    paths = [Path(p) for p in paths]
-    for p in paths:
-        _open(p).close()
-    try:
-        loaded = load_svmlight_files([str(p) for p in paths], multilabel=True, zero_based=True, dtype=np.float32)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PoxmInputError(f"{paths[0]}: not a multilabel svmlight file ({str(exc).splitlines()[0]})") from None
-    Xs, Ys = loaded[0::2], loaded[1::2]
-    ids = [np.asarray([l for row in Y for l in row], dtype=np.float64) for Y in Ys]
-    for p, i in zip(paths, ids):
-        if i.size and (np.any(i < 0) or np.any(i != np.round(i))):
-            raise PoxmInputError(f"{p}: label ids must be non-negative integers (0-based)")
-    n_labels = int(max((i.max() for i in ids if i.size), default=-1)) + 1
-    out = []
-    for X, Y in zip(Xs, Ys):
-        indptr = np.zeros(len(Y) + 1, np.int64)
-        np.cumsum([len(row) for row in Y], out=indptr[1:])
-        ind = np.asarray([int(l) for row in Y for l in row], np.int64)
-        Ym = sp.csr_matrix((np.ones(ind.size, np.float32), ind, indptr), shape=(len(Y), max(n_labels, 1)))
-        Ym.sum_duplicates()
-        Ym.data[:] = 1.0
-        X = sp.csr_matrix(X, dtype=np.float32)
-        X.sum_duplicates()
-        X.eliminate_zeros()
-        out.append((X, Ym))
-    return out
-
-
-NPZ_KEYS = ("data", "indices", "indptr", "shape")
-
-
-def save_xy_npz(path: str | Path, X, Y) -> None:
-    """Write the .npz layout `read_xy_npz` reads: X and Y as CSR parts ``X_data, X_indices, X_indptr,
-    X_shape`` and ``Y_...`` (scipy.sparse.save_npz's fields, prefixed) in one compressed file."""
-    parts = {}
-    for name, m in (("X", X), ("Y", Y)):
-        m = sp.csr_matrix(m)
-        parts.update({f"{name}_data": m.data, f"{name}_indices": m.indices, f"{name}_indptr": m.indptr,
-                      f"{name}_shape": np.asarray(m.shape)})
-    np.savez_compressed(path, **parts)
-
-
-def read_xy_npz(path: str | Path) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """One .npz holding features X (N, D) and labels Y (N, L): either CSR parts ``X_data, X_indices,
-    X_indptr, X_shape`` (+ ``Y_...``; see `save_xy_npz`) or dense 2-d arrays ``X`` and ``Y``. Y's non-zero
-    entries are the relevant labels (1.0)."""
-    path = Path(path)
-    _open(path).close()
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise PoxmInputError(f"{path}: not a readable .npz file ({str(exc).splitlines()[0]})") from None
-    with z:
-        out = []
-        for name in ("X", "Y"):
-            if all(f"{name}_{k}" in z.files for k in NPZ_KEYS):
-                try:
-                    m = sp.csr_matrix(tuple(z[f"{name}_{k}"] for k in NPZ_KEYS[:3]),
-                                      shape=tuple(int(v) for v in z[f"{name}_shape"]))
-                except (ValueError, TypeError) as exc:
-                    raise PoxmInputError(f"{path}: {name}_* do not form a CSR matrix ({exc})") from None
-            elif name in z.files and z[name].ndim == 2:
-                m = sp.csr_matrix(z[name])
-            else:
-                raise PoxmInputError(f"{path}: expected arrays {', '.join(f'{name}_{k}' for k in NPZ_KEYS)} "
-                                     f"(or a dense 2-d '{name}'), found {', '.join(z.files) or 'none'}")
-            out.append(m)
-    X = out[0].astype(np.float32)
-    if X.nnz and not np.all(np.isfinite(X.data)):
-        raise PoxmInputError(f"{path}: X holds NaN or inf values")
-    Y = out[1].astype(np.float32)
-    Y.eliminate_zeros()
-    Y.data[:] = 1.0
-    if X.shape[0] != Y.shape[0]:
-        raise PoxmInputError(f"{path}: X has {X.shape[0]} rows but Y has {Y.shape[0]}")
-    return X.tocsr(), Y.tocsr()

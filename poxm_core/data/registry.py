@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from poxm_core.data.readers import (TEXT_FILES, find_split_sparse, read_split_sparse, read_svmlight, read_text_tfidf,
-                                    read_xc_bow, read_xy_npz)
+from poxm_core.data.readers import find_split_sparse, read_split_sparse, read_xc_bow
+from poxm_core.data.svmlight_npz import read_svmlight, read_xy_npz
+from poxm_core.data.text_reader import TEXT_FILES, read_text_tfidf
 from poxm_core.data.types import XMCData, XMCSplit
 from poxm_core.errors import PoxmInputError, nearest
 from poxm_core.registration import add
@@ -346,7 +347,7 @@ def write_example_data(folder: str | Path, seed: int = 0) -> list[Path]:
     my_test.txt) and one .npz with X and Y (my_all.npz). Returns the paths written."""
     import scipy.sparse as sp
 
-    from poxm_core.data.readers import save_xy_npz
+    from poxm_core.data.svmlight_npz import save_xy_npz
     from poxm_core.data.synthetic import make_synthetic
 
     folder = Path(folder)
