@@ -67,6 +67,25 @@ def test_crash_in_on_epoch_then_restart_equals_uninterrupted(tmp_path):
     pd.testing.assert_frame_equal(full, third)
 
 
+@pytest.mark.slow
+def test_checkpoint_every_resumes_from_last_written_and_equals_uninterrupted(tmp_path):
+    spec = spec_of(tiny_config(SMALL), "poxm")
+    full = run_trial(tiny_config(SMALL, epochs=4), spec, PREP, tmp_path / "a", progress=False)
+    seen = []
+
+    def crash(epoch, metrics, ckpt):
+        seen.append((epoch, ckpt is not None))
+        if epoch == 3:   # epoch 3 wrote no checkpoint: the restart continues from epoch 2's
+            raise RuntimeError("killed")
+    cfg = tiny_config(SMALL, epochs=4, checkpoint_every=2)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=crash, progress=False)
+    assert seen == [(1, False), (2, True), (3, False)]
+    assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["epoch_0002"]
+    again = run_trial(cfg, spec, PREP, tmp_path / "b", progress=False)
+    pd.testing.assert_frame_equal(full, again)
+
+
 def test_resume_from_other_config_is_refused(tmp_path):
     spec = spec_of(tiny_config(SMALL), "poxm")
     run_trial(tiny_config(SMALL, epochs=1), spec, PREP, tmp_path, progress=False)
