@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestration.rundir import RunDir, read_json, write_json
+from poxm_core.atomic import atomic_file
 from poxm_core.errors import PoxmInputError
 from poxm_core.results import COLUMNS
 
@@ -25,10 +26,8 @@ PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
 
 
 def _csv_atomic(df: pd.DataFrame, path: Path, columns) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False, columns=columns)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        df.to_csv(tmp, index=False, columns=columns)
 
 
 def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:

@@ -78,6 +78,9 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
         get_method(name).validate(mc)
     specs = trial_specs(cfg, cfg.group_by)
     _check_p(cfg, specs)
+    store = sweep_storage(cfg.resources.storage_path, sweep_id(cfg))
+    if store is not None:
+        store.exists("")                 # an unknown scheme or bad URI: an input error now, not in a worker
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise PoxmInputError(f"config: two trials share a name ({names}); dataset/variant names must be distinct")

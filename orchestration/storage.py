@@ -17,6 +17,7 @@ trials/<sweep id>/<trial>/ (a trial's working directory).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -42,11 +43,7 @@ class Storage:
     uri: str
 
     def _fs(self):
-        import pyarrow.fs as pafs
-        try:
-            return pafs.FileSystem.from_uri(self.uri)
-        except (ValueError, OSError) as exc:      # pyarrow's ArrowInvalid is a ValueError
-            raise PoxmInputError(f"config key 'resources.storage_path': {self.uri}: not a usable filesystem ({exc})") from None
+        return _filesystem(self.uri)
 
     def path(self, rel: str) -> str:
         return f"{self.uri.rstrip('/')}/{rel}" if rel else self.uri
@@ -153,6 +150,16 @@ class Storage:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return final
+
+
+@functools.lru_cache(maxsize=8)
+def _filesystem(uri: str):
+    """(pyarrow filesystem, base path) of a URI, resolved once per process (credentials, endpoints)."""
+    import pyarrow.fs as pafs
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as exc:      # pyarrow's ArrowInvalid is a ValueError
+        raise PoxmInputError(f"config key 'resources.storage_path': {uri}: not a usable filesystem ({exc})") from None
 
 
 def sweep_storage(storage_path: str | None, sweep_id: str) -> Storage | None:

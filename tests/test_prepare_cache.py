@@ -125,3 +125,11 @@ def test_num_workers_above_one_is_refused_in_one_line():
     msg = str(e.value)
     assert "\n" not in msg and "resources.num_workers" in msg and "no data parallelism" in msg
     assert "max_concurrent_trials" in msg
+
+
+def test_bad_storage_path_is_refused_at_plan_time(tmp_path):
+    from orchestration.plan import plan_sweep
+    cfg = load_config(data=SYN, overrides=["resources.storage_path=nosuchfs://bucket/x"])
+    with pytest.raises(PoxmInputError, match="resources.storage_path.*nosuchfs://bucket/x") as e:
+        plan_sweep(cfg, runs_dir=tmp_path)
+    assert "\n" not in str(e.value)
