@@ -13,7 +13,6 @@ Bad input (config keys, files, arguments) prints one line `poxm: error: ...` and
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
