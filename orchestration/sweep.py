@@ -23,7 +23,7 @@ from orchestration import tracking
 from orchestration.gather import gather_prepare, gather_rows, select_and_report, sweep_summary
 from orchestration.plan import SweepPlan, plan_from_run_dir, plan_sweep, write_plan
 from orchestration.ray_setup import quiet_libraries
-from orchestration.rundir import acquire_driver, config_input, read_json, release_driver, remove_tmp_leftovers
+from orchestration.rundir import acquire_driver, read_json, release_driver, remove_tmp_leftovers
 from poxm_core.config import SweepConfig
 
 __all__ = ["SweepOutcome", "execute", "plan_from_run_dir", "plan_sweep", "report_only", "resume_sweep", "run_sweep"]
@@ -51,8 +51,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     from orchestration.prepare_stage import stage_prepare
     from orchestration.ray_setup import check_resources, ray_init
     from orchestration.track_stage import abort_tracking, close_tracking, stage_points, stage_track
-    from orchestration.trial import crash_spec
-    from orchestration.tune_stage import ray_storage, run_trials
+    from orchestration.tune_stage import run_trials, trial_context
 
     def say(msg: str) -> None:
         if progress:
@@ -88,13 +87,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         if cfg.mlflow.enabled:
             runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
 
-        ctx = {"run_root": str(rd.root), "cache_dir": str(plan.cache_dir), "cfg": config_input(cfg),
-               "storage": plan.storage.uri if plan.storage else None, "ray_storage": ray_storage(plan),
-               "sweep_id": rd.root.name, "specs": {s.name: s.to_dict() for s in plan.specs},
-               "prepared": {s.name: {k: prepared[(s.dataset, s.seed)][s.variant][k] for k in ("dir", "levels")}
-                            for s in plan.specs},
-               "resources": cfg.resources.model_dump(), "crash": crash_spec(),
-               "mlflow": {"uri": runs.uri, "points": runs.points} if runs is not None else None}
+        ctx = trial_context(plan, prepared, runs)
         done, errored, before, tune_s = run_trials(plan, ctx, max_conc, progress, say)
 
         t2 = time.perf_counter()

@@ -36,6 +36,22 @@ class StorageSync(Callback):
     on_trial_error = on_trial_complete
 
 
+def trial_context(plan: SweepPlan, prepared: dict, runs) -> dict:
+    """What every trial gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
+    given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids."""
+    from orchestration.rundir import config_input
+    from orchestration.trial import crash_spec
+
+    cfg = plan.cfg
+    return {"run_root": str(plan.rd.root), "cache_dir": str(plan.cache_dir), "cfg": config_input(cfg),
+            "storage": plan.storage.uri if plan.storage else None, "ray_storage": ray_storage(plan),
+            "sweep_id": plan.rd.root.name, "specs": {s.name: s.to_dict() for s in plan.specs},
+            "prepared": {s.name: {k: prepared[(s.dataset, s.seed)][s.variant][k] for k in ("dir", "levels")}
+                         for s in plan.specs},
+            "resources": cfg.resources.model_dump(), "crash": crash_spec(),
+            "mlflow": {"uri": runs.uri, "points": runs.points} if runs is not None else None}
+
+
 def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restore: bool):
     import ray.tune
 
