@@ -83,7 +83,7 @@ if [ "$TINY" = 1 ]; then
   DATA='{name: synthetic, synthetic: {n_train: 400, n_test: 100, n_features: 60, n_labels: 40}}'
   MODEL='{dim: 8, epochs: 1, n_candidates: 20, slate_size: 5}'; HIDDEN=8; P=10
 else
-  DATA='{name: amazon670k, synthetic: {preset: amazon670k}}'
+  DATA='{name: synthetic, synthetic: {preset: amazon670k}}'
   MODEL='{dim: 256, epochs: 1, n_candidates: 100, slate_size: 5, topk_chunk_mb: 1024}'; HIDDEN=128; P=100
 fi
 cat > "$CFG" <<EOF
