@@ -10,10 +10,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 from poxm_core.config_data import (DATA_FORMATS, DatasetConfig, SplitConfig, SyntheticConfig,  # noqa: F401  (part of the schema)
                                    VariantConfig, _Strict, _unset)
@@ -32,15 +34,35 @@ class ModelConfig(_Strict):
     slate_size: int = Field(5, gt=0, description="ell: logged slate length")
 
 
+# The per-method keys that every method's entry had when results were published (one flat class then),
+# at their defaults then. They are the ids of published runs: the resolved config is hashed into every
+# run directory's name (docs/results/*/config.yaml, scripts/benchmark.sh), so every method's dump still
+# writes them, at these values for a method without them; any other option is dumped only when given.
+PUBLISHED_METHOD_KEYS: Mapping[str, Any] = MappingProxyType({"softmax": "full", "n_negatives": 1024, "support": "phi"})
+_COMMON_METHOD_KEYS = ("p", "lam", "lr", "init")
+
+
 class MethodConfig(_Strict):
-    """Per-method settings. `p`/`lam` only for methods that use them (the registry checks)."""
+    """Settings every method has. `p`/`lam` only for methods that use them (the registry checks). A
+    method with options of its own declares a subclass as `Method.Options` (docs/methods.md); here its
+    keys are kept as extras (this module is schema-only: it does not import the method registry), and
+    the methods layer (`Method.options`) turns the entry into the method's class and validates it."""
+    model_config = ConfigDict(extra="allow", frozen=True)
     p: list[int] | None = Field(None, description="grid of action-selector sizes p")
     lam: list[float] | None = Field(None, description="grid of reward translations lambda")
     lr: float | None = Field(None, gt=0, description="learning rate; default training.lr_is (IS-based methods) or training.lr_supervised (DM, skylines)")
     init: Literal["fresh", "logging", "random"] | None = Field(None, description="how the trained layers start; default training.init ('random' = 'fresh')")
-    softmax: Literal["full", "sampled"] = Field("full", description="BanditNet: full softmax over L or sampled")
-    n_negatives: int = Field(1024, gt=0, description="sampled softmax: negatives per instance")
-    support: Literal["phi", "candidates"] = Field("phi", description="POXM test-time support")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _published_keys_at_default(cls, data: Any) -> Any:
+        # A resolved config (run_dir/config.yaml, --print-config, docs/results) writes the published
+        # keys for every method: one this class lacks, at its published default, sets nothing.
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items()
+                    if not (k in PUBLISHED_METHOD_KEYS and k not in cls.model_fields
+                            and v == PUBLISHED_METHOD_KEYS[k] and not isinstance(v, bool))}
+        return data
 
     @model_validator(mode="after")
     def _defaults_are_not_settings(self) -> "MethodConfig":
@@ -48,9 +70,22 @@ class MethodConfig(_Strict):
         # sets nothing: drop it from model_fields_set, which the methods registry reads to reject
         # settings a method would ignore, so a resolved config loads back as the same config.
         for key in list(self.model_fields_set):
-            if getattr(self, key) == type(self).model_fields[key].default:
+            if key in type(self).model_fields and getattr(self, key) == type(self).model_fields[key].default:
                 self.model_fields_set.discard(key)
         return self
+
+    @model_serializer(mode="wrap")
+    def _canonical(self, handler) -> dict:
+        # The dump (and so config_hash, the run directory's name) of the one flat class results were
+        # published with: common keys, then PUBLISHED_METHOD_KEYS (this entry's values, else the
+        # published defaults), then any other option only when given (an extra) or off its default.
+        d = handler(self)
+        out = {k: d[k] for k in _COMMON_METHOD_KEYS if k in d}
+        out.update({k: d.get(k, v) for k, v in PUBLISHED_METHOD_KEYS.items()})
+        fields = type(self).model_fields
+        out.update({k: v for k, v in d.items()
+                    if k not in out and (k not in fields or getattr(self, k) != fields[k].default)})
+        return out
 
 
 class TrainingConfig(_Strict):
@@ -124,7 +159,8 @@ class SweepConfig(_Strict):
     plugins: list[str] = Field([], exclude_if=_unset, description="modules imported on the driver and in every Ray worker before anything else: they may register datasets, methods, estimators")
     datasets: list[DatasetConfig]
     model: ModelConfig = ModelConfig()
-    methods: dict[str, MethodConfig] = Field(description="method registry name -> settings")
+    # each entry: the keys of MethodConfig plus the method's own options (validated by the methods layer)
+    methods: dict[str, MethodConfig] = Field(description="method registry name -> settings (the keys of MethodConfig, plus the method's own options: docs/methods.md)")
     training: TrainingConfig = TrainingConfig()
     selection: SelectionConfig = SelectionConfig()
     resources: ResourcesConfig = ResourcesConfig()
@@ -201,10 +237,12 @@ def _check_keys(model: type[BaseModel], data: Any, where: str, source: str) -> N
     fields = model.model_fields
     for key, val in data.items():
         path = f"{where}.{key}" if where else str(key)
-        if key not in fields:
+        if key not in fields and model.model_config.get("extra") != "allow":   # MethodConfig: a method's own options
             prefix = f"{where}." if where else ""
             raise PoxmInputError(f"{source}: unknown config key '{path}'"
                                  + nearest(str(key), fields).replace("'", f"'{prefix}", 1))
+        if key not in fields:
+            continue
         ann = fields[key].annotation
         for sub in _submodels(ann):
             if isinstance(val, dict) and sub is not None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from poxm_core.config import config_hash, load_config, resolved_yaml
+from poxm_core.config import (PUBLISHED_METHOD_KEYS, MethodConfig, SweepConfig, config_hash, load_config,
+                              resolved_dict, resolved_yaml)
 from poxm_core.errors import PoxmInputError
 
 BASE = {
@@ -78,3 +79,70 @@ def test_layers_and_resolved_round_trip(tmp_path):
     assert again == cfg
     assert config_hash(again) == config_hash(cfg)
     assert config_hash(load_config(data=BASE)) != config_hash(cfg)
+
+
+# Run ids (the run directory's name) computed before the per-method options classes, with the one flat
+# MethodConfig: published results (docs/results) and scripts/benchmark.sh name runs by them.
+PUBLISHED_IDS = {
+    "configs/amazon-670k.yaml": "amazon-670k-ce1f107f22e8", "configs/bibtex.yaml": "bibtex-43a671178bb8",
+    "configs/delicious.yaml": "delicious-423deeb7def7", "configs/eurlex.yaml": "eurlex-1ada728a4653",
+    "configs/examples/own-data.yaml": "own-data-ddf04f07bbe0", "configs/gpu-smoke.yaml": "gpu-smoke-1477a310885d",
+    "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-3b68b52146c5",
+    "configs/wiki10-31k.yaml": "wiki10-31k-9c93d5bfbfc0",
+    "docs/results/bibtex-legacy/config.yaml": "bibtex-legacy-429b64b7f877",
+    "docs/results/bibtex-warm/config.yaml": "bibtex-warm-208295746dba",
+    "docs/results/bibtex/config.yaml": "bibtex-43a671178bb8", "docs/results/delicious/config.yaml": "delicious-b73f35b9535f",
+}
+
+
+@pytest.mark.parametrize("path", sorted(PUBLISHED_IDS))
+def test_per_method_options_keep_every_run_id(path):
+    from pathlib import Path
+
+    from orchestration.rundir import sweep_id
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / path)
+    assert sweep_id(cfg) == PUBLISHED_IDS[path]
+    for name, mc in resolved_dict(cfg)["methods"].items():    # every method dumps the published keys
+        assert list(mc)[:7] == ["p", "lam", "lr", "init", *PUBLISHED_METHOD_KEYS], name
+        for k, v in PUBLISHED_METHOD_KEYS.items():                # at the published default where it has none
+            assert mc[k] == getattr(cfg.methods[name], k, v) and (hasattr(cfg.methods[name], k) or mc[k] == v)
+
+
+def test_option_of_another_method_is_refused_with_its_key_path(tmp_path):
+    # config.py is schema-only (no registry import): a method's own options are extras of MethodConfig,
+    # checked by the methods layer (`Method.validate`, which the sweep plan and trial setup run)
+    from poxm_core.methods import get_method
+    from poxm_core.methods.banditnet import BanditNetOptions
+
+    def check(cfg):
+        return {name: get_method(name).validate(mc) for name, mc in cfg.methods.items()}
+
+    p = _write(tmp_path, yaml.safe_dump({**BASE, "methods": {"poxm": {}, "dm": {}, "banditnet": {}}}))
+    opts = check(load_config(p, ["methods.banditnet.softmax=sampled", "methods.poxm.support=candidates"]))
+    assert type(opts["dm"]) is MethodConfig and type(opts["banditnet"]) is BanditNetOptions
+    assert opts["banditnet"].softmax == "sampled" and opts["banditnet"].n_negatives == 1024
+    assert opts["poxm"].support == "candidates" and not hasattr(opts["poxm"], "softmax")
+    with pytest.raises(PoxmInputError, match=r"^methods\.dm\.support: method 'dm' has no option 'support' "
+                                             r"\(its keys: p, lam, lr, init\)$"):
+        check(load_config(p, ["methods.dm.support=candidates"]))
+    with pytest.raises(PoxmInputError, match=r"methods\.poxm\.n_negatives: method 'poxm' has no option"):
+        check(load_config(p, ["methods.poxm.n_negatives=8"]))
+    with pytest.raises(PoxmInputError, match=r"methods\.poxm\.suport: method 'poxm' has no option 'suport' "
+                                             r"\(did you mean 'support'\?\)"):
+        check(load_config(p, ["methods.poxm.suport=phi"]))
+    with pytest.raises(PoxmInputError, match=r"config key 'methods\.banditnet\.n_negatives': expected an integer"):
+        check(load_config(p, ["methods.banditnet.n_negatives=true"]))
+    with pytest.raises(PoxmInputError, match=r"methods\.banditnet\.softmax: Input should be 'full' or 'sampled'"):
+        check(load_config(p, ["methods.banditnet.softmax=ful"]))
+    with pytest.raises(PoxmInputError, match=r"config key 'methods\.poxm\.lr': expected a number"):
+        load_config(p, ["methods.poxm.lr=true"])             # the common keys: strict in config itself
+    # a resolved config writes the published keys for every method: at their defaults they load back
+    assert load_config(p, ["methods.dm.softmax=full", "methods.dm.support=phi"]) == load_config(p)
+    # and the dump writes exactly today's keys: common, published (defaults), then an option only when given
+    hot = load_config(p, ["methods.dm.temperature=2.5"])
+    assert list(resolved_dict(hot)["methods"]["dm"]) == ["p", "lam", "lr", "init", *PUBLISHED_METHOD_KEYS, "temperature"]
+    assert config_hash(hot) != config_hash(load_config(p))
+    with pytest.raises(PoxmInputError, match=r"methods\.dm\.temperature: method 'dm' has no option"):
+        check(hot)
+    assert SweepConfig.model_validate({**BASE, "methods": {"dm": {"support": "candidates"}}})  # schema only

@@ -14,6 +14,8 @@ from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
 from poxm_core.methods import METHODS, Batch, HeadContext, get_method, head_grid, translated_loss
+from poxm_core.methods.banditnet import BanditNetOptions
+from poxm_core.methods.poxm import POXMOptions
 from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 
 L, D = 10, 3
@@ -34,8 +36,8 @@ def toy_params(seed=1):
     return HeadParams(torch.randn(L, D, generator=g), torch.randn(L, generator=g) * 0.1)
 
 
-def ctx(p=None, lam=None, seed=0, **mc):
-    return HeadContext(p, lam, MethodConfig(**mc), torch.Generator().manual_seed(seed), L)
+def ctx(p=None, lam=None, seed=0, options=MethodConfig, **mc):
+    return HeadContext(p, lam, options(**mc), torch.Generator().manual_seed(seed), L)
 
 
 def step(method, params, batch, c, lr=0.05):
@@ -64,9 +66,9 @@ def test_registry_entries_are_complete(name):
     assert m.name == name
     assert m.train_support in {"none", "logged", "all", "phi", "candidates", "full labels"}
     assert m.test_policy in {"rho", "greedy", "softmax"}
-    assert m.test_support(MethodConfig()) in {"rho", "phi", "candidates", "all"}
+    assert m.test_support(m.Options()) in {"rho", "phi", "candidates", "all"}
     assert (m.train_support == "none") == (not m.trains)
-    grid = head_grid(name, MethodConfig(p=[5, 7] if m.uses_p else None, lam=[0.8] if m.uses_lam else None))
+    grid = head_grid(name, m.Options(p=[5, 7] if m.uses_p else None, lam=[0.8] if m.uses_lam else None))
     assert len(grid) == (2 if m.uses_p else 1)
     assert all((h.p is not None) == m.uses_p and (h.lam is not None) == m.uses_lam for h in grid)
 
@@ -76,16 +78,44 @@ def test_registry_rejects_unused_settings(name):
     m = get_method(name)
     if not m.uses_p:
         with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.p"):
-            m.validate(MethodConfig(p=[10]))
+            m.validate(m.Options(p=[10]))
     if not m.uses_lam:
         with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.lam"):
-            m.validate(MethodConfig(lam=[0.9]))
-    if "support" not in m.options:
-        with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.support"):
-            m.validate(MethodConfig(support="candidates"))
+            m.validate(m.Options(lam=[0.9]))
+    for other, key, val in ((POXMOptions, "support", "candidates"), (BanditNetOptions, "softmax", "sampled"),
+                            (BanditNetOptions, "n_negatives", 8)):
+        if key not in m.Options.model_fields:    # an option of another method's class, set
+            with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.{key}: method '{name}' has no option"):
+                m.validate(other(**{key: val}))
     if not m.trains:
         with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.lr"):
-            m.validate(MethodConfig(lr=1e-3))
+            m.validate(m.Options(lr=1e-3))
+
+
+# each method's options class: the keys every method has, plus its own options (and nothing else)
+OPTIONS = {"logging": MethodConfig, "dm": MethodConfig, "skyline": MethodConfig, "skyline_e2e": MethodConfig,
+           "banditnet": BanditNetOptions, "pm_banditnet": BanditNetOptions,
+           "poxm": POXMOptions, "wpoxm": POXMOptions, "dr_poxm": POXMOptions}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_each_method_has_its_options_class(name):
+    opts = get_method(name).Options
+    assert opts is OPTIONS[name]
+    own = {MethodConfig: set(), BanditNetOptions: {"softmax", "n_negatives"}, POXMOptions: {"support"}}[opts]
+    assert set(opts.model_fields) == {"p", "lam", "lr", "init"} | own
+
+
+def test_options_from_a_config_entry():
+    # config keeps a method's own options as extras of the base class; the method builds its Options
+    entry = MethodConfig.model_validate({"p": [3], "support": "candidates"})
+    opts = get_method("poxm").options(entry)
+    assert type(opts) is POXMOptions and opts.support == "candidates" and opts.p == [3]
+    assert get_method("poxm").test_support(opts) == "candidates"
+    assert get_method("poxm").options(MethodConfig()) == POXMOptions()
+    with pytest.raises(PoxmInputError, match=r"methods\.dm\.support: method 'dm' has no option 'support' "
+                                             r"\(its keys: p, lam, lr, init\)"):
+        get_method("dm").options(entry)
 
 
 def test_unknown_method_names_nearest():
@@ -95,9 +125,9 @@ def test_unknown_method_names_nearest():
 
 def test_bad_grid_values():
     with pytest.raises(PoxmInputError, match=r"methods\.poxm\.p"):
-        get_method("poxm").validate(MethodConfig(p=[10, 10]))
+        get_method("poxm").validate(POXMOptions(p=[10, 10]))
     with pytest.raises(PoxmInputError, match=r"methods\.poxm\.lam"):
-        get_method("poxm").validate(MethodConfig(lam=[float("nan")]))
+        get_method("poxm").validate(POXMOptions(lam=[float("nan")]))
 
 
 def test_default_grids_are_design_grids():
@@ -185,7 +215,7 @@ def test_banditnet_lowers_unrewarded_logged_action_when_lam_positive():
     P = toy_params()
     W0 = P.W.clone()
     pi0 = torch.softmax(logits(P, b.z)[0], 0)[2]
-    _, sc = step("banditnet", P, b, ctx(lam=0.8))
+    _, sc = step("banditnet", P, b, ctx(lam=0.8, options=BanditNetOptions))
     assert sc.rows is None                                        # full softmax: every label
     assert torch.softmax(logits(P, b.z)[0], 0)[2] < pi0
     assert not torch.equal(P.W[7], W0[7])                         # labels outside C(x) move too
@@ -195,7 +225,7 @@ def test_banditnet_full_gradient_matches_hand_formula():
     b = toy_batch([[7]], [[5]], [[0.5]], [[1.0]], CAND)
     P = toy_params()
     sc = RowScorer(P, b.z)
-    get_method("banditnet").loss(sc, b, ctx(lam=0.0)).backward()
+    get_method("banditnet").loss(sc, b, ctx(lam=0.0, options=BanditNetOptions)).backward()
     pi = torch.softmax(logits(P, b.z)[0].double(), 0)
     e = torch.zeros(L, dtype=torch.float64)
     e[7] = 1
@@ -205,25 +235,25 @@ def test_banditnet_full_gradient_matches_hand_formula():
 def test_pm_banditnet_drops_positions_outside_phi_and_equals_banditnet_inside():
     out = toy_batch([[2]], [[4]], [[0.2]], [[1.0]], CAND)
     sc = RowScorer(toy_params(), out.z)
-    loss = get_method("pm_banditnet").loss(sc, out, ctx(p=3, lam=0.5))
+    loss = get_method("pm_banditnet").loss(sc, out, ctx(p=3, lam=0.5, options=BanditNetOptions))
     loss.backward()
     assert float(loss.detach()) == 0.0 and torch.all(sc.leaf_W.grad == 0)
     inside = toy_batch([[1, 2]], [[1, 4]], [[0.3, 0.2]], [[1.0, 0.0]], CAND)
-    pm = get_method("pm_banditnet").loss(RowScorer(toy_params(), inside.z, False), inside, ctx(p=3, lam=0.5))
+    pm = get_method("pm_banditnet").loss(RowScorer(toy_params(), inside.z, False), inside, ctx(p=3, lam=0.5, options=BanditNetOptions))
     one = toy_batch([[1]], [[1]], [[0.3]], [[1.0]], CAND)
-    bn = get_method("banditnet").loss(RowScorer(toy_params(), one.z, False), one, ctx(lam=0.5))
+    bn = get_method("banditnet").loss(RowScorer(toy_params(), one.z, False), one, ctx(lam=0.5, options=BanditNetOptions))
     assert math.isclose(float(pm), float(bn), rel_tol=1e-6)
 
 
 def test_sampled_softmax_approaches_the_full_softmax():
     b = toy_batch([[1, 0], [5, 9]], [[1, 3], [0, 5]], [[0.3, 0.4], [0.5, 0.6]], [[1.0, 0.0], [1.0, 1.0]],
                   CAND * 2)
-    full = get_method("banditnet").loss(RowScorer(toy_params(), b.z, False), b, ctx(lam=0.2))
+    full = get_method("banditnet").loss(RowScorer(toy_params(), b.z, False), b, ctx(lam=0.2, options=BanditNetOptions))
     samp = get_method("banditnet").loss(RowScorer(toy_params(), b.z, False), b,
-                                        ctx(lam=0.2, softmax="sampled", n_negatives=200000))
+                                        ctx(lam=0.2, options=BanditNetOptions, softmax="sampled", n_negatives=200000))
     assert math.isclose(float(samp), float(full), rel_tol=0.02)
     # the sampled step touches the logged rows and the sampled negatives only
-    few = ctx(lam=0.2, softmax="sampled", n_negatives=2, seed=5)
+    few = ctx(lam=0.2, options=BanditNetOptions, softmax="sampled", n_negatives=2, seed=5)
     sc = RowScorer(toy_params(), b.z)
     get_method("banditnet").loss(sc, b, few)
     neg = torch.randint(L, (2,), generator=torch.Generator().manual_seed(5))

@@ -20,7 +20,7 @@ import pytest
 import scipy.sparse as sp
 import yaml
 
-from poxm_core.config import load_config
+from poxm_core.config import MethodConfig, config_hash, load_config, resolved_dict
 from poxm_core.data import load_dataset, propensity_params, read_xy_npz, save_xy_npz
 from poxm_core.errors import PoxmInputError
 
@@ -174,6 +174,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from poxm_core.data import DatasetSpec, PaperVariant, XMCData, XMCSplit, register_dataset
+from pydantic import Field
+
+from poxm_core.config import MethodConfig
 from poxm_core.methods import register_method
 from poxm_core.methods.dm import DirectMethod
 
@@ -190,8 +193,14 @@ def _read(dcfg, data_root, seed):
     return XMCData(dcfg.name, split(120), split(40))
 
 
+class MyOptions(MethodConfig):
+    """A setting only my-dm has (DM reads none: it shows that the config accepts it for my-dm only)."""
+    temperature: float = Field(1.0, gt=0, description="a plugin's own option")
+
+
 class MyDM(DirectMethod):
     name = "my-dm"
+    Options = MyOptions
 
 
 register_dataset(DatasetSpec(name="plug-data", folder="", description="from a plugin", A=0.6, B=2.0,
@@ -214,6 +223,17 @@ def test_plugin_imported_by_config(tmp_path):
     assert cfg.plugin_path == [str((tmp_path / "plugins").resolve())]
     from poxm_core.methods import get_method
     assert get_method("my-dm").name == "my-dm" and propensity_params(cfg.datasets[0]) == (0.6, 2.0)
+    # its own options class: the new key is accepted for my-dm only, dumped only when set (ids keep)
+    my = get_method("my-dm")
+    assert type(my.validate(cfg.methods["my-dm"])).__name__ == "MyOptions"
+    assert resolved_dict(cfg)["methods"]["my-dm"] == resolved_dict(MethodConfig())   # today's keys, defaults
+    hot = load_config(path, ["methods.my-dm.temperature=2.5"])
+    opts = my.validate(hot.methods["my-dm"])
+    assert opts.temperature == 2.5 and resolved_dict(hot)["methods"]["my-dm"]["temperature"] == 2.5
+    assert resolved_dict(opts) == resolved_dict(hot)["methods"]["my-dm"]      # trial setup's dump = the config's
+    assert config_hash(hot) != config_hash(cfg) and load_config(data=resolved_dict(hot)) == hot
+    with pytest.raises(PoxmInputError, match=r"methods\.dm\.temperature: method 'dm' has no option 'temperature'"):
+        get_method("dm").validate(load_config(path, ["methods.dm.temperature=2.5"]).methods["dm"])
     bad = cfg_file(tmp_path, [{"name": "plug-data", "variants": [{"name": "A", "alpha": 0.3}]}], name="bad",
                    plugins=["no_such_plugin_xyz"])
     with pytest.raises(PoxmInputError, match="cannot import plugin 'no_such_plugin_xyz'"):

@@ -13,11 +13,20 @@ the exact one. Test time: pi over all L, stochastic (evaluated on its top `eval_
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
+from pydantic import Field
 
+from poxm_core.config import MethodConfig
 from poxm_core.estimators import pl_log_conditionals_torch
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
+
+
+class BanditNetOptions(MethodConfig):
+    """BanditNet's (and PM-BanditNet's) settings: which softmax the loss normalises with."""
+    softmax: Literal["full", "sampled"] = Field("full", description="BanditNet: full softmax over L or sampled")
+    n_negatives: int = Field(1024, gt=0, description="sampled softmax: negatives per instance")
 
 
 def full_or_sampled_logpi(score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
@@ -42,7 +51,7 @@ class BanditNet(Method):
     uses_lam = True
     train_support = "all"
     test_policy = "softmax"
-    options = ("softmax", "n_negatives")
+    Options = BanditNetOptions
     lr_group = "is"
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:

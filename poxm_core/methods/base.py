@@ -20,15 +20,19 @@ Heads are linear on the frozen encoder: s(x, y) = W[y] . z(x) + b[y] (W (L, d), 
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Callable, ClassVar
+
+from pydantic import ValidationError
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from poxm_core.config import MethodConfig
+from poxm_core.config import PUBLISHED_METHOD_KEYS, MethodConfig
+from poxm_core.config_checks import _check
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
@@ -125,8 +129,9 @@ class Method:
     uses_lam: ClassVar[bool] = False
     train_support: ClassVar[str] = "none"
     test_policy: ClassVar[str] = "softmax"
-    # MethodConfig keys (besides p, lam, lr, init) this method reads; setting another one is an error.
-    options: ClassVar[tuple[str, ...]] = ()
+    # this method's settings: MethodConfig (p, lam, lr, init) or a subclass adding its own options;
+    # `options`/`validate` turn the config's entry (extras of the base) into it: a key it lacks is an error
+    Options: ClassVar[type[MethodConfig]] = MethodConfig
     # which protocol rate applies (training.lr_is | training.lr_supervised) unless MethodConfig.lr is set
     lr_group: ClassVar[str] = "is"
     # the policy architecture; None = training.policy (the end-to-end skyline overrides it)
@@ -135,10 +140,38 @@ class Method:
     needs_reward_model: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ config
-    def validate(self, mc: MethodConfig) -> None:
-        """Reject settings this method would silently ignore, naming the config key."""
+    def options(self, mc: MethodConfig | None = None) -> MethodConfig:
+        """This method's `Options` instance from its config entry. The config keeps a method's own keys
+        as extras of the base class (config.py does not import the registry); here they are checked
+        against `Options`: a key it lacks is a PoxmInputError naming methods.<name>.<key> and its keys."""
+        if mc is None:
+            return self.Options()
         if not isinstance(mc, MethodConfig):
             raise TypeError(f"methods.{self.name}: expected a MethodConfig, got {type(mc).__name__}")
+        extra = mc.model_extra or {}
+        if type(mc) is self.Options and not extra:
+            return mc
+        fields = self.Options.model_fields
+        data = {k: getattr(mc, k) for k in mc.model_fields_set if k in type(mc).model_fields} | extra
+        for key, val in data.items():
+            if key not in fields and not (key in PUBLISHED_METHOD_KEYS and val == PUBLISHED_METHOD_KEYS[key]
+                                          and not isinstance(val, bool)):
+                close = difflib.get_close_matches(str(key), fields, 1, 0.5)
+                raise PoxmInputError(f"methods.{self.name}.{key}: method '{self.name}' has no option '{key}'"
+                                     + (f" (did you mean '{close[0]}'?)" if close else "")
+                                     + f" (its keys: {', '.join(fields)})")
+        data = {k: v for k, v in data.items() if k in fields}
+        _check(self.Options, data, ("methods", self.name), lambda loc: "config")   # booleans as numbers
+        try:
+            return self.Options.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(x) for x in ("methods", self.name, *err["loc"]))
+            raise PoxmInputError(f"{key}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})") from None
+
+    def validate(self, mc: MethodConfig | None) -> MethodConfig:
+        """Reject settings this method would silently ignore, naming the config key; return its Options."""
+        mc = self.options(mc)
         given = mc.model_fields_set
         if mc.p is not None and not self.uses_p:
             raise PoxmInputError(f"methods.{self.name}.p: method '{self.name}' does not use p (action selector); remove it")
@@ -148,20 +181,17 @@ class Method:
             for key in ("lr", "init"):
                 if key in given:
                     raise PoxmInputError(f"methods.{self.name}.{key}: method '{self.name}' trains nothing; remove it")
-        for key in ("softmax", "n_negatives", "support"):
-            if key in given and key not in self.options:
-                raise PoxmInputError(f"methods.{self.name}.{key}: method '{self.name}' has no option '{key}'"
-                                     + (f" (its options: {', '.join(self.options)})" if self.options else ""))
         if mc.p is not None:
             if not mc.p or any(isinstance(v, bool) or v < 1 for v in mc.p) or len(set(mc.p)) != len(mc.p):
                 raise PoxmInputError(f"methods.{self.name}.p: expected distinct positive ints, got {mc.p}")
         if mc.lam is not None:
             if not mc.lam or any(not math.isfinite(v) for v in mc.lam) or len(set(mc.lam)) != len(mc.lam):
                 raise PoxmInputError(f"methods.{self.name}.lam: expected distinct finite floats, got {mc.lam}")
+        return mc
 
     def grid(self, mc: MethodConfig) -> list[tuple[int | None, float | None]]:
         """The (p, lam) grid points of this method (DESIGN §6 defaults when a used grid is absent)."""
-        self.validate(mc)
+        mc = self.validate(mc)
         ps = list(mc.p if mc.p is not None else DEFAULT_P) if self.uses_p else [None]
         lams = list(mc.lam if mc.lam is not None else DEFAULT_LAM) if self.uses_lam else [None]
         return [(p, lam) for p in ps for lam in lams]

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from poxm_core.config import MethodConfig
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, masked_weights
+from poxm_core.methods.poxm import POXMOptions
 
 
 class DRPOXM(Method):
@@ -25,11 +25,11 @@ class DRPOXM(Method):
     uses_p = True
     train_support = "phi"
     test_policy = "softmax"
-    options = ("support",)
+    Options = POXMOptions
     lr_group = "is"
     needs_reward_model = True
 
-    def test_support(self, mc: MethodConfig) -> str:
+    def test_support(self, mc: POXMOptions) -> str:
         return mc.support
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:

@@ -9,11 +9,19 @@ with L. Test time: pi restricted to Phi^p(x), stochastic (option support="candid
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from pydantic import Field
 
 from poxm_core.config import MethodConfig
 from poxm_core.estimators import pl_log_conditionals_torch, selector_pos
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
+
+
+class POXMOptions(MethodConfig):
+    """The POXM family's settings (POXM, wPOXM, DR-POXM): the test-time support."""
+    support: Literal["phi", "candidates"] = Field("phi", description="POXM test-time support")
 
 
 class POXM(Method):
@@ -22,10 +30,10 @@ class POXM(Method):
     uses_lam = True
     train_support = "phi"
     test_policy = "softmax"
-    options = ("support",)
+    Options = POXMOptions
     lr_group = "is"
 
-    def test_support(self, mc: MethodConfig) -> str:
+    def test_support(self, mc: POXMOptions) -> str:
         return mc.support   # "phi" | "candidates"
 
     def weight_scale(self, batch: Batch) -> torch.Tensor | None:

@@ -41,4 +41,4 @@ def get_method(name: str) -> Method:
 def head_grid(name: str, mc: MethodConfig | None = None):
     """HeadSpec for every (p, lam) grid point of method `name` under its config."""
     m = get_method(name)
-    return [HeadSpec(name, p, lam) for p, lam in m.grid(mc if mc is not None else MethodConfig())]
+    return [HeadSpec(name, p, lam) for p, lam in m.grid(mc if mc is not None else m.Options())]

@@ -64,7 +64,9 @@ class TrialHead:
 # ------------------------------------------------------------------------------------- setup
 
 def _method_config(cfg: SweepConfig, name: str) -> MethodConfig:
-    return cfg.methods.get(name, MethodConfig()) if name == "dm" else cfg.methods[name]
+    # the method's own Options instance (config keeps its options as extras of the base class); dm may be
+    # absent (the hidden reward head): its defaults
+    return get_method(name).options(cfg.methods.get(name) if name == "dm" else cfg.methods[name])
 
 
 def check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
@@ -77,7 +79,7 @@ def check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
         if h.method not in cfg.methods:
             raise PoxmInputError(f"methods.{h.method}: the trial has a '{h.method}' head but the config has no "
                                  f"methods.{h.method} entry")
-        m.validate(cfg.methods[h.method])
+        m.validate(cfg.methods[h.method])     # its Options: a key it lacks is an input error here too
         if m.uses_p != (h.p is not None) or m.uses_lam != (h.lam is not None):
             raise PoxmInputError(f"heads: {h.key}: method '{h.method}' expects p {'set' if m.uses_p else 'None'} "
                                  f"and lam {'set' if m.uses_lam else 'None'}")
