@@ -45,6 +45,11 @@ done
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RAY_AUTH_MODE=token          # Ray >= 2.59: `ray start --head` uses token auth; the driver must agree
+# A fresh machine (the GPU one) has no ~/.ray/auth_token, and `ray start` then refuses to start: give the
+# heads, the driver and the trials (they inherit the environment) one token of this run's own.
+if [ -z "${RAY_AUTH_TOKEN:-}" ] && [ ! -s "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}" ]; then
+  RAY_AUTH_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export RAY_AUTH_TOKEN
+fi
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}" || export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${PYTHON:-}" ]; then [ -x "$ROOT/.venv/bin/python" ] && PYTHON=$ROOT/.venv/bin/python || PYTHON=python3; fi
 mkdir -p "$OUTDIR"
@@ -122,6 +127,9 @@ phase() {   # phase NAME GPUS [CUDA_VISIBLE_DEVICES]
   "$PYTHON" -m orchestration.cli run "$CFG" --address "127.0.0.1:$port" --runs-dir "$SCRATCH/runs-$name" \
     --cache-dir "$SCRATCH/cache" --quiet ${overrides[@]+"${overrides[@]}"} > "$OUTDIR/run-$name.log" 2>&1 \
     || { echo "poxm run ($name) failed:"; tail -30 "$OUTDIR/run-$name.log"; exit 5; }
+  # kept as soon as the phase ends: a later phase cut off by a time limit must not take this one's timing with it
+  cp "$SCRATCH"/runs-"$name"/multi-gpu-*/results/sweep_summary.json "$OUTDIR/summary-$name.json"
+  echo "   tune_s $("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['tune_s'])" "$OUTDIR/summary-$name.json")"
   stop_head
   unset CUDA_VISIBLE_DEVICES
 }
