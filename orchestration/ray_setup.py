@@ -20,6 +20,11 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     if not verbose:
         quiet_libraries()
     addr = address or os.environ.get("RAY_ADDRESS") or None
+    if not addr:
+        # Tune + Train start ~8 Python workers at once; with the default start-up concurrency (= CPUs)
+        # a 2-core machine's raylet pushes a "4x the maximum expected startup concurrency" warning to
+        # the terminal (printed by the driver whatever log_to_driver says). 4 per core keeps it quiet.
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(4 * (os.cpu_count() or 1)))
     extra = {}
     if addr and worker_env():     # a remote cluster's workers do not inherit this shell: allow-listed vars only
         extra["runtime_env"] = {"env_vars": worker_env()}
@@ -55,6 +60,8 @@ def quiet_libraries() -> None:
         os.environ.setdefault("NO_COLOR", "1")
     for name in ("ray", "ray.tune", "ray.train", "ray.data", "mlflow", "alembic", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # "Token authentication is enabled for this Ray cluster": true and expected for the local Ray we start
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     for mod in ("ray", "mlflow", "pydantic"):
         warnings.filterwarnings("ignore", category=FutureWarning, module=mod)
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=mod)
