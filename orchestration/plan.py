@@ -39,20 +39,6 @@ class SweepPlan:
                  "seed": s.seed, "trial": s.name} for s in self.specs for h in s.heads]
 
 
-@dataclass
-class SweepOutcome:
-    run_dir: Path
-    n_trials: int
-    done: list[str]
-    errored: list[str]
-    summary: dict
-    report: Path | None
-
-    @property
-    def ok(self) -> bool:
-        return not self.errored and len(self.done) == self.n_trials
-
-
 def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
                cache_dir: str | os.PathLike | None = None, check_data: bool = True) -> SweepPlan:
     """The sweep of `cfg`: run directory, cache, trials. Checks dataset/method names and settings and
