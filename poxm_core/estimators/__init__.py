@@ -19,13 +19,13 @@ from poxm_core.estimators.registry import ESTIMATORS, get_estimator, register_es
 from poxm_core.estimators.snis import SNIS, snis_value_torch
 from poxm_core.estimators.translated import Translated, translated_value_torch
 from poxm_core.estimators.validation import reported_labels, validation_estimates
-from poxm_core.estimators.weights import (importance_weights, importance_weights_torch, selector_pos,
-                                          sis_weights, sis_weights_torch)
+from poxm_core.estimators.selector import phi, selector_pos
+from poxm_core.estimators.weights import importance_weights, importance_weights_torch, sis_weights, sis_weights_torch
 
 __all__ = [
     "pl_log_conditionals", "pl_log_conditionals_torch", "pl_log_conditionals_full_torch",
     "pl_expectations", "pl_expectations_torch",
-    "importance_weights", "importance_weights_torch", "selector_pos", "sis_weights", "sis_weights_torch",
+    "importance_weights", "importance_weights_torch", "phi", "selector_pos", "sis_weights", "sis_weights_torch",
     "Estimate", "BaseEstimator", "effective_sample_size", "ESTIMATORS", "get_estimator",
     "register_estimator", "validation_estimates", "reported_labels",
     "IS", "SIS", "SNIS", "Translated", "DR", "PrefixIS",

@@ -15,9 +15,9 @@ import torch
 
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.plackett_luce import pl_log_conditionals, pl_log_conditionals_torch
+from poxm_core.estimators.selector import phi_scores, selector_pos
 
-__all__ = ["importance_weights", "importance_weights_torch", "sis_weights", "sis_weights_torch",
-           "selector_pos", "check_q"]
+__all__ = ["importance_weights", "importance_weights_torch", "sis_weights", "sis_weights_torch", "check_q"]
 
 
 def check_q(q: np.ndarray, shape: tuple, name: str = "q") -> None:
@@ -65,23 +65,6 @@ def importance_weights_torch(logpi: torch.Tensor, q: torch.Tensor, pruned: bool 
     return torch.exp(logw)
 
 
-def selector_pos(cand_pos, p: int):
-    """Column of y_j in Phi^p(x) = the top-p candidates of rho, or -1: pos = cand_pos if < p else -1."""
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise PoxmInputError(f"p: expected a positive int (size of the action selector Phi^p), got {p!r}")
-    if isinstance(cand_pos, torch.Tensor):
-        return torch.where(cand_pos < p, cand_pos, torch.full_like(cand_pos, -1))
-    cand_pos = np.asarray(cand_pos)
-    return np.where(cand_pos < p, cand_pos, -1).astype(np.int64)
-
-
-def _phi_scores(scores_phi, p: int):
-    if scores_phi.ndim != 2 or scores_phi.shape[1] < p:
-        raise PoxmInputError(f"scores_phi: expected (n, >= p={p}) logits of the candidates in rho order, "
-                             f"got shape {tuple(scores_phi.shape)}")
-    return scores_phi[:, :p]
-
-
 def sis_weights(scores_phi, cand_pos, q, p: int, pruned: bool = True) -> np.ndarray:
     """sIS weights w_ij(Phi^p(x_i)) (DESIGN §5, paper Eq. obj_not_corrected).
 
@@ -91,7 +74,7 @@ def sis_weights(scores_phi, cand_pos, q, p: int, pruned: bool = True) -> np.ndar
     """
     scores_phi = np.asarray(scores_phi)
     pos = selector_pos(cand_pos, p)
-    return importance_weights(pl_log_conditionals(_phi_scores(scores_phi, p), pos), q, pruned=pruned)
+    return importance_weights(pl_log_conditionals(phi_scores(scores_phi, p), pos), q, pruned=pruned)
 
 
 def sis_weights_torch(scores_phi: torch.Tensor, cand_pos: torch.Tensor, q, p: int, pruned: bool = True,
@@ -99,5 +82,5 @@ def sis_weights_torch(scores_phi: torch.Tensor, cand_pos: torch.Tensor, q, p: in
     """Torch twin of `sis_weights`, differentiable w.r.t. `scores_phi`."""
     cand_pos = torch.as_tensor(cand_pos, device=scores_phi.device)
     pos = selector_pos(cand_pos, p)
-    logpi = pl_log_conditionals_torch(_phi_scores(scores_phi, p), pos, check=check)
+    logpi = pl_log_conditionals_torch(phi_scores(scores_phi, p), pos, check=check)
     return importance_weights_torch(logpi, q, pruned=pruned, check=check)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from poxm_core.errors import PoxmInputError
-from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
+from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, phi, selector_pos
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, masked_weights
 from poxm_core.methods.poxm import POXMOptions
@@ -35,10 +35,10 @@ class DRPOXM(Method):
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         if ctx.reward is None:
             raise PoxmInputError("dr_poxm: needs the fitted reward model (HeadContext.reward)")
-        phi = batch.cand[:, :ctx.p]
-        scores = score(phi)                                             # (B, p): Phi^p(x) only
+        phi_ids = phi(batch.cand, ctx.p)
+        scores = score(phi_ids)                                             # (B, p): Phi^p(x) only
         pos = selector_pos(batch.cand_pos, ctx.p)
         w = masked_weights(pl_log_conditionals_torch(scores, pos, check=False), batch.q)
-        dm_term = pl_expectations_torch(scores, ctx.reward(phi).to(scores.dtype), pos, check=False)
+        dm_term = pl_expectations_torch(scores, ctx.reward(phi_ids).to(scores.dtype), pos, check=False)
         rhat_logged = ctx.reward(batch.actions).to(scores.dtype)
         return -get_estimator("dr").torch_value(w, batch.rewards, dm_term=dm_term, rhat_logged=rhat_logged)

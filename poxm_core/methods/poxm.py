@@ -15,7 +15,7 @@ import torch
 from pydantic import Field
 
 from poxm_core.config import MethodConfig
-from poxm_core.estimators import pl_log_conditionals_torch, selector_pos
+from poxm_core.estimators import phi, pl_log_conditionals_torch, selector_pos
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
 
 
@@ -40,6 +40,6 @@ class POXM(Method):
         return None
 
     def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
-        scores = score(batch.cand[:, :ctx.p])                          # (B, p): Phi^p(x) only
+        scores = score(phi(batch.cand, ctx.p))                          # (B, p): Phi^p(x) only
         logpi = pl_log_conditionals_torch(scores, selector_pos(batch.cand_pos, ctx.p), check=False)
         return translated_loss(logpi, batch.q, batch.rewards, ctx.shift, self.weight_scale(batch))

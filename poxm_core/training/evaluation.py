@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
+from poxm_core.estimators import phi, pl_expectations_torch, pl_log_conditionals_torch, selector_pos
 from poxm_core.policy.heads import HeadParams
 
 __all__ = ["PolicyView", "val_arrays", "test_table"]
@@ -77,7 +77,7 @@ def _table_scores(view: PolicyView, z, cand, rho, m: int) -> torch.Tensor:
     """(c, m) scores of the first m candidate columns (log rho for the logging policy)."""
     if view.kind == "rho":
         return torch.log(rho[:, :m])
-    return _gather_logits(view.params, z, cand[:, :m])
+    return _gather_logits(view.params, z, phi(cand, m))
 
 
 def _greedy_logpi(scores: torch.Tensor, cand: torch.Tensor, cand_pos: torch.Tensor, m: int):
@@ -120,7 +120,7 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
         if view.kind == "all":
             S = _full_logits(view.params, z)
             lp_is = pl_log_conditionals_torch(S, act, check=False)
-            lp_sis = pl_log_conditionals_torch(S.gather(1, cd[:, :p_sis]), selector_pos(cp, p_sis), check=False)
+            lp_sis = pl_log_conditionals_torch(S.gather(1, phi(cd, p_sis)), selector_pos(cp, p_sis), check=False)
         elif view.kind == "greedy":
             S = _table_scores(view, z, cd, rh, K)
             lp_is, picks_is = _greedy_logpi(S, cd, cp, K)
@@ -142,7 +142,7 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
                 vals = torch.sigmoid(_gather_logits(reward_params, zr, cd)).cpu()
                 dm = vals.gather(1, picks_is)
             else:
-                vals = torch.sigmoid(_gather_logits(reward_params, zr, cd[:, :m]))
+                vals = torch.sigmoid(_gather_logits(reward_params, zr, phi(cd, m)))
                 dm = pl_expectations_torch(S[:, :m], vals, selector_pos(cp, m), check=False)
             out["dm_term"].append(dm.cpu().numpy())
             out["rhat_logged"].append(rhat_log.cpu().numpy())
@@ -179,7 +179,7 @@ def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
         else:
             m = view.p if view.kind == "phi" else K
             ids_np = cand[a:b, :m].astype(np.int64)
-            s_np = _gather_logits(view.params, z, cd[:, :m]).cpu().numpy()
+            s_np = _gather_logits(view.params, z, phi(cd, m)).cpu().numpy()
         rank.append(greedy_from_policy(ids_np, s_np, kmax))
         if view.kind != "greedy":
             e = np.exp(s_np - s_np.max(axis=1, keepdims=True))
