@@ -80,17 +80,7 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     if not r5.empty:
-        r5 = r5.sort_values("variant")
-        x = np.arange(len(r5))
-        sd = np.where(r5["n"].astype(float) > 1, 100 * r5["sd"].astype(float).fillna(0), 0.0)
-        bx.bar(x, 100 * r5["mean"].astype(float), color=[color[v] for v in r5["variant"]],
-               yerr=sd if np.any(sd > 0) else None, capsize=3)
-        for xi, m in zip(x, 100 * r5["mean"].astype(float)):
-            bx.annotate(f"{m:.1f}", (xi, m), ha="center", va="bottom", fontsize=8, xytext=(0, 2),
-                        textcoords="offset points")
-        bx.set_xticks(x)
-        bx.set_xticklabels([str(v) for v in r5["variant"]], fontsize=8, rotation=30, ha="right")
-        bx.set_ylim(0, max(5.0, 1.2 * float(100 * r5["mean"].max())))
+        _logging_r5_bars(bx, r5, color)
     else:
         bx.text(0.5, 0.5, "no logging R@5", ha="center", va="center", transform=bx.transAxes)
     bx.set_xlabel("variant")
@@ -160,17 +150,7 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
 
     ax = axes[0]
     if not r5.empty:
-        r5 = r5.sort_values("variant")
-        x = np.arange(len(r5))
-        sd = np.where(r5["n"].astype(float) > 1, 100 * r5["sd"].astype(float).fillna(0), 0.0)
-        ax.bar(x, 100 * r5["mean"].astype(float), color=[color.get(v, "k") for v in r5["variant"]],
-               yerr=sd if np.any(sd > 0) else None, capsize=3)
-        for xi, m in zip(x, 100 * r5["mean"].astype(float)):
-            ax.annotate(f"{m:.1f}", (xi, m), ha="center", va="bottom", fontsize=8, xytext=(0, 2),
-                        textcoords="offset points")
-        ax.set_xticks(x)
-        ax.set_xticklabels([str(v) for v in r5["variant"]], fontsize=8, rotation=30, ha="right")
-        ax.set_ylim(0, max(5.0, 1.2 * float(100 * r5["mean"].max())))
+        _logging_r5_bars(ax, r5, color)
     else:
         ax.text(0.5, 0.5, "no logging R@5 (prepare.csv)", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("variant")
@@ -296,3 +276,18 @@ def sharpness_figure(selected: pd.DataFrame, params: dict, dataset: str, out_dir
                f"with β = 0: {var_txt}. Mean over seeds; " + spread_note(data["n"], "seeds", "±1 std")
                + " A greedy method without stochastic rows shows P@5 (= R@5 for a deterministic slate).")
     return Figure(name, f"Logging sharpness — {dataset}", caption, save(fig, out_dir, name))
+
+
+def _logging_r5_bars(ax, r5, color: dict) -> None:
+    """Bars of the logging policy's expected R@5 per variant (mean over seeds x100, error bars only
+    where n >= 2 seeds), each labelled with its value."""
+    r5 = r5.sort_values("variant")
+    x = np.arange(len(r5))
+    mean = 100 * r5["mean"].astype(float)
+    sd = np.where(r5["n"].astype(float) > 1, 100 * r5["sd"].astype(float).fillna(0), 0.0)
+    ax.bar(x, mean, color=[color.get(v, "k") for v in r5["variant"]], yerr=sd if np.any(sd > 0) else None, capsize=3)
+    for xi, m in zip(x, mean):
+        ax.annotate(f"{m:.1f}", (xi, m), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(v) for v in r5["variant"]], fontsize=8, rotation=30, ha="right")
+    ax.set_ylim(0, max(5.0, 1.2 * float(mean.max())))
