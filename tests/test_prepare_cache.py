@@ -14,11 +14,11 @@ import pytest
 from orchestration.gather import data_checksum
 from orchestration.storage import Storage, sweep_storage
 from poxm_core.config import load_config
+from poxm_core.data.registry import write_example_data
 from poxm_core.errors import PoxmInputError
 from poxm_core.prepare import prepare
 from poxm_core.prepare_cache import cache_keys, dir_sha256, file_sha256, variant_record
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "configs" / "examples" / "data"
 
 
 def _xc_cfg(folder: Path):
@@ -31,8 +31,8 @@ def _xc_cfg(folder: Path):
 
 def test_file_dataset_key_is_its_content_not_its_name_size_or_mtime(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    shutil.copytree(EXAMPLES, a)
-    shutil.copytree(EXAMPLES, b)
+    write_example_data(a)                                                  # the example's files, generated
+    shutil.copytree(a, b)
     os.utime(b / "my_train.txt", (1, 1))                                   # another mtime, same bytes
     key_a = cache_keys(_xc_cfg(a), "my-xc", 0).data[1]
     assert cache_keys(_xc_cfg(b), "my-xc", 0).data[1] == key_a             # copied elsewhere: same key
