@@ -5,7 +5,7 @@
 #           logging head, lambda on the reward, rates 3e-3/1e-3, 10 epochs of 256), variants A and T0.25
 #   warm    the paper protocol but warm-started (ablation): the policy network reads the frozen encoder and
 #           starts at the logging model's head, the paper's literal rates 5e-5 (IS) / 1e-4 (supervised);
-#           Bibtex A and T0.25, logging/DM/POXM/DR-POXM
+#           Bibtex and Delicious, A and T0.25, logging/DM/POXM/DR-POXM
 # then copies each sweep's report into docs/results/<dataset>[-legacy]/.
 # A sweep that already finished is not recomputed (`poxm run` continues the same run directory), so
 # running this again only rebuilds the reports. Wall time on 2 CPU cores: docs/results/README.md.
@@ -35,8 +35,11 @@ WARM=(training.init=logging training.hidden=256 training.network_inputs=sparse+e
 publish bibtex bibtex-warm name=bibtex-warm "${WARM[@]}" \
   'methods={logging: {}, dm: {}, poxm: {p: [10, 20, 50], lam: [0.9, 1.0]}, dr_poxm: {p: [10, 20, 50]}}' \
   'datasets.0.variants=[{name: A, alpha: 0.2, beta: 0.0, T: 2}, {name: T0.25, alpha: 0.2, beta: 0.0, T: 0.25}]'
+publish delicious delicious-warm name=delicious-warm "${WARM[@]}" \
+  'methods={logging: {}, dm: {}, poxm: {p: [10, 20, 50], lam: [0.9, 1.0]}, dr_poxm: {p: [10, 20, 50]}}' \
+  'datasets.0.variants=[{name: A, alpha: 0.2, beta: 0.0, T: 2}, {name: T0.25, alpha: 0.2, beta: 0.0, T: 0.25}]'
 for ds in bibtex delicious; do
   publish "$ds" "$ds-legacy" name="$ds-legacy" "${LEGACY[@]}" \
     'datasets.0.variants=[{name: A, alpha: 0.2, beta: 0.0, T: 2}, {name: T0.25, alpha: 0.2, beta: 0.0, T: 0.25}]'
 done
-echo "reports in docs/results/{bibtex,delicious}{,-legacy}/index.md and docs/results/bibtex-warm/index.md"
+echo "reports in docs/results/{bibtex,delicious}{,-legacy}/index.md and docs/results/{bibtex,delicious}-warm/index.md"
