@@ -93,6 +93,8 @@ PUBLISHED_IDS = {
     "configs/wiki10-31k.yaml": "wiki10-31k-9c93d5bfbfc0",
     "docs/results/bibtex-legacy/config.yaml": "bibtex-legacy-429b64b7f877",
     "docs/results/bibtex-warm/config.yaml": "bibtex-warm-208295746dba",
+    "docs/results/delicious-legacy/config.yaml": "delicious-legacy-7bc027ebf7be",
+    "docs/results/delicious-warm/config.yaml": "delicious-warm-d236cbbe0f1a",
     "docs/results/bibtex/config.yaml": "bibtex-43a671178bb8", "docs/results/delicious/config.yaml": "delicious-b73f35b9535f",
 }
 
