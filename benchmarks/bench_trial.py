@@ -90,7 +90,8 @@ def _step(L: int, p: int, d: int, N: int = 65536) -> dict:
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if res.returncode != 0:
         return {"error": (res.stderr.strip().splitlines() or ["killed"])[-1][:200], "cmd": " ".join(cmd[1:])}
-    return {**json.loads(res.stdout.strip().splitlines()[-1]), "cmd": "python " + " ".join(cmd[1:])}
+    shown = [str(Path(c).relative_to(ROOT)) if c.startswith(str(ROOT)) else c for c in cmd[1:]]   # repo-relative
+    return {**json.loads(res.stdout.strip().splitlines()[-1]), "cmd": "python " + " ".join(shown)}
 
 
 def part_trial(a) -> dict:

@@ -2,7 +2,7 @@
 """Benchmark: the strict XC reader (poxm_core.data.readers.read_xc_bow) against scikit-learn's
 `load_svmlight_file(multilabel=True)` on the XC files under a data folder (issue 11, item 4).
 
-    .venv/bin/python benchmarks/bench_xc_reader.py [--data /work/shared/data] [--repeat 9]
+    .venv/bin/python benchmarks/bench_xc_reader.py [--data DIR (default $POXM_DATA_ROOT, else ../shared/data)] [--repeat 9]
 
 Three readers per file, run interleaved (so a background load hits all of them alike), each giving
 the same (X float32 CSR, Y float32 CSR):
@@ -28,6 +28,7 @@ import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from poxm_core.config import default_data_root  # noqa: E402  (after the path insert)
 
 _ALLOWED = np.zeros(256, dtype=bool)
 _ALLOWED[np.frombuffer(b"0123456789,:. \n+-eE", dtype=np.uint8)] = True
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
     from poxm_core.data.readers import read_xc_bow
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/data")
+    ap.add_argument("--data", default=str(default_data_root()))
     ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args(argv)
     root = Path(args.data)
