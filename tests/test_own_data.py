@@ -6,10 +6,7 @@ plugin-registered dataset and method) through real Ray, with 1 epoch on tiny dat
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from poxm_process import POXM, REPO, poxm_env, run_until_first_trial_then_kill
 import scipy.sparse as sp
 import yaml
 
@@ -24,8 +22,6 @@ from poxm_core.config import MethodConfig, config_hash, load_config, resolved_di
 from poxm_core.data import load_dataset, propensity_params, read_xy_npz, save_xy_npz
 from poxm_core.errors import PoxmInputError
 
-REPO = Path(__file__).resolve().parents[1]
-POXM = [sys.executable, "-m", "orchestration.cli"]
 
 
 def _make(n: int, seed: int, D: int = 40, L: int = 12):
@@ -248,11 +244,6 @@ TINY = {"seeds": [0], "model": {"dim": 8, "epochs": 1, "n_candidates": 6, "slate
         "resources": {"cpus_per_trial": 1, "max_failures": 0}}
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    for k in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "POXM_INJECT_CRASH_ONCE"):
-        env.pop(k, None)
-    return env
 
 
 @pytest.mark.slow
@@ -264,7 +255,7 @@ def test_run_on_xc_and_npz_pairs_declared_in_config(files, tmp_path):
     path.write_text(path.read_text().replace("logging: {}", "logging: {}\n  dm: {lr: 0.01}"))
     runs = tmp_path / "runs"
     # run from another folder: the data paths are relative to the config file, not the cwd
-    res = subprocess.run(POXM + ["run", str(path), "--runs-dir", str(runs), "--quiet"], cwd=tmp_path, env=_env(),
+    res = subprocess.run(POXM + ["run", str(path), "--runs-dir", str(runs), "--quiet"], cwd=tmp_path, env=poxm_env(),
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = next(runs.glob("own-e2e-*"))
@@ -276,7 +267,7 @@ def test_run_on_xc_and_npz_pairs_declared_in_config(files, tmp_path):
     b = fin[fin.dataset == "mine-npz"].sort_values("method")["value"].to_numpy()
     assert len(a) == 2 and np.allclose(a, b, atol=1e-3)
     prep = subprocess.run(POXM + ["prepare", str(path), "--cache-dir", str(runs / "cache")], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=120)
+                          env=poxm_env(), capture_output=True, text=True, timeout=120)
     assert prep.returncode == 0, prep.stderr[-2000:]
     assert "mine-npz: N_train=80, N_test=30, D=40, L=12" in prep.stdout
 
@@ -291,29 +282,15 @@ def test_plugin_method_run_kill_resume_report(tmp_path):
     path = tmp_path / "plug.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     runs = tmp_path / "runs"
-    proc = subprocess.Popen(POXM + ["run", str(path), "resources.max_concurrent_trials=1", "--runs-dir", str(runs),
-                                    "--quiet"], cwd=REPO, env=_env(), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline, first = time.time() + 180, None
-    while time.time() < deadline and proc.poll() is None:
-        done = sorted(runs.glob("*/trials/*/done.json"))
-        if done:
-            first = done[0].parent
-            break
-        time.sleep(0.2)
-    if first is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"no trial finished (rc={proc.poll()}):\n{proc.stdout.read()[-3000:]}")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    first = run_until_first_trial_then_kill(path, runs)
     run_dir = first.parent.parent
     time.sleep(1)
     # resume and report run from the repository, where the plugin is not on sys.path: the run
     # directory's config carries plugin_path
-    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=_env(), capture_output=True,
+    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rep = subprocess.run(POXM + ["report", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True,
+    rep = subprocess.run(POXM + ["report", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True,
                          timeout=300)
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert (run_dir / "report" / "index.md").is_file()

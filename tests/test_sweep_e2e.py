@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,12 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from poxm_process import POXM, REPO, poxm_env, run_until_first_trial_then_kill, stop_group
 import yaml
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-POXM = [sys.executable, "-m", "orchestration.cli"]
 
 TINY = {
     "name": "tiny-e2e",
@@ -210,12 +207,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)          # the subprocess starts its own local Ray
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("POXM_INJECT_CRASH_ONCE", None)
-    return env
 
 
 @contextlib.contextmanager
@@ -224,7 +215,7 @@ def mlflow_server(tmp: Path):
     import urllib.request
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp}/db",
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], cwd=tmp, env=_env(),
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], cwd=tmp, env=poxm_env(),
                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -239,44 +230,23 @@ def mlflow_server(tmp: Path):
                 time.sleep(0.5)
         yield uri
     finally:
-        # a loaded machine can keep uvicorn's graceful shutdown waiting: SIGTERM, then SIGKILL the group
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=20)
+        stop_group(server, grace_s=20)
 
 
 def test_kill_driver_then_resume(reference, tmp_path):
     cfg = write_config(tmp_path)
     runs = tmp_path / "runs"
-    proc = subprocess.Popen(POXM + ["run", str(cfg), "resources.max_concurrent_trials=1", "--runs-dir", str(runs),
-                                    "--quiet"], cwd=REPO, env=_env(), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 180
-    first = None
-    while time.time() < deadline and proc.poll() is None:
-        done = sorted(runs.glob("*/trials/*/done.json"))
-        if done:
-            first = done[0].parent
-            break
-        time.sleep(0.2)
-    if first is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"no trial finished before the deadline (rc={proc.poll()}):\n{proc.stdout.read()[-3000:]}")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    first = run_until_first_trial_then_kill(cfg, runs)
     run_dir = first.parent.parent
     assert len(list(run_dir.glob("trials/*/done.json"))) == 1, "the sweep must be interrupted mid-way"
     stamp = {f: (first / f).stat().st_mtime_ns for f in ("rows.csv", "done.json", "summary.json")}
     time.sleep(2)   # let the dead cluster's processes go
 
-    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True)
+    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
     assert st.returncode == 0, st.stderr
     assert "done 1" in st.stdout and "driver     not running" in st.stdout and "poxm resume" in st.stdout
 
-    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=_env(), capture_output=True,
+    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert {f: (first / f).stat().st_mtime_ns for f in stamp} == stamp            # the finished trial did not rerun
@@ -285,7 +255,7 @@ def test_kill_driver_then_resume(reference, tmp_path):
     _, _, mruns = mlflow_runs(run_dir)
     assert len(mruns) == N_POINTS + 1                                            # no duplicates
     assert {r.info.status for r in mruns} == {"FINISHED"}                        # none left RUNNING
-    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=_env(), capture_output=True, text=True)
+    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
     assert "done 2" in st.stdout
 
 
@@ -302,7 +272,7 @@ def test_poxm_ui_serves_the_runs_table(reference, tmp_path):
     shutil.copytree(reference.run_dir, copy, ignore=shutil.ignore_patterns("ray", "trials"))
     ml = json.loads((copy / "mlflow_runs.json").read_text())
     port = _free_port()
-    proc = subprocess.Popen(POXM + ["ui", str(copy), "--port", str(port)], cwd=tmp_path, env=_env(),
+    proc = subprocess.Popen(POXM + ["ui", str(copy), "--port", str(port)], cwd=tmp_path, env=poxm_env(),
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines, deadline = [], time.time() + 240
@@ -337,12 +307,7 @@ def test_poxm_ui_serves_the_runs_table(reference, tmp_path):
         assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
         _chromium_sees_runs(url, port, ml["experiment_id"], parent, points)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
+        stop_group(proc)
 
 
 def _chromium_sees_runs(url: str, port: int, exp_id: str, parent, points) -> None:

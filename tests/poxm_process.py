@@ -1,0 +1,53 @@
+"""The `poxm` command as a real subprocess, for the tests that run, kill and resume sweeps."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+POXM = [sys.executable, "-m", "orchestration.cli"]
+
+
+def poxm_env() -> dict:
+    """This environment without what would point the subprocess at another Ray, MLflow store or crash test."""
+    env = dict(os.environ)
+    for k in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "POXM_INJECT_CRASH_ONCE"):
+        env.pop(k, None)
+    return env
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM the process group, SIGKILL it if it has not ended after `grace_s` (a loaded machine can
+    keep a graceful shutdown waiting)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+
+
+def run_until_first_trial_then_kill(config: Path, runs: Path, deadline_s: float = 180) -> Path:
+    """`poxm run CONFIG` one trial at a time; SIGKILL its whole group as soon as one trial has written
+    done.json. Returns that trial's folder (the run directory is its parent's parent)."""
+    proc = subprocess.Popen(POXM + ["run", str(config), "resources.max_concurrent_trials=1", "--runs-dir", str(runs),
+                                    "--quiet"], cwd=REPO, env=poxm_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, first = time.time() + deadline_s, None
+    while time.time() < deadline and proc.poll() is None:
+        done = sorted(runs.glob("*/trials/*/done.json"))
+        if done:
+            first = done[0].parent
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    if first is None:
+        pytest.fail(f"no trial finished before the deadline (rc={proc.poll()}):\n{proc.stdout.read()[-3000:]}")
+    proc.wait(timeout=30)
+    return first
