@@ -331,9 +331,12 @@ def test_protocol_name_strings():
 
 # --------------------------------------------------------------------------------- 7. end-to-end skyline
 
-def test_end_to_end_policy_trains_its_encoder():
+@pytest.mark.parametrize("inputs", ["sparse", "sparse+encoder"])
+def test_end_to_end_policy_trains_every_layer_of_the_methods_architecture(inputs):
+    """skyline_e2e is the methods' architecture (training.network_inputs) with every learned layer trained:
+    with the sparse input only there is no encoder in it; with sparse+encoder a fresh encoder is trained."""
     prep = tiny_prepared()
-    cfg = tiny_config({"skyline_e2e": {"lr": 0.01}}, epochs=1, hidden=8)
+    cfg = tiny_config({"skyline_e2e": {"lr": 0.01}}, epochs=1, hidden=8, network_inputs=inputs)
     spec = trial_specs(cfg, "method")[0]
     with torch.no_grad():
         heads, _ = _build_heads(cfg, spec, prep, CPU)
@@ -341,9 +344,11 @@ def test_end_to_end_policy_trains_its_encoder():
     pol = head.policy
     assert isinstance(pol, EndToEndPolicy)
     before = {n: p.detach().clone() for n, p in pol.named_parameters()}
-    assert "encoder.bag.weight" in before
+    encoder_params = ("encoder.bag.weight", "encoder.bias", "encoder.norm.weight", "U.weight")
+    assert all((n in before) == (inputs == "sparse+encoder") for n in encoder_params)
     _train_epoch(cfg, spec, prep, heads, 1, CPU)
-    for name in ("encoder.bag.weight", "encoder.bias", "encoder.norm.weight", "U.weight", "V.weight"):
+    trained = ("V.weight", "c") + (encoder_params if inputs == "sparse+encoder" else ())
+    for name in trained:
         assert not torch.equal(dict(pol.named_parameters())[name], before[name]), name
     # features_of: deterministic, leaves the module's mode alone, and equals a plain computation
     pol.train()
@@ -353,10 +358,12 @@ def test_end_to_end_policy_trains_its_encoder():
     assert pol.training
     np.testing.assert_array_equal(f1, f2)
     Xn = normalised_dense(prep.X_train[rows])
-    enc = pol.encoder
-    g = F.layer_norm(torch.tanh(Xn @ enc.bag.weight + enc.bias), (enc.bias.shape[0],), enc.norm.weight,
-                     enc.norm.bias, enc.norm.eps)
-    expect = (g @ pol.U.weight.T + pol.U.bias + Xn @ pol.V.weight).detach().numpy()
-    np.testing.assert_allclose(f1, expect, rtol=0, atol=1e-5)
+    expect = Xn @ pol.V.weight + pol.c
+    if inputs == "sparse+encoder":
+        enc = pol.encoder
+        g = F.layer_norm(torch.tanh(Xn @ enc.bag.weight + enc.bias), (enc.bias.shape[0],), enc.norm.weight,
+                         enc.norm.bias, enc.norm.eps)
+        expect = expect + g @ pol.U.weight.T
+    np.testing.assert_allclose(f1, expect.detach().numpy(), rtol=0, atol=1e-5)
     # z from the batch is not read: any Z gives the same features
     np.testing.assert_array_equal(pol.features_of(prep.Z_train * 0 + 3.0, prep.X_train, rows), f1)

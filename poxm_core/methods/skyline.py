@@ -41,7 +41,8 @@ class Skyline(Method):
 
 
 class SkylineEndToEnd(Skyline):
-    """The paper's skyline: the same architecture trained end to end (encoder included, fresh) on every
-    fit instance with full labels; `skyline` above is the same loss on the frozen encoder's features."""
+    """The paper's skyline: the methods' architecture with every learned layer trained from a fresh init
+    (the encoder too where `training.network_inputs` reads it; policy/network.py `EndToEndPolicy`) on
+    every fit instance with full labels; `skyline` above is the same loss on the frozen inputs."""
     name = "skyline_e2e"
     policy = "end2end"

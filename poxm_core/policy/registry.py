@@ -64,5 +64,5 @@ def build_policies(reqs: list[PolicyRequest], *, W0: np.ndarray, b0: np.ndarray,
             index[r.group] += 1
         else:
             out.append(EndToEndPolicy(fresh_output(L, hidden, gen, device), r.lr, weight_decay, device,
-                                      n_features=n_features, dim=d, gen=gen))
+                                      n_features=n_features, dim=d, gen=gen, use_encoder=use_encoder))
     return out, stacks
