@@ -37,7 +37,7 @@ ORACLE = "oracle"
 # Final validation metrics that are not estimates of the policy's value (never criteria).
 NOT_CRITERIA = ("ESS", "loss")
 # Display order of the criteria; any other validation estimator follows, sorted.
-CRITERION_ORDER = ["IS", "sIS", "SNIS", "DR", "PIS"]
+CRITERION_ORDER = ["IS", "sIS", "SNIS", "DR", "PIS", "SNIS-LB"]
 # val_criterion: the chosen point's value of the run's criterion; val_SNIS is kept (the paper's
 # criterion, NaN where a point has none) so older readers of selection.csv keep working.
 SELECTION_COLUMNS = GROUP + ["selection", "criterion", "p", "lam", "val_criterion", "val_SNIS", "test_R@5",
@@ -71,7 +71,7 @@ def order_criteria(names) -> list[str]:
 
 def val_criteria(rows: pd.DataFrame) -> list[str]:
     """Every criterion present: final split-'val' metrics except ESS, loss and standard errors (*_se),
-    in the order IS, sIS, SNIS, DR, PIS, then any other sorted. Not a fixed list: a new estimator the
+    in the order IS, sIS, SNIS, DR, PIS, SNIS-LB, then any other sorted. Not a fixed list: a new estimator the
     trials write appears here by itself."""
     if rows.empty:
         return []

@@ -72,6 +72,8 @@ def target_note(order: list[str]) -> str:
     if "PIS" in order:
         out += ("PIS (prefix-product weights over the whole prefix) targets the deployed slate value itself and is "
                 "unbiased for it where ρ covers π's support. ")
+    if "SNIS-LB" in order:
+        out += ("SNIS-LB is a selection criterion, SNIS less a width z/(2√ESS) per position, biased low by design. ")
     return out
 
 

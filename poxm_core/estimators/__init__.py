@@ -2,7 +2,7 @@
 
 - Plackett-Luce conditionals log pi_A(y_j | x, y_<j) on a support A and importance weights
   (pruned per position, or product), NumPy + Torch twins.
-- Estimators IS, sIS, SNIS, translated, DR, prefix-product IS (`pis`): frozen dataclasses in the
+- Estimators IS, sIS, SNIS, translated, DR, prefix-product IS (`pis`), SNIS lower bound (`snis_lb`): frozen dataclasses in the
   registry `ESTIMATORS`, `.estimate(w, r, ...) -> Estimate`, `.value_torch(w, r, ...)` differentiable;
   the class attribute `weights` ("pruned" or "prefix") says which importance weights to pass,
   `support` ("policy" or "selector") with which support A, `label` the metric name of its rows.
@@ -17,6 +17,7 @@ from poxm_core.estimators.plackett_luce import (pl_expectations, pl_expectations
 from poxm_core.estimators.prefix import PrefixIS
 from poxm_core.estimators.registry import ESTIMATORS, get_estimator, register_estimator
 from poxm_core.estimators.snis import SNIS, snis_value_torch
+from poxm_core.estimators.snis_lb import SNISLowerBound, snis_lb_width
 from poxm_core.estimators.translated import Translated, translated_value_torch
 from poxm_core.estimators.validation import reported_labels, validation_estimates
 from poxm_core.estimators.selector import phi, selector_pos
@@ -28,6 +29,6 @@ __all__ = [
     "importance_weights", "importance_weights_torch", "phi", "selector_pos", "sis_weights", "sis_weights_torch",
     "Estimate", "BaseEstimator", "effective_sample_size", "ESTIMATORS", "get_estimator",
     "register_estimator", "validation_estimates", "reported_labels",
-    "IS", "SIS", "SNIS", "Translated", "DR", "PrefixIS",
+    "IS", "SIS", "SNIS", "Translated", "DR", "PrefixIS", "SNISLowerBound", "snis_lb_width",
     "is_value_torch", "snis_value_torch", "translated_value_torch", "dr_value_torch",
 ]

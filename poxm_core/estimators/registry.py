@@ -10,6 +10,7 @@ from poxm_core.estimators.dr import DR
 from poxm_core.estimators.ips import IS, SIS
 from poxm_core.estimators.prefix import PrefixIS
 from poxm_core.estimators.snis import SNIS
+from poxm_core.estimators.snis_lb import SNISLowerBound
 from poxm_core.estimators.translated import Translated
 
 __all__ = ["ESTIMATORS", "get_estimator", "register_estimator"]
@@ -23,10 +24,10 @@ class _Registry(dict):
                              f"valid: {', '.join(sorted(self))}")
 
 
-# The order is the display order of the validation estimators (IS, sIS, SNIS, DR, PIS; translated
+# The order is the display order of the validation estimators (IS, sIS, SNIS, DR, PIS, SNIS-LB; translated
 # is the training objective, not reported).
 ESTIMATORS: dict[str, type[BaseEstimator]] = _Registry(
-    {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR, PrefixIS)})
+    {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR, PrefixIS, SNISLowerBound)})
 
 
 def get_estimator(name: str, **settings) -> BaseEstimator:
