@@ -79,6 +79,7 @@ class TrainData:
         self.Z = _t(prepared.Z_train, torch.float32, device)
         self.cand = _t(prepared.policy_train.cand, torch.int64, device)
         self.X = DeviceCSR(prepared.X_train, device) if sparse else None
+        self.graphs: dict = {}     # epoch.py's captured training steps, by the trained heads' keys
 
     def epoch(self, perm: torch.Tensor) -> tuple[torch.Tensor, EpochBags | None]:
         """The epoch's log rows (device) in `perm` order and, if the heads read it, the sparse input."""
