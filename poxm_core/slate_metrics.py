@@ -8,6 +8,9 @@ instance and its standard error (DESIGN §8). docs/metrics.md gives the formulas
 from __future__ import annotations
 
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -41,6 +44,27 @@ def _slate_values(hit_pos, w_pos, filled, ks, idcg, disc):
     return out
 
 
+def _gumbel(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """`rng.gumbel(size=shape)` from the same draws: NumPy's Gumbel is -log(-log(1 - u)) with u =
+    next_double = (raw >> 11) * 2^-53, one 64-bit draw per value (numpy/random/src/distributions:
+    random_gumbel), and `rng.random` yields exactly those u. Computed vectorised (several times faster;
+    `random` fills and the logs run without the GIL, so chunks evaluated by threads overlap); equal to
+    rng.gumbel up to the last bit of NumPy's vectorised log (1 ulp on a fraction of the values,
+    tests/test_fast_paths.py). A draw u = 0, which random_gumbel rejects and redraws (probability
+    2^-53 a value), falls back to rng.gumbel itself."""
+    state = rng.bit_generator.state
+    u = rng.random(int(np.prod(shape)))
+    if u.size and not u.all():
+        rng.bit_generator.state = state
+        return rng.gumbel(size=shape)
+    np.subtract(1.0, u, out=u)
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    return u.reshape(shape)
+
+
 def _block_gumbel(seed: int, a: int, b: int, S: int, m: int) -> np.ndarray:
     """Gumbel noise (b-a, S, m) for rows a..b-1 (a multiple of _NOISE_BLOCK): a fixed function of
     (seed, row block), so the chunk size never changes the draws."""
@@ -48,7 +72,7 @@ def _block_gumbel(seed: int, a: int, b: int, S: int, m: int) -> np.ndarray:
     for blk_start in range(a, b, _NOISE_BLOCK):
         r = min(b, blk_start + _NOISE_BLOCK) - blk_start
         rng = np.random.default_rng([seed, blk_start // _NOISE_BLOCK])
-        parts.append(rng.gumbel(size=(r, S, m)))
+        parts.append(_gumbel(rng, (r, S, m)))
     return np.concatenate(parts, axis=0)
 
 
@@ -66,6 +90,21 @@ def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
     idx = np.take_along_axis(idx, o, axis=-1)
     filled = np.isfinite(np.take_along_axis(sel, o, axis=-1))   # -inf key = zero prob: slate ends
     return idx, filled
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _map_chunks(fn, starts: range) -> list:
+    """[fn(a) for a in starts], by a module-wide thread pool when there is more than one chunk."""
+    global _POOL
+    if len(starts) <= 1 or (os.cpu_count() or 1) <= 1:
+        return [fn(a) for a in starts]
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=min(32, os.cpu_count() or 1), thread_name_prefix="slate-metrics")
+    return list(_POOL.map(fn, starts))
 
 
 def _exact_chunk(pr, hit, w, ks, idcg, disc, est) -> None:
@@ -146,22 +185,33 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     else:
         chunk = max(1, chunk_elems // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
 
-    est = {(nm, k): 0.0 for nm in NAMES for k in ks}
-    var = {(nm, k): 0.0 for nm in NAMES for k in ks}
-    best_sum = np.zeros(kmax)
-    for a in range(0, n, chunk):
+    def one(a: int):
+        """The chunk's (sum of best_i, additions to est, additions to var): chunks are independent."""
         b = min(n, a + chunk)
         keys = true_keys(Y, a, b)
         ny, best = truth_summaries(keys, b - a, L, inv, kmax)
-        best_sum += best.sum(0)
         idcg = cd[np.minimum(np.arange(1, kmax + 1)[None, :], ny[:, None])]
         pr = probs[a:b]
         hit = member(keys, support[a:b], L)
         w = np.where(hit, inv[np.maximum(support[a:b], 0)], 0.0)
+        e = {(nm, k): 0.0 for nm in NAMES for k in ks}
+        v = {(nm, k): 0.0 for nm in NAMES for k in ks}
         if exact:
-            _exact_chunk(pr, hit, w, ks, idcg, disc, est)
+            _exact_chunk(pr, hit, w, ks, idcg, disc, e)
         else:
-            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var)
+            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v)
+        return best.sum(0), e, v
+
+    est = {(nm, k): 0.0 for nm in NAMES for k in ks}
+    var = {(nm, k): 0.0 for nm in NAMES for k in ks}
+    best_sum = np.zeros(kmax)
+    # chunks run on a thread pool (NumPy's large array operations release the GIL); their sums are
+    # added in chunk order, so the result is the same float for float as the sequential loop's
+    for best_c, e, v in _map_chunks(one, range(0, n, chunk)):
+        best_sum += best_c
+        for key in est:
+            est[key] += e[key]
+            var[key] += v[key]
 
     out: dict[str, float] = {}
     for k in ks:
