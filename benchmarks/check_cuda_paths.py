@@ -1,7 +1,9 @@
 """GPU checks of the fast paths of issue 9 (run on the GPU machine; the CPU tests cover the rest).
 
 1. The stack's fused Triton Adam (`NetworkStack.step_static`) against its eager `step` on the same
-   gradients: the parameters and moments after several steps agree within float tolerance.
+   gradients: the parameters and moments after several steps agree within float tolerance; the
+   fused row Adam of the output layers (`heads._row_adam_kernel`) passes its self-check against the
+   torch ops.
 2. A small Amazon-670K-like trial (synthetic preset amazon670k, cut by --n-train/--n-labels) with the
    CUDA-graph training loop (POXM_CUDA_GRAPHS=1) and without it (=0): final rows agree within a
    tolerance (atomic-add order and the Monte-Carlo metrics' draws are the only differences), the graph
@@ -54,7 +56,12 @@ def check_adam() -> dict:
             for a, b in zip(stacks[0].moments[n], stacks[1].moments[n]):
                 err = max(err, float(((a - b).norm() / a.norm().clamp(min=1e-30)).item()))
     out["max_rel_err"] = err
-    out["ok"] = err < 1e-5
+    from poxm_core.policy import heads
+    try:
+        out["row_kernel_self_check"] = bool(heads._self_check(heads._row_adam_kernel(), dev))
+    except Exception as exc:   # noqa: BLE001
+        out["row_kernel_self_check"] = f"{type(exc).__name__}: {exc}"[:300]
+    out["ok"] = err < 1e-5 and out["row_kernel_self_check"] is True
     return out
 
 
