@@ -12,13 +12,20 @@
 #   <out>/multi_gpu_sweep.json  {multi_gpu_speedup, multi_gpu_count, cards, per-phase tune_s, trials/s,
 #                                the GPU ids each trial got (all N must appear in phase 2), date, command}
 #
-#   benchmarks/multi_gpu_sweep.sh [--out DIR] [--trials T] [--epochs E] [--fake-gpus N] [--tiny] [key=value ...]
+#   benchmarks/multi_gpu_sweep.sh [--out DIR] [--trials T] [--epochs E] [--fake-gpus N] [--tiny]
+#                                 [--scratch DIR] [--phases one,all] [key=value ...]
 #     --out DIR       where the JSON and logs go (default $OUT, else /tmp/multi-gpu-sweep)
 #     --trials T      trials per phase (default 2 x N: two waves on N cards, 2N in a row on one)
 #     --epochs E      training epochs per trial (default 2; the issue's P3 trial is 10)
 #     --fake-gpus N   rehearsal on a CPU machine: Ray heads get N (then 1) 'GPU' resources that no card
 #                     backs; the trials run on CPU (device=cpu) but are scheduled exactly as on GPUs
 #     --tiny          a small synthetic dataset instead of Amazon-670K's shape (rehearsal)
+#     --scratch DIR   keep the sweep's config, prepared cache and run dirs in DIR (short path: Ray's
+#                     sockets live under it) instead of a temporary folder removed at the end, so that
+#                     the phases can run in separate commands on one machine (a 600 s command limit:
+#                     `--scratch /tmp/mgs --phases one`, then the same with `--phases all`)
+#     --phases LIST   which phases to run now (default one,all); the JSON is written once both
+#                     phases' runs exist in the scratch folder
 #   Extra key=value arguments are config overrides for both phases.
 #
 # On the GPU machine (Ray through ../shared/notes/ray-on-device.md, /tmp/site on PYTHONPATH) from the
@@ -29,7 +36,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 ARGS="$*"
-OUTDIR=${OUT:-/tmp/multi-gpu-sweep}; TRIALS=""; EPOCHS=2; FAKE=""; TINY=0; overrides=()
+OUTDIR=${OUT:-/tmp/multi-gpu-sweep}; TRIALS=""; EPOCHS=2; FAKE=""; TINY=0; overrides=(); KEEP=""; PHASES=one,all
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUTDIR=$2; shift 2 ;;
@@ -37,7 +44,9 @@ while [ $# -gt 0 ]; do
     --epochs) EPOCHS=$2; shift 2 ;;
     --fake-gpus) FAKE=$2; shift 2 ;;
     --tiny) TINY=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --scratch) KEEP=$2; shift 2 ;;
+    --phases) PHASES=$2; shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
     *) echo "multi_gpu_sweep.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -53,7 +62,8 @@ fi
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}" || export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${PYTHON:-}" ]; then [ -x "$ROOT/.venv/bin/python" ] && PYTHON=$ROOT/.venv/bin/python || PYTHON=python3; fi
 mkdir -p "$OUTDIR"
-SCRATCH=$(mktemp -d /tmp/mgs-XXXXXX)        # short: Ray's socket paths under --temp-dir must fit 107 bytes
+if [ -n "$KEEP" ]; then mkdir -p "$KEEP"; SCRATCH=$(cd "$KEEP" && pwd); else
+  SCRATCH=$(mktemp -d /tmp/mgs-XXXXXX); fi   # short: Ray's socket paths under --temp-dir must fit 107 bytes
 HEAD_PID=""
 stop_head() {
   if [ -n "$HEAD_PID" ]; then
@@ -63,7 +73,7 @@ stop_head() {
     HEAD_PID=""
   fi
 }
-trap 'stop_head; rm -rf "$SCRATCH"' EXIT
+trap 'stop_head; [ -n "$KEEP" ] || rm -rf "$SCRATCH"' EXIT
 
 # --- the cards
 if [ -n "$FAKE" ]; then
@@ -115,6 +125,7 @@ EOF
 phase() {   # phase NAME GPUS [CUDA_VISIBLE_DEVICES]
   local name=$1 gpus=$2 visible=${3:-} port
   port=$("$PYTHON" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  rm -rf "$SCRATCH/ray-$name" "$SCRATCH/runs-$name"     # a phase re-run starts afresh
   mkdir -p "$SCRATCH/ray-$name"
   if [ -n "$visible" ]; then export CUDA_VISIBLE_DEVICES=$visible; else unset CUDA_VISIBLE_DEVICES; fi
   setsid "$PYTHON" -m ray.scripts.scripts start --head --port "$port" --num-gpus "$gpus" --num-cpus "$CORES" \
@@ -138,8 +149,11 @@ phase() {   # phase NAME GPUS [CUDA_VISIBLE_DEVICES]
 echo "== prepare"
 "$PYTHON" -m orchestration.cli prepare "$CFG" --cache-dir "$SCRATCH/cache" ${overrides[@]+"${overrides[@]}"} > "$OUTDIR/prepare.log" 2>&1 \
   || { echo "poxm prepare failed:"; tail -30 "$OUTDIR/prepare.log"; exit 5; }
-phase one 1 "${FIRST:-}"
-phase all "$N"
+case ",$PHASES," in *,one,*) phase one 1 "${FIRST:-}" ;; esac
+case ",$PHASES," in *,all,*) phase all "$N" ;; esac
+if ! ls -d "$SCRATCH"/runs-one/multi-gpu-* "$SCRATCH"/runs-all/multi-gpu-* >/dev/null 2>&1; then
+  echo "== phases done: $PHASES (the JSON needs both phases' runs in $SCRATCH)"; exit 0
+fi
 
 "$PYTHON" - "$SCRATCH" "$OUTDIR" "$N" "$CARDS" "$TRIALS" "$EPOCHS" "$ARGS" <<'EOF'
 import datetime, glob, json, sys
