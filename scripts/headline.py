@@ -16,6 +16,9 @@ from orchestration.report.build import read_rows
 from orchestration.selection import select
 
 METHODS = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "skyline", "skyline_e2e"]
+NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet", "pm_banditnet": "PM-BanditNet",
+         "poxm": "POXM", "wpoxm": "wPOXM", "dr_poxm": "DR-POXM", "skyline": "*Skyline, frozen inputs*",
+         "skyline_e2e": "*Skyline, end to end*"}
 
 
 def _cell(v: pd.Series) -> str:
@@ -44,7 +47,7 @@ def main(run_dirs: list[str]) -> None:
             print("| method | " + " | ".join(order) + " |")
             print("|---" * (len(order) + 1) + "|")
             for m, r in t.iterrows():
-                print(f"| {m} | " + " | ".join(str(r[v]) if isinstance(r[v], str) else "—" for v in order) + " |")
+                print(f"| {NAMES.get(m, m)} | " + " | ".join(str(r[v]) if isinstance(r[v], str) else "—" for v in order) + " |")
         checks(rows)
 
 
