@@ -66,7 +66,6 @@ def check_adam() -> dict:
 
 
 def check_trial(a) -> dict:
-    import numpy as np
     import torch
 
     from bench_trial import _config

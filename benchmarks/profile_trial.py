@@ -56,7 +56,6 @@ def _setup(a, poxm):
 
 
 def _train(a, name, cfg, spec, prep, dev, heads, data, log):
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from poxm_core.training.epoch import train_epoch
