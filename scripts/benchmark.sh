@@ -22,6 +22,9 @@ publish() {   # publish DATASET OUT_NAME [overrides...]
   mkdir -p docs/results && rm -rf "docs/results/$out.tmp" && cp -r "$run_dir/report" "docs/results/$out.tmp"
   gzip -9 -c "$run_dir/results/rows.csv" > "docs/results/$out.tmp/rows.csv.gz"   # every row, per-epoch ones too
   cp "$run_dir/results/prepare.csv" "docs/results/$out.tmp/"
+  # index.html embeds every figure as base64 (for MLflow's sandboxed view; it stays in the run directory):
+  # in git it would duplicate figures/ at 0.8-2 MB a report, so docs/results keeps index.md + figures/.
+  rm -f "docs/results/$out.tmp/index.html"
   sed "s|^runs_dir: .*|runs_dir: runs|" "$run_dir/config.yaml" > "docs/results/$out.tmp/config.yaml"   # no machine paths
   rm -rf "docs/results/$out" && mv "docs/results/$out.tmp" "docs/results/$out"
 }
