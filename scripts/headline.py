@@ -27,10 +27,7 @@ def _cell(v: pd.Series) -> str:
 
 
 def table(rows: pd.DataFrame, criterion: str, metric: str) -> pd.DataFrame:
-    sel = select(rows, criterion)
-    sel = sel[sel.selection != "oracle"][["dataset", "variant", "method", "seed", "p", "lam"]]
-    fin = rows[rows.final & (rows.split == "test") & (rows.metric == metric)]
-    m = fin.merge(sel, on=["dataset", "variant", "method", "seed", "p", "lam"])
+    m = table_values(rows, criterion, metric)
     out = m.groupby(["method", "variant"]).value.apply(_cell).unstack("variant")
     return out.reindex([x for x in METHODS if x in out.index])
 
