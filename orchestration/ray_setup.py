@@ -3,6 +3,7 @@ handed, and how many trials fit at once on its resources.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -28,9 +29,34 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     extra = {}
     if addr and worker_env():     # a remote cluster's workers do not inherit this shell: allow-listed vars only
         extra["runtime_env"] = {"env_vars": worker_env()}
-    ray.init(address=addr, include_dashboard=False, log_to_driver=verbose,
-             logging_level=logging.INFO if verbose else logging.WARNING, **extra)
+    kwargs = dict(address=addr, include_dashboard=False, log_to_driver=verbose,
+                  logging_level=logging.INFO if verbose else logging.WARNING, **extra)
+    if addr:
+        ray.init(**kwargs)
+    else:
+        # A local Ray's processes (raylet, runtime-env agent, every worker) inherit this process's
+        # environment, and the runtime-env agent writes what it sees to its log in plain text. Secrets
+        # are held out of that inheritance: the driver keeps them, Ray never sees them.
+        with secrets_withheld():
+            ray.init(**kwargs)
     return True
+
+
+def is_secret_name(name: str) -> bool:
+    """True for environment variable names that look like credentials (tokens, keys, passwords)."""
+    return any(h in name.upper() for h in _SECRET_HINTS)
+
+
+@contextlib.contextmanager
+def secrets_withheld(environ=None):
+    """Within the block, secret-looking variables (is_secret_name) are absent from `environ`
+    (os.environ): processes started inside it do not inherit them. Restored on exit."""
+    environ = os.environ if environ is None else environ
+    held = {k: environ.pop(k) for k in [k for k in environ if is_secret_name(k)]}
+    try:
+        yield sorted(held)
+    finally:
+        environ.update(held)
 
 
 # Environment variables a Ray worker may be handed (runtime_env is logged in plain text, readable by
@@ -44,8 +70,7 @@ _SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "
 def worker_env(environ=None) -> dict[str, str]:
     """The allow-listed, non-secret environment variables for Ray's runtime_env (see WORKER_ENV_ALLOW)."""
     environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in WORKER_ENV_ALLOW
-            if k in environ and not any(h in k.upper() for h in _SECRET_HINTS)}
+    return {k: environ[k] for k in WORKER_ENV_ALLOW if k in environ and not is_secret_name(k)}
 
 
 def quiet_libraries() -> None:

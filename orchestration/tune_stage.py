@@ -91,8 +91,12 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=True)
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done")
     t0 = time.perf_counter()
+    from orchestration.ray_setup import secrets_withheld
     try:
-        tuner.fit()
+        # Ray Tune copies AWS_* credentials from this process's environment into every trial's
+        # runtime_env, which Ray's runtime-env agent logs in plain text: hold secrets back while it runs.
+        with secrets_withheld():
+            tuner.fit()
     except KeyboardInterrupt:
         say(f"poxm: interrupted; continue with `poxm resume {rd.root}`")
         raise
