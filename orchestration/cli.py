@@ -13,6 +13,9 @@ Bad input (config keys, files, arguments) prints one line `poxm: error: ...` and
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -264,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.command is None:
             build_parser().print_help()
             return EXIT_INPUT
+        if a.command in ("run", "resume"):
+            _sigterm_as_interrupt()
         return COMMANDS[a.command](a)
     except PoxmInputError as exc:
         print(f"poxm: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
@@ -274,6 +279,41 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("poxm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:      # `poxm status RUN | head -1`: the reader left; say nothing more
+        _silence_stdout()
+        return 0
+    except OSError as exc:       # a path that is a file, a name too long, a full disk: one line, not a traceback
+        if exc.errno not in _USER_OS_ERRORS:
+            raise
+        where = exc.filename or ""
+        hint = " (free some space, then `poxm resume RUN_DIR` continues)" if exc.errno == errno.ENOSPC else ""
+        print(f"poxm: error: {where}{': ' if where else ''}{exc.strerror or exc}{hint}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+# OS errors that come from what the user gave (paths, names) or from their machine (disk space)
+_USER_OS_ERRORS = {errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ENOSPC, errno.EACCES, errno.EROFS,
+                   errno.EEXIST}
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM ends a sweep like Ctrl-C (trials stop, Ray shuts down, exit 130) instead of killing the
+    driver in the middle of Ray's native code."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:     # not the main thread (tests calling main() from a worker thread)
+        pass
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ class MethodConfig(_Strict):
     method with options of its own declares a subclass as `Method.Options` (docs/methods.md); here its
     keys are kept as extras (this module is schema-only: it does not import the method registry), and
     the methods layer (`Method.options`) turns the entry into the method's class and validates it."""
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     p: list[int] | None = Field(None, description="grid of action-selector sizes p")
     lam: list[float] | None = Field(None, description="grid of reward translations lambda")
     lr: float | None = Field(None, gt=0, description="learning rate; default training.lr_is (IS-based methods) or training.lr_supervised (DM, skylines)")
@@ -166,6 +166,21 @@ class SweepConfig(_Strict):
     resources: ResourcesConfig = ResourcesConfig()
     group_by: Literal["method", "seed"] = Field("method", description="one trial per (dataset, variant, seed, method) or per (dataset, variant, seed) with all methods")
     mlflow: MlflowConfig = MlflowConfig()
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_range(cls, v: list[int]) -> list[int]:
+        bad = [s for s in v if not 0 <= s < 2**31]   # NumPy/torch generators take 0 <= seed < 2^32
+        if bad:
+            raise ValueError(f"seeds must be integers in [0, 2^31), got {bad[0]}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name_length(cls, v: str) -> str:
+        if len(v) > 100:   # it names a folder (with '-<hash>'), and file systems stop at 255 bytes
+            raise ValueError(f"must be at most 100 characters, got {len(v)}")
+        return v
 
     @field_validator("plugins")
     @classmethod

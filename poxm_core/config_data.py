@@ -16,7 +16,8 @@ def _unset(v: Any) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan off: a rate, fraction or temperature of inf/nan would train to NaN minutes later
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SyntheticConfig(_Strict):

@@ -272,3 +272,29 @@ def test_end_of_run_headline(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "results" / "selection.csv", index=False)
     text = headline(tmp_path)
     assert "by SNIS" in text and "0.3000" in text and "0.1000" in text and "0.9" not in text
+
+
+# ------------------------------------------------------------------------ values that would fail late
+
+QUICK = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("training.lr_is=.inf", ["'training.lr_is'", "finite"]),
+    ("methods.poxm.lr=.nan", ["'methods.poxm.lr'", "finite"]),
+    ("seeds=[100000000000000000000]", ["'seeds'", "[0, 2^31)"]),
+    ("seeds=[-1]", ["'seeds'", "[0, 2^31)"]),
+    ("name=" + "n" * 300, ["'name'", "at most 100 characters"]),
+])
+def test_values_that_would_fail_late_are_refused_first(tmp_path, capsys, override, needles):
+    rc, out, err = cli(capsys, "run", QUICK, override, "--runs-dir", tmp_path / "runs")
+    assert_one_line(rc, err, *needles)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_runs_dir_that_is_a_file(tmp_path, capsys):
+    f = tmp_path / "not-a-dir"
+    f.write_text("x")
+    rc, out, err = cli(capsys, "run", QUICK, "--runs-dir", f)
+    assert_one_line(rc, err, str(f), "Not a directory")
+    assert f.read_text() == "x"
