@@ -61,11 +61,13 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     if not verbose:
         quiet_libraries()           # before MLflow's store is opened and Ray starts
     rd, cfg = plan.rd, plan.cfg
-    write_plan(plan)
+    rd.root.mkdir(parents=True, exist_ok=True)
+    # the lock first: a second driver refused here must not have rewritten the running sweep's files
     acquire_driver(rd)
-    remove_tmp_leftovers(rd)        # a killed run's half-written files: nothing writes them now
     started_ray, runs, parent_open = False, None, None   # runs/parent_open: MLflow runs that must not stay RUNNING
     try:
+        write_plan(plan)
+        remove_tmp_leftovers(rd)        # a killed run's half-written files: nothing writes them now
         say(f"poxm: sweep {rd.root.name}: {len(plan.specs)} trial(s), {len(plan.grid())} grid point(s)")
         say(f"  run dir  {rd.root}")
         if cfg.mlflow.enabled:

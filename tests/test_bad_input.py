@@ -298,3 +298,26 @@ def test_runs_dir_that_is_a_file(tmp_path, capsys):
     rc, out, err = cli(capsys, "run", QUICK, "--runs-dir", f)
     assert_one_line(rc, err, str(f), "Not a directory")
     assert f.read_text() == "x"
+
+
+def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, capsys):
+    """A second `poxm run` of a sweep whose driver is alive is refused before it writes anything (it
+    used to rewrite config.yaml with its own resources.*, which later resumes then used)."""
+    import socket
+    import subprocess
+
+    from orchestration.plan import plan_sweep, write_plan
+    from orchestration.rundir import write_json
+    from poxm_core.config import load_config
+    plan = plan_sweep(load_config(QUICK, []), runs_dir=tmp_path / "runs", check_data=False)
+    write_plan(plan)
+    other = subprocess.Popen(["sleep", "60"])     # stands for the first sweep's live driver
+    try:
+        write_json(plan.rd.driver, {"pid": other.pid, "host": socket.gethostname(), "started": 0})
+        before = {p: p.read_bytes() for p in plan.rd.root.rglob("*") if p.is_file()}
+        rc, out, err = cli(capsys, "run", QUICK, "resources.cpus_per_trial=2", "--runs-dir", tmp_path / "runs")
+        assert_one_line(rc, err, "in use by a running driver", f"pid {other.pid}")
+        after = {p: p.read_bytes() for p in plan.rd.root.rglob("*") if p.is_file()}
+        assert after == before
+    finally:
+        other.kill()
