@@ -1,5 +1,6 @@
 """The trials stage of a sweep: a Ray Tune `Tuner` over the trials, each one a Ray Train job
-(orchestration.trial); a restored Tuner continues unfinished and errored trials.
+(orchestration.trial); on resume, a fresh Tuner over the unfinished and errored trials (Tune's own
+saved state is never unpickled: a run directory may come from someone else).
 """
 from __future__ import annotations
 
@@ -55,17 +56,21 @@ def trial_context(plan: SweepPlan, prepared: dict, runs) -> dict:
 def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restore: bool):
     import ray.tune
 
-    from orchestration.trial import drive_trial, trial_dirname
+    from orchestration.trial import done_trials, drive_trial, trial_dirname
 
     # The Tune trial only drives its TorchTrainer; giving it a CPU would leave that CPU idle and can
     # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
     trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, ctx=ctx), {"memory": DRIVER_MEMORY})
     storage = ray_storage(plan)
-    path = f"{storage}/{TUNE_NAME}"
-    if restore and ray.tune.Tuner.can_restore(path):
-        return ray.tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True), True
+    # Never Tuner.restore: Tune's saved state (tuner.pkl, the trials' params.pkl, pickles inside its
+    # experiment_state JSON) would be unpickled, and a run directory is something people copy and
+    # send. A resumed sweep is a fresh Tuner over the trials without done.json; each continues from its
+    # last checkpoint (Ray Train's JSON snapshot, torch weights-only files), so nothing is lost.
+    done = done_trials(plan.rd.root, plan.names) if restore else set()
     grid = [{"name": s.name, "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
-             "methods": ",".join(s.methods), "heads": len(s.heads)} for s in plan.specs]
+             "methods": ",".join(s.methods), "heads": len(s.heads)} for s in plan.specs if s.name not in done]
+    if not grid:
+        return None, bool(done)
     return ray.tune.Tuner(
         trainable, param_space={"trial": ray.tune.grid_search(grid)},
         tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
@@ -74,7 +79,7 @@ def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restor
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
                                       callbacks=[progress] + ([StorageSync(plan)] if plan.storage else []),
                                       verbose=0),
-    ), False
+    ), bool(done)
 
 
 def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, say) -> tuple[list, list, set, float]:
@@ -96,7 +101,8 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
         # Ray Tune copies AWS_* credentials from this process's environment into every trial's
         # runtime_env, which Ray's runtime-env agent logs in plain text: hold secrets back while it runs.
         with secrets_withheld():
-            tuner.fit()
+            if tuner is not None:       # None: every trial is done already
+                tuner.fit()
     except KeyboardInterrupt:
         say(f"poxm: interrupted; continue with `poxm resume {rd.root}`")
         raise
