@@ -296,14 +296,20 @@ def close_points(runs: SweepRuns, status_by_key: Mapping[str, str]) -> dict[str,
     return counts
 
 
-def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artifacts: Iterable[tuple[Path, str]]) -> None:
-    """Metrics, artifacts (files or folders, with their artifact path) and the end status of the parent run."""
+def log_metrics(c, run_id: str, metrics: Mapping[str, float]) -> int:
+    """Log the finite values of `metrics` (step 0) on one run, 1000 per batch (MLflow's limit); returns how many."""
     from mlflow.entities import Metric
-    c = client(runs.uri)
     now = int(time.time() * 1000)
     ms = [Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
-    if ms:
-        c.log_batch(runs.parent, metrics=ms)
+    for i in range(0, len(ms), 1000):
+        c.log_batch(run_id, metrics=ms[i:i + 1000])
+    return len(ms)
+
+
+def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artifacts: Iterable[tuple[Path, str]]) -> None:
+    """Metrics, artifacts (files or folders, with their artifact path) and the end status of the parent run."""
+    c = client(runs.uri)
+    log_metrics(c, runs.parent, metrics)
     for path, where in artifacts:
         path = Path(path)
         if path.is_dir():

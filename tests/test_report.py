@@ -145,7 +145,7 @@ def test_per_p_data_picks_lambda_by_snis_not_test():
     rows += _test_rows("poxm", 0, {"R@5": 0.2}, p=10, lam=0.7, snis=0.9)
     rows += _test_rows("poxm", 0, {"R@5": 0.6}, p=10, lam=0.8, snis=0.5)
     rows += _test_rows("poxm", 0, {"R@5": 0.3}, p=20, lam=0.7, snis=0.4)
-    d = F.per_p_data(to_frame(rows), "d").set_index("p")
+    d = F.per_p_data(to_frame(rows), "d", criterion="SNIS").set_index("p")
     assert d.loc[10, "R5_mean"] == pytest.approx(0.2) and d.loc[10, "val_mean"] == pytest.approx(0.9)
     assert d.loc[20, "R5_mean"] == pytest.approx(0.3)
 
@@ -291,7 +291,8 @@ def test_spearman_hand_computed_monotone_reversed_and_too_few_points():
     assert b["n"].tolist() == [2, 2] and b["rho"].isna().all()  # 2 points: NaN (pooled and poxm)
     assert set(d["scope"]) == {"pooled", "poxm"}
     t = spearman_table("d", d, "SNIS")
-    assert t.columns == ["Grid points", "points", "IS", "SNIS (selection)", "DR", "PIS"]
+    assert t.columns == ["Grid points", "points", "IS", "SNIS (selection, paper's)", "DR", "PIS"]
+    assert spearman_table("d", d).columns[2:4] == ["IS (selection)", "SNIS (paper's)"]   # IS: the default
     row = t.rows[0]
     assert row[:2] == ["all grid methods, seed 0", "4"] and row[2:5] == ["-1.00", "+1.00", "+0.80"] and row[5] == "—"
     assert t.sections[0] == "variant A"

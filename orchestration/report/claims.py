@@ -229,7 +229,9 @@ def summary_text(frame: pd.DataFrame, criteria: list[str]) -> str | None:
     for d in sorted(f["dataset"].unique()):
         fd = f[f["dataset"] == d]
         variants = sorted(v for v in fd["variant"].unique() if v != P_VARIANT)
-        names = {k: t for k, t in zip(fd["claim"], fd["claim_text"])}
+        names = {r.claim: (f"POXM's p grows {P_FROM}->{P_TO}" if r.claim == P_CLAIM.key
+                           else f"{r.claim_text} ({r.metric})" + (" ours" if r.source == "ours" else ""))
+                 for r in fd.itertuples(index=False)}
         width = max(len(t) for t in names.values()) + 2
         out.append(f"{d:<{width}}" + "".join(f"{v:>16}" for v in variants))
         for k in [k for k in order if k in names] + sorted(set(names) - set(order)):
@@ -243,8 +245,7 @@ def summary_text(frame: pd.DataFrame, criteria: list[str]) -> str | None:
                 r = here.loc[main]
                 letters = "/".join(_LETTER[here.loc[c, "verdict"]] if c in here.index else "-" for c in criteria)
                 cells.append(f"{_num(r['diff'], r['metric'] == 'p')} {letters}")
-            label = names[k] + (f" ({P_FROM}->{P_TO})" if k == P_CLAIM.key else "")
-            out.append(f"{label:<{width}}" + "".join(f"{c:>16}" for c in cells))
+            out.append(f"{names[k]:<{width}}" + "".join(f"{c:>16}" for c in cells))
     return "\n".join(out)
 
 

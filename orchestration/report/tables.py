@@ -267,8 +267,9 @@ def spearman_table(dataset: str, data: pd.DataFrame, criterion: str = DEFAULT_CR
     The CSV holds every (variant, seed, scope, criterion) value (`spearman_data`), per seed."""
     d = data[data["dataset"] == dataset] if len(data) else data
     criteria = order_criteria(d["criterion"].unique()) if len(d) else []
-    columns = ["Grid points", "points"] + [c + (" (selection)" if c == criterion else "")
-                                           + (" (paper)" if c == PAPER_CRITERION else "") for c in criteria]
+    marks = {c: [w for w, on in (("selection", c == criterion), ("paper's", c == PAPER_CRITERION)) if on]
+             for c in criteria}
+    columns = ["Grid points", "points"] + [c + (f" ({', '.join(marks[c])})" if marks[c] else "") for c in criteria]
     rows: list[list[str]] = []
     sections: dict[int, str] = {}
     for v in sorted(d["variant"].unique()) if len(d) else []:
