@@ -229,7 +229,7 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
     methods = ", ".join(cfg_dict["methods"])
     return (f"**POXM sweep `{sweep}`**: {n_trials} trial(s), {n_points} grid point(s); seeds {cfg_dict['seeds']}.\n\n"
             f"- datasets (variants): {ds}\n- methods: {methods}\n"
-            f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'SNIS')}; "
+            f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'IS')}; "
             f"epochs: {cfg_dict['training']['epochs']}\n\n"
             "Child runs are named `method p λ · variant · dataset · seed`. Metrics: `train/loss` and "
             "`val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch); `test/<metric>` "
@@ -320,7 +320,7 @@ def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artif
 
 
 def tag_selected(runs: SweepRuns, selection_rows: Iterable[Mapping]) -> None:
-    """Tag the grid-point runs chosen by selection: poxm.selected = 'snis' / 'oracle' / 'snis,oracle'."""
+    """Tag the grid-point runs chosen by selection: poxm.selected = 'is' / 'oracle' / 'is,oracle'."""
     c = client(runs.uri)
     chosen: dict[str, list[str]] = {}
     for row in selection_rows:
