@@ -225,7 +225,7 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     for f in ("index.md", "index.html", "selection.csv"):
         assert (out / f).stat().st_size > 0
     md = (out / "tables" / "results_eurlex-4k_A.md").read_text()
-    # poxm seeds 0, 1 at p=20 (SNIS-selected): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
+    # poxm seeds 0, 1 at p=20 (IS-selected; IS = SNIS + 0.1 here): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
     assert "50.50 ± 0.71 [50.00, 51.00] (n=2/3)" in md and "52.38" in md
     tex = (out / "tables" / "results_eurlex-4k_A.tex").read_text()
     assert r"\textbf{50.50 $\pm$ 0.71 [50.00, 51.00] (n=2/3)}" in tex
@@ -375,7 +375,9 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
                                 "training: {epochs: 2, protocol: paper+init=logging}\n" + CONFIG_DATASETS)
     out = build_report(run)
     sel = pd.read_csv(out / "selection.csv")
-    assert set(sel["selection"]) == {"pis", "oracle"} and set(sel["criterion"]) == {"PIS"}
+    assert set(sel["selection"]) == {"pis", "snis", "oracle"}        # SNIS, the paper's, beside the run's PIS
+    assert set(sel[sel["selection"] != "snis"]["criterion"]) == {"PIS"}
+    assert set(sel[(sel["selection"] == "snis") & (sel["method"] == "poxm")]["p"]) == {20}
     honest = sel[(sel["selection"] == "pis") & (sel["method"] == "poxm")]
     assert set(honest["p"]) == {10}  # the PIS argmax, not SNIS's p = 20
     assert (honest["val_criterion"] == -honest["val_SNIS"]).all()
@@ -383,6 +385,8 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
     assert "protocol: **paper+init=logging**" in index and "Selection criterion: **PIS**" in index
     md = (out / "tables" / "results_eurlex-4k_B.md").read_text()
     assert "(protocol: paper+init=logging)" in md.splitlines()[0] and "validation-log PIS" in md
+    assert "(p, λ) by PIS" in md.splitlines()[0]
+    assert "(p, λ) by SNIS (the paper's criterion)" in (out / "tables" / "results_snis_eurlex-4k_B.md").read_text()
     assert "protocol" in pd.read_csv(out / "tables" / "results_eurlex-4k_B.csv").columns
     for d in ("eurlex-4k", "toy"):
         for ext in ("csv", "md", "tex"):
@@ -409,10 +413,10 @@ def test_build_report_no_sharpness_figure_without_two_beta0_variants(tmp_path):
     out = build_report(run)
     assert not list((out / "figures").glob("sharpness_*"))
     index = (out / "index.md").read_text()
-    assert "Selection criterion: **SNIS**" in index and "protocol: not recorded" in index
+    assert "Selection criterion: **IS**" in index and "protocol: not recorded" in index   # IS: the default
     sel = pd.read_csv(out / "selection.csv")
-    assert set(sel["selection"]) == {"snis", "oracle"}
-    assert set(sel[(sel["selection"] == "snis") & (sel["method"] == "poxm")]["p"]) == {20}
+    assert set(sel["selection"]) == {"is", "snis", "oracle"}
+    assert set(sel[(sel["selection"] == "is") & (sel["method"] == "poxm")]["p"]) == {20}
 
 
 def test_bad_selection_criterion_in_config_is_an_input_error(tmp_path):
