@@ -156,3 +156,16 @@ def test_report_opens_with_the_claims_table_under_is_and_snis(tmp_path):
     sel = pd.read_csv(out / "selection.csv")
     assert set(sel["selection"]) == {"is", "snis", "oracle"}
     assert "**Selection stability across seeds" in index.split("## Selection")[1]
+
+
+def test_cli_prints_the_claims_of_a_built_report(tmp_path, capsys):
+    from orchestration.cli import _print_claims
+    f = pd.concat([_claims(_rows()), _claims(_rows(), "SNIS")], ignore_index=True)
+    (tmp_path / "tables").mkdir()
+    f.to_csv(tmp_path / "tables" / "claims.csv", index=False)
+    _print_claims(tmp_path)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("claims: ") and "verdicts IS/SNIS" in out[1]
+    assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 H/H")
+    _print_claims(tmp_path / "nothing-here")          # a report without claims: nothing printed
+    assert capsys.readouterr().out == ""
