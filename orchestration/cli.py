@@ -210,10 +210,19 @@ def headline(run_dir: Path) -> str | None:
             + t.to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
 
 
+def _print_claims(report) -> None:
+    """The report's claims, compact (orchestration/report/claims.py), when it has any."""
+    from orchestration.report.claims import summary_from_report
+    text = summary_from_report(report) if report is not None else None
+    if text:
+        print("\n" + text + "\n")
+
+
 def _outcome(out) -> int:
     table = headline(out.run_dir)
     if table:
         print("\n" + table + "\n")
+    _print_claims(out.report)
     if out.report is not None:
         print(f"report:  {Path(out.report) / 'index.md'}")
     print(f"browse:  poxm ui {out.run_dir}")
@@ -240,6 +249,7 @@ def cmd_report(a) -> int:
     from orchestration.sweep import plan_from_run_dir, report_only
     plan = plan_from_run_dir(a.run_dir)
     path = report_only(plan, log_mlflow=not a.no_mlflow)
+    _print_claims(path)
     print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
     return 0
 

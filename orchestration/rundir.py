@@ -12,7 +12,8 @@
       report/              written by orchestration.report.build_report
 
 The name is stable: `<name>-<hash>` with hash = config_hash of the resolved config minus the keys
-that do not change results (mlflow, resources, runs_dir). Never a timestamp, so a rerun or resume
+that do not change results (mlflow, resources, runs_dir; the selection criterion counts as the
+value run ids were first computed with, SNIS). Never a timestamp, so a rerun or resume
 finds the same directory, the same Ray experiment and the same MLflow runs.
 """
 from __future__ import annotations
@@ -31,12 +32,18 @@ from poxm_core.errors import PoxmInputError
 
 # Keys of the resolved config that do not change any number of the sweep: not in its identity.
 NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir", "plugin_path")
+# The selection criterion changes no trained number either (`poxm report` selects again), but run ids
+# were first computed with it inside: the identity keeps the value they were computed with, so a sweep
+# whose criterion changes continues the same run directory instead of training everything again.
+IDENTITY_SELECTION = {"criterion": "SNIS"}
 
 
 def sweep_hash(cfg: SweepConfig) -> str:
     d = resolved_dict(cfg)
     for k in NON_IDENTITY_KEYS:
         d.pop(k, None)
+    if "selection" in d:
+        d["selection"] = dict(IDENTITY_SELECTION)
     return config_hash(d)
 
 

@@ -3,11 +3,11 @@
 For each (dataset, variant, method, seed), among the grid points (p, lambda) that finished (rows with
 ``final`` True), the chosen point is the one whose trained policy has the highest estimate, by the
 selection *criterion*, on the held-out validation slice of the *logged* data (split 'val', metric
-= the criterion; 'SNIS' by default, as in the paper; any other validation estimator the trials
-write, e.g. 'IS', 'sIS', 'DR', 'PIS', if the run's config says ``selection: {criterion: ...}``).
+= the criterion; 'IS' by default; 'SNIS' is the paper's criterion; any other validation estimator
+the trials write, e.g. 'sIS', 'DR', 'PIS', if the run's config says ``selection: {criterion: ...}``).
 Test rows are never read by that choice. The honest choice is labelled ``selection=<criterion in
-lower case>`` ('snis' by default); the oracle choice (highest test R@5) is computed apart and
-labelled ``selection='oracle'`` so the report can show what honest selection costs.
+lower case>`` ('is' by default, 'snis' for the paper's); the oracle choice (highest test R@5) is
+computed apart and labelled ``selection='oracle'`` so the report can show what honest selection costs.
 
 Ties (equal values, compared exactly) go to the smaller p, then the smaller lambda (missing lambda
 last), so the choice does not depend on row order. A group with a single grid point (logging, dm,
@@ -29,9 +29,12 @@ from poxm_core.results import COLUMNS
 
 GROUP = ["dataset", "variant", "method", "seed"]
 POINT = GROUP + ["p", "lam"]
-DEFAULT_CRITERION = "SNIS"
+DEFAULT_CRITERION = "IS"
+# The paper's criterion: every report shows its choices beside the run's criterion.
+PAPER_CRITERION = "SNIS"
 SELECT_SPLIT = "val"
 SELECT_METRIC = (SELECT_SPLIT, DEFAULT_CRITERION)
+PAPER_METRIC = (SELECT_SPLIT, PAPER_CRITERION)
 ORACLE_METRIC = ("test", "R@5")
 ORACLE = "oracle"
 # Final validation metrics that are not estimates of the policy's value (never criteria).
@@ -47,7 +50,7 @@ SELECTION_COLUMNS = GROUP + ["selection", "criterion", "p", "lam", "val_criterio
 def check_criterion(criterion) -> str:
     """The criterion as a validation metric name; ValueError for what cannot be one."""
     if not isinstance(criterion, str) or not criterion.strip():
-        raise ValueError(f"selection criterion must be a validation metric name such as 'SNIS', got {criterion!r}")
+        raise ValueError(f"selection criterion must be a validation metric name such as 'IS', got {criterion!r}")
     c = criterion.strip()
     if c in NOT_CRITERIA or c.endswith("_se") or c.lower() == ORACLE:
         raise ValueError(f"selection criterion {c!r} is not a value estimate; use one of the validation "
@@ -56,7 +59,7 @@ def check_criterion(criterion) -> str:
 
 
 def selection_label(criterion: str = DEFAULT_CRITERION) -> str:
-    """The ``selection`` value of the honest choice by `criterion`: 'snis' for SNIS, 'pis' for PIS."""
+    """The ``selection`` value of the honest choice by `criterion`: 'is' for IS, 'snis' for SNIS."""
     return check_criterion(criterion).lower()
 
 
@@ -133,9 +136,9 @@ def _argmax(points: pd.DataFrame, col: str) -> pd.DataFrame:
 def select(rows: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> pd.DataFrame:
     """Criterion-selected and oracle grid point per (dataset, variant, method, seed).
 
-    `criterion`: the validation metric to maximise (split 'val'), 'SNIS' by default.
+    `criterion`: the validation metric to maximise (split 'val'), 'IS' by default.
     Returns one row per group and selection kind, columns ``SELECTION_COLUMNS``:
-    dataset, variant, method, seed, selection (``selection_label(criterion)``, e.g. 'snis', | 'oracle'),
+    dataset, variant, method, seed, selection (``selection_label(criterion)``, e.g. 'is', | 'oracle'),
     criterion, p, lam, val_criterion (the chosen point's validation value of the criterion), val_SNIS
     (its validation SNIS), test_R@5 (its test R@5, for display only), n_points (grid points of the
     group that finished).
@@ -150,7 +153,7 @@ def select(rows: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> pd.DataFra
     n_points = points.groupby(GROUP, dropna=False).size().rename("n_points").reset_index()
     points = points.merge(n_points, on=GROUP)
     crit = _point_metric(final, SELECT_SPLIT, criterion).rename(columns={"value": "val_criterion"})
-    snis = _point_metric(final, *SELECT_METRIC).rename(columns={"value": "val_SNIS"})
+    snis = _point_metric(final, *PAPER_METRIC).rename(columns={"value": "val_SNIS"})
     r5 = _point_metric(final, *ORACLE_METRIC).rename(columns={"value": "test_R@5"})
     points = (points.merge(crit, on=POINT, how="left").merge(snis, on=POINT, how="left")
               .merge(r5, on=POINT, how="left").assign(criterion=criterion))
@@ -174,11 +177,12 @@ def select(rows: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> pd.DataFra
     return out.reset_index(drop=True)
 
 
-def selected_rows(rows: pd.DataFrame, selection: pd.DataFrame, which: str = "snis",
+def selected_rows(rows: pd.DataFrame, selection: pd.DataFrame, which: str = selection_label(DEFAULT_CRITERION),
                   split: str = "test") -> pd.DataFrame:
     """The final rows of `split` (default 'test') at the chosen grid points of `which` selection:
-    'oracle', or the honest label of the criterion the selection used ('snis', 'pis', ...)."""
-    labels = {"snis", ORACLE} | set(selection["selection"].astype(str)) if "selection" in selection else {"snis", ORACLE}
+    'oracle', or the honest label of the criterion the selection used ('is', 'snis', 'pis', ...)."""
+    default = {selection_label(DEFAULT_CRITERION), ORACLE}
+    labels = default | set(selection["selection"].astype(str)) if "selection" in selection else default
     if which not in labels:
         raise ValueError(f"which must be one of {sorted(labels)} (a selection label of this frame), got {which!r}")
     rows = check_rows(rows)

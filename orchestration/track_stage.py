@@ -65,10 +65,18 @@ def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errore
         import pandas as pd
         tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
     ok = not errored and len(done) == len(plan.specs)
+    metrics = {f"sweep/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "finished_at"}
     tracking.finish_parent(
-        runs, ok, {f"sweep/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "finished_at"},
+        runs, ok, {**metrics, **claim_metrics(report)},
         [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
         + ([(report, "report")] if report is not None else []))
+
+
+def claim_metrics(report: Path | None) -> dict[str, float]:
+    """The report's claims as parent-run metrics ('claims/<criterion>/<dataset>/<claim>/<variant>/diff' ...)."""
+    from orchestration.report.claims import mlflow_metrics, read_claims
+    frame = read_claims(report) if report is not None else None
+    return mlflow_metrics(frame) if frame is not None else {}
 
 
 def abort_tracking(plan: SweepPlan, runs: tracking.SweepRuns | None, parent: tuple[str, str] | None) -> None:

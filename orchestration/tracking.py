@@ -229,7 +229,7 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
     methods = ", ".join(cfg_dict["methods"])
     return (f"**POXM sweep `{sweep}`**: {n_trials} trial(s), {n_points} grid point(s); seeds {cfg_dict['seeds']}.\n\n"
             f"- datasets (variants): {ds}\n- methods: {methods}\n"
-            f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'SNIS')}; "
+            f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'IS')}; "
             f"epochs: {cfg_dict['training']['epochs']}\n\n"
             "Child runs are named `method p λ · variant · dataset · seed`. Metrics: `train/loss` and "
             "`val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch); `test/<metric>` "
@@ -296,14 +296,20 @@ def close_points(runs: SweepRuns, status_by_key: Mapping[str, str]) -> dict[str,
     return counts
 
 
-def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artifacts: Iterable[tuple[Path, str]]) -> None:
-    """Metrics, artifacts (files or folders, with their artifact path) and the end status of the parent run."""
+def log_metrics(c, run_id: str, metrics: Mapping[str, float]) -> int:
+    """Log the finite values of `metrics` (step 0) on one run, 1000 per batch (MLflow's limit); returns how many."""
     from mlflow.entities import Metric
-    c = client(runs.uri)
     now = int(time.time() * 1000)
     ms = [Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
-    if ms:
-        c.log_batch(runs.parent, metrics=ms)
+    for i in range(0, len(ms), 1000):
+        c.log_batch(run_id, metrics=ms[i:i + 1000])
+    return len(ms)
+
+
+def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artifacts: Iterable[tuple[Path, str]]) -> None:
+    """Metrics, artifacts (files or folders, with their artifact path) and the end status of the parent run."""
+    c = client(runs.uri)
+    log_metrics(c, runs.parent, metrics)
     for path, where in artifacts:
         path = Path(path)
         if path.is_dir():
@@ -314,7 +320,7 @@ def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artif
 
 
 def tag_selected(runs: SweepRuns, selection_rows: Iterable[Mapping]) -> None:
-    """Tag the grid-point runs chosen by selection: poxm.selected = 'snis' / 'oracle' / 'snis,oracle'."""
+    """Tag the grid-point runs chosen by selection: poxm.selected = 'is' / 'oracle' / 'is,oracle'."""
     c = client(runs.uri)
     chosen: dict[str, list[str]] = {}
     for row in selection_rows:

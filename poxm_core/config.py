@@ -120,7 +120,7 @@ def protocol_name(training: "TrainingConfig") -> str:
 
 
 class SelectionConfig(_Strict):
-    criterion: str = Field("SNIS", description="validation-log estimator that chooses (p, lambda): SNIS (paper), IS, sIS, DR, PIS (prefix-product, unbiased for the deployed slate)")
+    criterion: str = Field("IS", description="validation-log estimator that chooses (p, lambda): IS (default), SNIS (the paper's; its choices are reported beside the default's in every run), sIS, DR, PIS (prefix-product, unbiased for the deployed slate), SNIS-LB")
 
 
 class ResourcesConfig(_Strict):

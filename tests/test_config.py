@@ -150,3 +150,15 @@ def test_option_of_another_method_is_refused_with_its_key_path(tmp_path):
     with pytest.raises(PoxmInputError, match=r"methods\.dm\.temperature: method 'dm' has no option"):
         check(hot)
     assert SweepConfig.model_validate({**BASE, "methods": {"dm": {"support": "candidates"}}})  # schema only
+
+
+def test_selection_criterion_defaults_to_is_and_leaves_the_run_id_alone():
+    from pathlib import Path
+
+    from orchestration.rundir import sweep_id
+    root = Path(__file__).resolve().parents[1]
+    assert load_config(data=BASE).selection.criterion == "IS"
+    ids = {c: sweep_id(load_config(root / "configs/bibtex.yaml", [f"selection.criterion={c}"]))
+           for c in ("IS", "SNIS", "PIS")}
+    assert set(ids.values()) == {PUBLISHED_IDS["configs/bibtex.yaml"]}   # selection trains nothing
+    assert "criterion: IS" in resolved_yaml(load_config(root / "configs/bibtex.yaml"))

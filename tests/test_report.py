@@ -145,7 +145,7 @@ def test_per_p_data_picks_lambda_by_snis_not_test():
     rows += _test_rows("poxm", 0, {"R@5": 0.2}, p=10, lam=0.7, snis=0.9)
     rows += _test_rows("poxm", 0, {"R@5": 0.6}, p=10, lam=0.8, snis=0.5)
     rows += _test_rows("poxm", 0, {"R@5": 0.3}, p=20, lam=0.7, snis=0.4)
-    d = F.per_p_data(to_frame(rows), "d").set_index("p")
+    d = F.per_p_data(to_frame(rows), "d", criterion="SNIS").set_index("p")
     assert d.loc[10, "R5_mean"] == pytest.approx(0.2) and d.loc[10, "val_mean"] == pytest.approx(0.9)
     assert d.loc[20, "R5_mean"] == pytest.approx(0.3)
 
@@ -225,7 +225,7 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     for f in ("index.md", "index.html", "selection.csv"):
         assert (out / f).stat().st_size > 0
     md = (out / "tables" / "results_eurlex-4k_A.md").read_text()
-    # poxm seeds 0, 1 at p=20 (SNIS-selected): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
+    # poxm seeds 0, 1 at p=20 (IS-selected; IS = SNIS + 0.1 here): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
     assert "50.50 ± 0.71 [50.00, 51.00] (n=2/3)" in md and "52.38" in md
     tex = (out / "tables" / "results_eurlex-4k_A.tex").read_text()
     assert r"\textbf{50.50 $\pm$ 0.71 [50.00, 51.00] (n=2/3)}" in tex
@@ -291,7 +291,8 @@ def test_spearman_hand_computed_monotone_reversed_and_too_few_points():
     assert b["n"].tolist() == [2, 2] and b["rho"].isna().all()  # 2 points: NaN (pooled and poxm)
     assert set(d["scope"]) == {"pooled", "poxm"}
     t = spearman_table("d", d, "SNIS")
-    assert t.columns == ["Grid points", "points", "IS", "SNIS (selection)", "DR", "PIS"]
+    assert t.columns == ["Grid points", "points", "IS", "SNIS (selection, paper's)", "DR", "PIS"]
+    assert spearman_table("d", d).columns[2:4] == ["IS (selection)", "SNIS (paper's)"]   # IS: the default
     row = t.rows[0]
     assert row[:2] == ["all grid methods, seed 0", "4"] and row[2:5] == ["-1.00", "+1.00", "+0.80"] and row[5] == "—"
     assert t.sections[0] == "variant A"
@@ -374,7 +375,9 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
                                 "training: {epochs: 2, protocol: paper+init=logging}\n" + CONFIG_DATASETS)
     out = build_report(run)
     sel = pd.read_csv(out / "selection.csv")
-    assert set(sel["selection"]) == {"pis", "oracle"} and set(sel["criterion"]) == {"PIS"}
+    assert set(sel["selection"]) == {"pis", "snis", "oracle"}        # SNIS, the paper's, beside the run's PIS
+    assert set(sel[sel["selection"] != "snis"]["criterion"]) == {"PIS"}
+    assert set(sel[(sel["selection"] == "snis") & (sel["method"] == "poxm")]["p"]) == {20}
     honest = sel[(sel["selection"] == "pis") & (sel["method"] == "poxm")]
     assert set(honest["p"]) == {10}  # the PIS argmax, not SNIS's p = 20
     assert (honest["val_criterion"] == -honest["val_SNIS"]).all()
@@ -382,6 +385,8 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
     assert "protocol: **paper+init=logging**" in index and "Selection criterion: **PIS**" in index
     md = (out / "tables" / "results_eurlex-4k_B.md").read_text()
     assert "(protocol: paper+init=logging)" in md.splitlines()[0] and "validation-log PIS" in md
+    assert "(p, λ) by PIS" in md.splitlines()[0]
+    assert "(p, λ) by SNIS (the paper's criterion)" in (out / "tables" / "results_snis_eurlex-4k_B.md").read_text()
     assert "protocol" in pd.read_csv(out / "tables" / "results_eurlex-4k_B.csv").columns
     for d in ("eurlex-4k", "toy"):
         for ext in ("csv", "md", "tex"):
@@ -408,10 +413,10 @@ def test_build_report_no_sharpness_figure_without_two_beta0_variants(tmp_path):
     out = build_report(run)
     assert not list((out / "figures").glob("sharpness_*"))
     index = (out / "index.md").read_text()
-    assert "Selection criterion: **SNIS**" in index and "protocol: not recorded" in index
+    assert "Selection criterion: **IS**" in index and "protocol: not recorded" in index   # IS: the default
     sel = pd.read_csv(out / "selection.csv")
-    assert set(sel["selection"]) == {"snis", "oracle"}
-    assert set(sel[(sel["selection"] == "snis") & (sel["method"] == "poxm")]["p"]) == {20}
+    assert set(sel["selection"]) == {"is", "snis", "oracle"}
+    assert set(sel[(sel["selection"] == "is") & (sel["method"] == "poxm")]["p"]) == {20}
 
 
 def test_bad_selection_criterion_in_config_is_an_input_error(tmp_path):

@@ -1,4 +1,5 @@
-"""SNIS selection and the oracle on hand-built result rows (DESIGN.md section 7)."""
+"""Selection (SNIS, the paper's criterion, on most rows here; IS is the default) and the oracle on
+hand-built result rows (DESIGN.md section 7)."""
 from __future__ import annotations
 
 import math
@@ -8,10 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestration.selection import SELECTION_COLUMNS, select, selected_rows
+from orchestration.selection import SELECTION_COLUMNS, select as select_by, selected_rows
 from poxm_core.results import make_row, to_frame
 
 GRID = [(10, 0.7), (20, 0.8), (50, 0.9), (100, 1.0)]
+
+
+def select(rows, criterion="SNIS"):
+    """Selection by SNIS, the criterion these rows carry (the default, IS: test_default_criterion_is_is)."""
+    return select_by(rows, criterion)
 
 
 def _point(method, p, lam, seed, snis, r5, final=True, dataset="d", variant="A"):
@@ -146,15 +152,30 @@ def test_non_default_criterion_picks_its_own_argmax_and_labels_it():
     assert r["val_criterion"] == pytest.approx(0.4) and r["val_SNIS"] == pytest.approx(0.7)
     got = selected_rows(rows, sel, "pis")
     assert set(zip(got[got["method"] == "poxm"]["p"], got[got["method"] == "poxm"]["lam"])) == {(50, 0.9)}
-    assert _pick(select(rows), which="snis") == (20, 0.8)  # the default is unchanged
-    assert _pick(select(rows, "SNIS"), which="snis") == _pick(select(rows), which="snis")
+    assert _pick(select(rows, "SNIS"), which="snis") == (20, 0.8)  # SNIS's choice is unchanged
 
 
-def test_default_selection_keeps_snis_label_and_columns():
+def test_snis_selection_keeps_snis_label_and_columns():
     sel = select(_rows())
     assert set(sel["selection"]) == {"snis", "oracle"} and set(sel["criterion"]) == {"SNIS"}
     r = sel[(sel["method"] == "poxm") & (sel["selection"] == "snis")].iloc[0]
     assert r["val_criterion"] == r["val_SNIS"] == pytest.approx(0.9)
+
+
+def test_default_criterion_is_is_and_val_snis_stays_the_papers():
+    from orchestration.selection import DEFAULT_CRITERION, PAPER_CRITERION
+    assert (DEFAULT_CRITERION, PAPER_CRITERION) == ("IS", "SNIS")
+    rows = _rows()   # SNIS argmax (20, 0.8)
+    is_rows = [make_row(split="val", metric="IS", value=v, dataset="d", variant="A", method="poxm", p=p, lam=lam,
+                        seed=0, epoch=3, final=True) for (p, lam), v in zip(GRID, (0.3, 0.1, 0.2, 0.5))]
+    rows = pd.concat([rows, to_frame(is_rows)], ignore_index=True)
+    sel = select_by(rows)
+    assert set(sel["selection"]) == {"is", "oracle"} and set(sel["criterion"]) == {"IS"}
+    assert _pick(sel, which="is") == (100, 1.0)   # the IS argmax 0.5, not SNIS's (20, 0.8)
+    r = sel[(sel["method"] == "poxm") & (sel["selection"] == "is")].iloc[0]
+    assert r["val_criterion"] == pytest.approx(0.5) and r["val_SNIS"] == pytest.approx(0.6)
+    got = selected_rows(rows, sel)    # the default label is the default criterion's
+    assert set(zip(got[got["method"] == "poxm"]["p"], got[got["method"] == "poxm"]["lam"])) == {(100, 1.0)}
 
 
 def test_criterion_without_rows_warns_and_bad_criteria_are_rejected():

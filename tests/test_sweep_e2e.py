@@ -137,16 +137,16 @@ def test_sweep_layout_mlflow_and_selection(reference):
             assert [h.value for h in hist] == pytest.approx(per_epoch.sort_values("epoch")["value"].tolist(), rel=1e-12)
             assert {"train/loss", "val/IS", "val/sIS", "val/ESS", "val/SNIS"} <= set(m)
 
-    # selection: argmax of the final validation SNIS over (p, lam), computed here from the rows
-    snis = fin[(fin.method == "poxm") & (fin.split == "val") & (fin.metric == "SNIS")]
+    # selection: argmax of the final validation IS (the default criterion) over (p, lam), computed here from the rows
+    crit = fin[(fin.method == "poxm") & (fin.split == "val") & (fin.metric == "IS")]
     sel = pd.read_csv(rd / "results" / "selection.csv")
-    for v, grp in snis.groupby("variant"):
+    for v, grp in crit.groupby("variant"):
         best = grp.loc[grp["value"].idxmax()]
-        chosen = sel[(sel.variant == v) & (sel.method == "poxm") & (sel.selection == "snis")]
+        chosen = sel[(sel.variant == v) & (sel.method == "poxm") & (sel.selection == "is")]
         assert len(chosen) == 1
         assert (int(chosen.p.iloc[0]), float(chosen.lam.iloc[0])) == (int(best.p), pytest.approx(float(best.lam)))
-        tagged = [r for r in points if r.data.tags["variant"] == v and "snis" in r.data.tags.get("poxm.selected", "")
-                  and r.data.tags["method"] == "poxm"]
+        tagged = [r for r in points if r.data.tags["variant"] == v
+                  and "is" in r.data.tags.get("poxm.selected", "").split(",") and r.data.tags["method"] == "poxm"]
         assert [(int(r.data.tags["p"]), float(r.data.tags["lam"])) for r in tagged] == [(int(best.p), pytest.approx(float(best.lam)))]
     arts = {a.path for a in c.list_artifacts(parent)}
     assert {"report", "results", "sweep"} <= arts
@@ -154,6 +154,11 @@ def test_sweep_layout_mlflow_and_selection(reference):
     assert pr.params["training.epochs"] == "2" and pr.params["datasets.0.variants.1.T"] == "4.0"
     assert pr.params["methods.poxm.p"] == "[5, 10]" and "runs_dir" not in pr.params
     assert "finished_at" not in pr.metrics and "sweep/wall_s" in pr.metrics
+    # the claims, under IS and the paper's SNIS: one seed, so a difference and an undecided verdict, no interval
+    for crit in ("IS", "SNIS"):
+        for v in ("A", "B"):
+            key = f"claims/{crit}/synthetic/poxm_vs_logging/{v}"
+            assert f"{key}/diff" in pr.metrics and pr.metrics[f"{key}/verdict"] == 0 and f"{key}/lo" not in pr.metrics
     assert "tiny-e2e" in pr.tags["mlflow.note.content"]
     for k in ("mlflow.user", "mlflow.source.name"):
         assert pr.tags[k] and points[0].data.tags[k], k

@@ -178,9 +178,11 @@ def test_close_points_leaves_nothing_running(store):
     runs = tracking.SweepRuns(uri, exp, parent, ids)
     counts = tracking.close_points(runs, {keys[1]: "FAILED"})
     assert counts == {"FINISHED": 1, "FAILED": 1, "KILLED": 1}
-    tracking.finish_parent(runs, ok=False, metrics={"wall_s": 3.0, "bad": math.nan}, artifacts=[])
+    claims = {f"claims/IS/d/poxm_vs_logging/T0.25/{i}/diff": float(i) for i in range(1200)}   # > 1000: two batches
+    tracking.finish_parent(runs, ok=False, metrics={"wall_s": 3.0, "bad": math.nan, **claims}, artifacts=[])
     st = {r.info.run_id: r.info.status for r in c.search_runs([exp])}
     assert st[parent] == "FAILED" and "RUNNING" not in st.values() and "SCHEDULED" not in st.values()
+    assert len(c.get_run(parent).data.metrics) == 1201 and "bad" not in c.get_run(parent).data.metrics
 
 
 @pytest.mark.slow

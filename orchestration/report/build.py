@@ -7,7 +7,9 @@ Reads (layout written by orchestration):
                         selection.criterion, training.protocol), optional
   sweep.json            expected grid: list of {dataset, variant, method, p, lam, seed}, optional
 Writes run_dir/report/ atomically (built in a temporary sibling, then swapped in):
-  tables/*.{csv,md,tex}, figures/*.{png,pdf}, selection.csv, index.md, index.html
+  tables/*.{csv,md,tex} (claims first), figures/*.{png,pdf}, selection.csv, index.md, index.html
+The run's criterion (IS by default) selects; SNIS, the paper's criterion, is selected beside it, so its
+tables and claims are always there.
 """
 from __future__ import annotations
 
@@ -22,14 +24,16 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from orchestration.report import claims as C
 from orchestration.report import figures as F
 from orchestration.report import paper
 from orchestration.report import tables as T
 from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, expected_from_grid,
                                             expected_from_rows, seed_stats)
 from orchestration.report.index import render_html, render_markdown
-from orchestration.selection import (DEFAULT_CRITERION, POINT, check_criterion, check_rows, select,
-                                     selected_rows, selection_label, val_criteria)
+from orchestration.report.stability import stability, stability_table
+from orchestration.selection import (DEFAULT_CRITERION, ORACLE, PAPER_CRITERION, POINT, check_criterion,
+                                     check_rows, select, selected_rows, selection_label, val_criteria)
 from poxm_core.atomic import publish
 from poxm_core.errors import PoxmInputError
 from poxm_core.results import COLUMNS
@@ -108,7 +112,7 @@ def _variant_params(config: dict) -> dict[tuple[str, str], dict]:
 
 def selection_criterion(config: dict) -> str:
     """config['selection']['criterion'] when present (read defensively: an old run's config has no
-    such key), else 'SNIS'. A value that cannot be a criterion is an input error."""
+    such key), else the default, 'IS'. A value that cannot be a criterion is an input error."""
     sel = config.get("selection") if isinstance(config, dict) else None
     crit = sel.get("criterion") if isinstance(sel, dict) else None
     if crit is None or (isinstance(crit, str) and not crit.strip()):
@@ -234,6 +238,14 @@ def _write_report(run_dir: Path, out: Path) -> None:
     stats = seed_stats(chosen_test)
     params = _variant_params(config)
     criteria = val_criteria(rows)
+    # the paper's criterion beside the run's: its choices, tables and claims stay in every report
+    paper_sel = None
+    if criterion != PAPER_CRITERION and PAPER_CRITERION in criteria:
+        paper_sel = select(rows, PAPER_CRITERION)
+        paper_stats = seed_stats(selected_rows(rows, paper_sel, selection_label(PAPER_CRITERION)))
+    shown = [criterion] + ([PAPER_CRITERION] if paper_sel is not None else [])
+    claim_frames = [f for f in (C.claims(rows, s, c) for c, s in zip(shown, [selection, paper_sel])) if len(f)]
+    claim_frame = pd.concat(claim_frames, ignore_index=True) if claim_frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
     conf_ds = [str(d.get("name")) for d in config.get("datasets", []) or [] if isinstance(d, dict)]
     datasets = _ordered(list(expected["dataset"]) + list(rows["dataset"]) + list(prepare["dataset"]), conf_ds)
     dv = sorted(set(zip(expected["dataset"], expected["variant"])) | set(zip(rows["dataset"], rows["variant"])))
@@ -242,14 +254,18 @@ def _write_report(run_dir: Path, out: Path) -> None:
     tdir.mkdir(parents=True)
     fdir.mkdir(parents=True)
     sel_path = out / "selection.csv"
-    T.atomic_write_text(sel_path, selection.to_csv(index=False))
+    all_sel = selection if paper_sel is None else pd.concat(
+        [selection, paper_sel[paper_sel["selection"] != ORACLE]], ignore_index=True)
+    T.atomic_write_text(sel_path, all_sel.to_csv(index=False))
 
     name = str(config.get("name", run_dir.name))
     header = (f"Run directory `{run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
               f"Selection criterion: **{criterion}** (validation log); "
               + (f"protocol: **{protocol}**. " if protocol else "protocol: not recorded in config.yaml. ")
               + f"Regenerate with `poxm report {_shown(run_dir)}`.")
-    blocks: list[tuple] = [("h1", f"poxm report — {name}"), ("p", header)]
+    blocks: list[tuple] = [("h1", f"poxm report — {name}")]
+    blocks += _claims_blocks(claim_frame, shown, tdir, out, protocol)
+    blocks.append(("p", header))
     if criteria and criterion not in criteria and (rows["final"] & (rows["split"] == "val")).any():
         blocks.append(("p", f"**The selection criterion {criterion} has no validation rows** (present: "
                             f"{', '.join(criteria)}): methods with several grid points are not selected."))
@@ -282,6 +298,10 @@ def _write_report(run_dir: Path, out: Path) -> None:
                       T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion),
                       T.selection_table(d, v, selection, expected, criterion=criterion)):
                 blocks += table(t)
+            if paper_sel is not None:
+                blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
+                for t in _paper_tables(d, v, paper_stats, paper_sel, expected, show_paper):
+                    blocks += table(t)
             blocks += figure(F.estimator_figure(rows, d, v, fdir))
         sp = T.spearman_data(rows, d)
         if len(sp):
@@ -295,11 +315,42 @@ def _write_report(run_dir: Path, out: Path) -> None:
     blocks += [("h2", "Selection"),
                ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
                      f"validation log (selection='{label}'; criterion from config.yaml `selection.criterion`, "
-                     "default SNIS; ties → smaller p, then smaller λ), and apart, the oracle "
-                     "choice by test R@5 (selection='oracle', uses test labels, never used by the tables)."),
+                     "default IS; ties → smaller p, then smaller λ)"
+                     + (f"; beside it the paper's criterion {PAPER_CRITERION} (selection="
+                        f"'{selection_label(PAPER_CRITERION)}')" if paper_sel is not None else "")
+                     + ", and apart, the oracle choice by test R@5 (selection='oracle', uses test labels, "
+                       "never used by the tables)."),
                ("links", [("selection.csv", "selection.csv")])]
+    blocks += table(stability_table([stability(s, c) for c, s in zip(shown, [selection, paper_sel])], shown))
     T.atomic_write_text(out / "index.md", render_markdown(blocks))
     T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
+
+
+def _claims_blocks(frame: pd.DataFrame, criteria: list[str], tdir: Path, out: Path,
+                   protocol: str | None) -> list[tuple]:
+    """The report's opening: a sentence, then the claims table (tables/claims.{csv,md,tex})."""
+    names = " and ".join(C.criterion_name(c) for c in criteria)
+    if frame.empty:
+        return [("p", "Claims: none can be checked here (no claim has both of its methods, or both "
+                      "variants A and C, in this run's results).")]
+    t = _stamp_table(C.claims_table(frame, criteria), protocol)
+    paths = T.write_table(t, tdir)
+    return [("p", f"What this benchmark says about each claim of the paper (and DR-POXM, ours), per dataset and "
+                  f"variant: the mean paired difference over seeds at the selected heads, its 95 % bootstrap "
+                  f"interval and a verdict, under {names}."),
+            ("table", t), ("links", [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()])]
+
+
+def _paper_tables(d: str, v: str, stats: pd.DataFrame, paper_sel: pd.DataFrame, expected: pd.DataFrame,
+                  show_paper: bool) -> list[T.Table]:
+    """The results, greedy and selection tables of (d, v) under SNIS, named *_snis_<d>_<v>."""
+    out = [T.metric_table("results", d, v, stats, expected, paper_sel, show_paper, criterion=PAPER_CRITERION),
+           T.metric_table("greedy", d, v, stats, expected, paper_sel, criterion=PAPER_CRITERION),
+           T.selection_table(d, v, paper_sel, expected, criterion=PAPER_CRITERION)]
+    for t in out:
+        kind, rest = t.name.split("_", 1)
+        t.name = f"{kind}_{selection_label(PAPER_CRITERION)}_{rest}"
+    return out
 
 
 def build_report(run_dir: str | os.PathLike) -> Path:

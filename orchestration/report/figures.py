@@ -4,7 +4,7 @@
                         variant; right (its own axis: a different denominator), the logging policy's
                         expected R@5 per variant
   robustness_<d>        paper Fig. 2: the logging policy's expected R@5 per variant; POXM test R@5 per p;
-                        the validation criterion (SNIS by default) per p that selection used; the
+                        the validation criterion (IS by default) per p that selection used; the
                         selected p is starred
   estimators_<d>_<v>    beyond the paper (accuracy_figure.py): every validation estimator vs the true
                         deployed value, bias, spread and RMSE as p varies
@@ -105,7 +105,7 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
 def per_p_data(rows: pd.DataFrame, dataset: str, method: str = "poxm",
                criterion: str = DEFAULT_CRITERION) -> pd.DataFrame:
     """Per (variant, p): test R@5 and the validation criterion (mean, sd, n over seeds), where for
-    each (variant, seed, p) lambda is the one the validation criterion (SNIS by default) picks among
+    each (variant, seed, p) lambda is the one the validation criterion (IS by default) picks among
     that p's lambdas (ties -> smaller lambda). Test values never choose lambda.
 
     Columns: variant, p, R5_mean, R5_sd, R5_n, val_mean, val_sd, val_n (val_*: the criterion).

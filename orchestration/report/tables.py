@@ -3,7 +3,8 @@
   results_<d>_<v>    stochastic metrics R@k, nDCR@k, PSR@k (k = 3, 5) like the paper's Table 2,
                      with the paper's numbers as a second block where the logging policy matches
   greedy_<d>_<v>     greedy top-k metrics P@k, nDCG@k, PSP@k (k = 1, 3, 5)
-  selection_<d>_<v>  criterion-selected (SNIS by default) vs oracle (p, lambda) and the test R@5 each gives
+  selection_<d>_<v>  criterion-selected (IS by default) vs oracle (p, lambda) and the test R@5 each gives
+  *_snis_<d>_<v>     the same three under SNIS, the paper's criterion, when the run's criterion is another
   spearman_<d>       per variant and seed, Spearman rank correlation of every validation criterion
                      with test R@5 across the (p, lambda) grid points (pooled over grid methods, and
                      per method)
@@ -29,8 +30,8 @@ from orchestration.report import paper
 from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
 from orchestration.report.table_format import (DAGGER, Table, atomic_write_text, tex_escape, to_latex,  # noqa: F401
                                                to_markdown, write_table)
-from orchestration.selection import (DEFAULT_CRITERION, ORACLE_METRIC, POINT, SELECT_SPLIT, is_criterion,
-                                     order_criteria, selection_label)
+from orchestration.selection import (DEFAULT_CRITERION, ORACLE_METRIC, PAPER_CRITERION, POINT, SELECT_SPLIT,
+                                     is_criterion, order_criteria, selection_label)
 
 METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "skyline", "skyline_e2e"]
 METHOD_NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet",
@@ -43,6 +44,11 @@ GREEDY = ["P@1", "P@3", "P@5", "nDCG@1", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "
 # A deterministic top-k slate has R@k = P@k, nDCR@k = nDCG@k, PSR@k = PSP@k.
 GREEDY_TWIN = {"R@": "P@", "nDCR@": "nDCG@", "PSR@": "PSP@"}
 NOT_TRAINED = ("logging",)   # the policy that produced the log: a reference row, never bold
+
+
+def criterion_title(criterion: str) -> str:
+    """'IS', or 'SNIS (the paper's criterion)': how tables name the criterion that chose (p, λ)."""
+    return f"{criterion} (the paper's criterion)" if criterion == PAPER_CRITERION else criterion
 
 
 def method_list(present: list[str]) -> list[str]:
@@ -143,7 +149,8 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
     if twinned:
         notes.append(f"{DAGGER} greedy policy without stochastic rows: its P@k, nDCG@k, PSP@k are shown, which "
                      "equal R@k, nDCR@k, PSR@k for a deterministic slate.")
-    return Table(name=f"{kind}_{dataset}_{variant}", title=f"{title_kind} — {dataset}, variant {variant}",
+    return Table(name=f"{kind}_{dataset}_{variant}",
+                 title=f"{title_kind} — {dataset}, variant {variant}; (p, λ) by {criterion_title(criterion)}",
                  columns=columns, rows=rows, bold=bold, italic_rows=italic, sections=sections,
                  notes=notes, frame=pd.DataFrame(recs))
 
@@ -188,7 +195,7 @@ def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
     if not rows:
         notes.append("No method with more than one finished grid point here.")
     return Table(name=f"selection_{dataset}_{variant}",
-                 title=f"Selection of (p, λ): {c} vs oracle — {dataset}, variant {variant}",
+                 title=f"Selection of (p, λ): {criterion_title(c)} vs oracle — {dataset}, variant {variant}",
                  columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
 
 
@@ -260,7 +267,9 @@ def spearman_table(dataset: str, data: pd.DataFrame, criterion: str = DEFAULT_CR
     The CSV holds every (variant, seed, scope, criterion) value (`spearman_data`), per seed."""
     d = data[data["dataset"] == dataset] if len(data) else data
     criteria = order_criteria(d["criterion"].unique()) if len(d) else []
-    columns = ["Grid points", "points"] + [c + (" (selection)" if c == criterion else "") for c in criteria]
+    marks = {c: [w for w, on in (("selection", c == criterion), ("paper's", c == PAPER_CRITERION)) if on]
+             for c in criteria}
+    columns = ["Grid points", "points"] + [c + (f" ({', '.join(marks[c])})" if marks[c] else "") for c in criteria]
     rows: list[list[str]] = []
     sections: dict[int, str] = {}
     for v in sorted(d["variant"].unique()) if len(d) else []:
@@ -301,7 +310,8 @@ def spearman_table(dataset: str, data: pd.DataFrame, criterion: str = DEFAULT_CR
         notes.append("No method with a (p, λ) grid and both validation estimates and test R@5 here.")
     frame = d.assign(rho=d["rho"].astype(float)) if len(d) else pd.DataFrame(columns=SPEARMAN_COLUMNS)
     return Table(name=f"spearman_{dataset}",
-                 title=f"Rank correlation of each selection criterion with test R@5 across the grid — {dataset}",
+                 title=f"Rank correlation of each selection criterion with test R@5 across the grid — {dataset} "
+                       f"(selection: {criterion_title(criterion)})",
                  columns=columns, rows=rows, sections=sections, notes=notes, frame=frame)
 
 

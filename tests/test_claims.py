@@ -1,0 +1,171 @@
+"""The claims table (paired differences over seeds, bootstrap interval, verdict) and selection
+stability, on hand-built rows and selection frames."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestration.report import claims as C
+from orchestration.report.stability import stability, stability_table
+from orchestration.selection import select
+from poxm_core.results import make_row, to_frame
+
+
+def _point(method, seed, r5, p=None, lam=None, variant="A", val=None, psr5=None, dataset="d"):
+    kw = dict(dataset=dataset, variant=variant, method=method, p=p, lam=lam, seed=seed, epoch=2, final=True)
+    out = [make_row(split="test", metric="R@5", value=r5, **kw)]
+    if psr5 is not None:
+        out.append(make_row(split="test", metric="PSR@5", value=psr5, **kw))
+    for crit, v in (val or {}).items():
+        out.append(make_row(split="val", metric=crit, value=v, **kw))
+    return out
+
+
+def _rows(poxm_r5=(0.30, 0.25, 0.40), logging_r5=(0.20, 0.20, 0.20), variant="A", p_best=20):
+    """Per seed: logging (one point), POXM with two heads. IS prefers p = `p_best` (R@5 `poxm_r5`), SNIS
+    the other head (R@5 0.5 higher: only the criterion's choice may count)."""
+    rows = []
+    other = 10 if p_best != 10 else 50
+    for s, (a, b) in enumerate(zip(poxm_r5, logging_r5)):
+        rows += _point("logging", s, b, variant=variant)
+        rows += _point("poxm", s, a, p=p_best, lam=0.9, variant=variant, val={"IS": 2.0, "SNIS": 1.0})
+        rows += _point("poxm", s, a + 0.5, p=other, lam=0.9, variant=variant, val={"IS": 1.0, "SNIS": 2.0})
+    return to_frame(rows)
+
+
+def _claims(rows, criterion="IS"):
+    return C.claims(rows, select(rows, criterion), criterion)
+
+
+def test_paired_difference_hand_computed_and_bootstrap_matches_numpy():
+    f = _claims(_rows())
+    assert list(f.columns) == C.CLAIM_COLUMNS
+    assert f["claim"].tolist() == ["poxm_vs_logging"]     # no DM, BanditNet, ...: those rows are omitted
+    r = f.iloc[0]
+    d = np.array([10.0, 5.0, 20.0])                       # (0.30, 0.25, 0.40) - 0.20, x100, at IS's p = 20
+    assert r["diff"] == pytest.approx(35.0 / 3) and r["n"] == 3 and r["seeds"] == "0 1 2"
+    idx = np.random.default_rng(0).integers(0, 3, size=(10_000, 3))   # independent: same RNG, same B
+    lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975])
+    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((lo, hi))
+    # with 3 seeds each extreme resample has probability 1/27 > 2.5 %: the interval is the range
+    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((5.0, 20.0))
+    assert r["verdict"] == "holds" and r["criterion"] == "IS" and not r["paper_criterion"]
+    s = _claims(_rows(), "SNIS").iloc[0]                  # SNIS chose the other head: +50 everywhere
+    assert s["diff"] == pytest.approx(35.0 / 3 + 50) and s["paper_criterion"]
+
+
+@pytest.mark.parametrize("poxm, verdict", [((0.10, 0.15, 0.12), "fails"),     # every seed below logging
+                                           ((0.30, 0.15, 0.25), "undecided"),  # one seed below
+                                           ((0.21, 0.22, 0.23), "holds")])
+def test_verdict_from_the_interval(poxm, verdict):
+    assert _claims(_rows(poxm_r5=poxm)).iloc[0]["verdict"] == verdict
+
+
+def test_verdict_rules_and_one_seed():
+    assert C.verdict(0.1, 2.0) == "holds" and C.verdict(-2.0, -0.1) == "fails"
+    assert C.verdict(-1.0, 1.0) == "undecided" and C.verdict(0.0, 1.0) == "undecided"   # touches 0
+    assert C.verdict(math.nan, math.nan) == "undecided"
+    one = C.paired([3.0])
+    assert one["diff"] == 3.0 and one["n"] == 1 and math.isnan(one["ci_lo"]) and one["verdict"] == "undecided"
+    f = _claims(_rows(poxm_r5=(0.30,), logging_r5=(0.20,)))
+    assert f.iloc[0]["n"] == 1 and f.iloc[0]["verdict"] == "undecided"
+    assert C.cell_text(f.iloc[0]) == "+10.00"
+
+
+def test_every_pair_its_metric_and_p_grows_from_a_to_c():
+    rows = []
+    for v, p in (("A", 10), ("C", 50)):
+        for s in (0, 1):
+            rows += _point("logging", s, 0.1, variant=v)
+            rows += _point("dm", s, 0.3, variant=v)
+            rows += _point("poxm", s, 0.2 + 0.01 * s, p=p, lam=0.9, variant=v, val={"IS": 1.0}, psr5=0.5)
+            rows += _point("poxm", s, 0.9, p=20, lam=0.9, variant=v, val={"IS": 0.5}, psr5=0.9)
+            rows += _point("wpoxm", s, 0.1, p=p, lam=0.9, variant=v, val={"IS": 1.0}, psr5=0.6 + 0.02 * s)
+            rows += _point("wpoxm", s, 0.1, p=20, lam=0.9, variant=v, val={"IS": 0.5}, psr5=0.0)
+    f = _claims(to_frame(rows)).set_index(["claim", "variant"])
+    assert set(f.index) == {(k, v) for k in ("poxm_vs_logging", "poxm_vs_dm", "wpoxm_vs_poxm") for v in "AC"} | {
+        ("p_grows", "A→C")}
+    assert f.loc[("poxm_vs_dm", "A"), "diff"] == pytest.approx(-9.5)           # (-10, -9) x100
+    w = f.loc[("wpoxm_vs_poxm", "C")]
+    assert w["metric"] == "PSR@5" and w["diff"] == pytest.approx(11.0)          # (0.6 - 0.5, 0.62 - 0.5)
+    p = f.loc[("p_grows", "A→C")]
+    assert p["metric"] == "p" and p["diff"] == pytest.approx(40.0) and p["n"] == 2
+    assert (p["ci_lo"], p["ci_hi"]) == (40.0, 40.0) and p["verdict"] == "holds"
+    only_a = to_frame([r for r in rows if r["variant"] == "A"])
+    assert "p_grows" not in set(_claims(only_a)["claim"])                      # needs both A and C
+
+
+def test_table_summary_and_mlflow_names():
+    f = pd.concat([_claims(_rows()), _claims(_rows(), "SNIS")], ignore_index=True)
+    t = C.claims_table(f, ["IS", "SNIS"])
+    assert t.name == "claims" and t.columns[3:7] == ["IS: Δ [95 % CI]", "IS: verdict",
+                                                       "SNIS (paper's): Δ [95 % CI]", "SNIS (paper's): verdict"]
+    assert t.rows[0][:5] == ["POXM > logging policy", "A", "R@5 ×100", "+11.67 [+5.00, +20.00]", "holds"]
+    text = C.summary_text(f, ["IS", "SNIS"])
+    assert "under IS" in text and "+11.67 H/H" in text
+    m = C.mlflow_metrics(f)
+    assert m["claims/IS/d/poxm_vs_logging/A/diff"] == pytest.approx(35.0 / 3)
+    assert m["claims/SNIS/d/poxm_vs_logging/A/verdict"] == 1.0
+    assert not any(ch in k for k in m for ch in "@=")
+
+
+def _sel(choices, method="poxm", label="is", n_points=4):
+    return pd.DataFrame([{"dataset": "d", "variant": "A", "method": method, "seed": s, "selection": label,
+                          "p": p, "lam": lam, "n_points": n_points} for s, (p, lam) in enumerate(choices)])
+
+
+def test_stability_modal_point_share_and_ties():
+    sel = pd.concat([_sel([(20, 0.9), (10, 0.8), (20, 0.9), (20, 0.9)]),
+                     _sel([(50, 0.9), (10, 0.9)], method="wpoxm"),               # a tie: smaller p wins
+                     _sel([(-1, 0.9), (-1, 0.9), (-1, math.nan)], method="banditnet"),
+                     _sel([(-1, math.nan)], method="logging", n_points=1),       # no grid: not shown
+                     _sel([(10, 0.8)] * 4, label="oracle")], ignore_index=True)
+    st = stability(sel, "IS").set_index("method")
+    assert st.loc["poxm", ["p", "lam", "n_modal", "n_seeds", "n_distinct"]].tolist() == [20, 0.9, 3, 4, 2]
+    assert st.loc["poxm", "share"] == pytest.approx(0.75)
+    assert st.loc["wpoxm", ["p", "lam", "share"]].tolist() == [10, 0.9, 0.5]
+    assert st.loc["banditnet", "p"] == -1 and st.loc["banditnet", "n_modal"] == 2
+    assert "logging" not in st.index
+    t = stability_table([stability(sel, "IS")], ["IS"])
+    assert [r[2:] for r in t.rows] == [["BanditNet", "λ 0.9", "2/3 (2 points)"],
+                                       ["POXM", "p 20, λ 0.9", "3/4 (2 points)"],
+                                       ["wPOXM", "p 10, λ 0.9", "1/2 (2 points)"]]
+
+
+@pytest.mark.slow
+def test_report_opens_with_the_claims_table_under_is_and_snis(tmp_path):
+    from orchestration.report import build_report
+    from orchestration.report.claims import read_claims, summary_from_report
+    run = tmp_path / "run"
+    (run / "results").mkdir(parents=True)
+    _rows().to_csv(run / "results" / "rows.csv", index=False)
+    (run / "config.yaml").write_text("name: tiny\nseeds: [0, 1, 2]\n")      # no criterion: the default, IS
+    out = build_report(run)
+    index = (out / "index.md").read_text()
+    first_table = index.index("\n| ")
+    assert index.index("**Claims: what this benchmark says") < first_table < index.index("Selection criterion: **IS**")
+    assert index[first_table:].split("\n")[1].startswith("| Claim | Variant | Metric | IS: Δ")
+    f = read_claims(out)
+    assert set(f["criterion"]) == {"IS", "SNIS"} and (out / "tables" / "claims.tex").is_file()
+    assert "+11.67 H/H" in summary_from_report(out)
+    for name in ("results_d_A", "results_snis_d_A", "selection_snis_d_A", "selection_stability"):
+        assert (out / "tables" / f"{name}.csv").is_file()      # SNIS's tables stay beside IS's
+    sel = pd.read_csv(out / "selection.csv")
+    assert set(sel["selection"]) == {"is", "snis", "oracle"}
+    assert "**Selection stability across seeds" in index.split("## Selection")[1]
+
+
+def test_cli_prints_the_claims_of_a_built_report(tmp_path, capsys):
+    from orchestration.cli import _print_claims
+    f = pd.concat([_claims(_rows()), _claims(_rows(), "SNIS")], ignore_index=True)
+    (tmp_path / "tables").mkdir()
+    f.to_csv(tmp_path / "tables" / "claims.csv", index=False)
+    _print_claims(tmp_path)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("claims: ") and "verdicts IS/SNIS" in out[1]
+    assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 H/H")
+    _print_claims(tmp_path / "nothing-here")          # a report without claims: nothing printed
+    assert capsys.readouterr().out == ""
