@@ -177,6 +177,23 @@ def choices(rows: pd.DataFrame, criteria) -> pd.DataFrame:
     return pd.DataFrame(recs)
 
 
+def paired(ch: pd.DataFrame, base: str, base_value: str = "V_sel") -> pd.DataFrame:
+    """Per criterion and regime != base: mean and standard error over (T, seed) of V_sel - base_value(base)
+    (base_value "V_sel_all": the base regime's choice retrained on all n), and the share of (T, seed) where
+    the regime's choice is truly better."""
+    v = ch.pivot_table(index=["T", "seed", "criterion"], columns="regime", values="V_sel")
+    b = ch.pivot_table(index=["T", "seed", "criterion"], columns="regime", values=base_value)[base]
+    out = {}
+    for r in v.columns:
+        if r == base:
+            continue
+        d = (v[r] - b).groupby(level="criterion")
+        out[(r, "diff")] = d.mean()
+        out[(r, "se")] = d.sem()
+        out[(r, "better")] = d.apply(lambda x: float((x > 0).mean()))
+    return pd.DataFrame(out)
+
+
 def summarise(ch: pd.DataFrame) -> pd.DataFrame:
     return (ch.groupby(["T", "regime", "criterion"], sort=False)
               .agg(regret=("regret", "mean"), V_sel=("V_sel", "mean"), V_sel_all=("V_sel_all", "mean"),
@@ -262,11 +279,19 @@ def main(argv=None) -> int:
         wide = g.pivot(index="criterion", columns="regime", values=["regret", "V_sel", "below_logging", "spearman"])
         print(wide.reindex(index=criteria).reindex(columns=regimes, level=1).round(3).to_string())
     pooled = ch.groupby(["regime", "criterion"], sort=False).agg(
-        regret=("regret", "mean"), V_sel=("V_sel", "mean"), V_sel_all=("V_sel_all", "mean"),
-        below=("below_logging", "sum"), runs=("below_logging", "size"), spearman=("spearman", "mean")).reset_index()
-    print("\nall temperatures (below = seed-regimes whose choice falls below V(rho), of runs):")
-    print(pooled.pivot(index="criterion", columns="regime", values=["regret", "V_sel", "below", "spearman"])
+        regret=("regret", "mean"), regret_se=("regret", "sem"), V_sel=("V_sel", "mean"),
+        V_sel_all=("V_sel_all", "mean"), below=("below_logging", "sum"), spearman=("spearman", "mean")).reset_index()
+    print(f"\nall temperatures, {ch.groupby(['T', 'seed']).ngroups} seed-regimes (below = how many chose a head "
+          f"below V(rho); V_sel_all = the chosen (p, lambda) retrained on all n):")
+    print(pooled.pivot(index="criterion", columns="regime",
+                       values=["regret", "regret_se", "V_sel", "V_sel_all", "below", "spearman"])
           .reindex(index=criteria).reindex(columns=regimes, level=1).round(3).to_string())
+    for col, what in (("V_sel", ""), ("V_sel_all", ", its choice retrained on all n")):
+        pd_ = paired(ch, regimes[0], col)
+        if not pd_.empty:
+            print(f"\npaired against {regimes[0]}{what} (same world and log): mean difference of the chosen head's "
+                  f"true value, its standard error, and the share of seed-regimes where it is higher")
+            print(pd_.reindex(index=criteria).round(3).to_string())
     if a.out:
         tmp = a.out.with_name(a.out.name + ".tmp")
         rows.to_csv(tmp, index=False)
