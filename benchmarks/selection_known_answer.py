@@ -25,7 +25,7 @@ the true value of the chosen head, the share of seeds where the chosen head fall
 policy V(rho), and the Spearman correlation of the criterion with V across the grid (for cross-fitting,
 with the all-n heads' V). No real data is involved: this is the independent check of a criterion.
 
-  python benchmarks/selection_known_answer.py                          # ~10-15 min on 2 CPU cores
+  python benchmarks/selection_known_answer.py --seeds 30 --device cuda --workers 16   # docs/protocol.md §6: 142 s
   python benchmarks/selection_known_answer.py --seeds 2 --temperatures 0.25 --folds --out /tmp/sel.csv
 """
 from __future__ import annotations
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lams", type=float, nargs="+", default=[0.7, 0.8, 0.9, 1.0])
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--n-eval", type=int, default=1000, help="fresh contexts for the true values")
+    ap.add_argument("--n-eval", type=int, default=2000, help="fresh contexts for the true values")
     ap.add_argument("--dr-features", type=int, default=8,
                     help="features the DR reward model sees (16 = well specified); -1 leaves DR out")
     ap.add_argument("--device", default="cpu", help="where the heads train: cpu (default) or cuda")
