@@ -87,13 +87,13 @@ def test_batched_heads_equal_heads_trained_one_by_one():
     bench = _bench()
     from known_answer import train_poxm
     w = make_world(temperature=0.5, seed=1)
-    log = simulate_log(w, sample_contexts(w, 80, seed=2), seed=3)
-    splits = [np.arange(80), fold_splits(80, 2, seed=0)[0][0]]
+    log = simulate_log(w, sample_contexts(w, 40, seed=2), seed=3)
+    splits = [np.arange(40), fold_splits(40, 2, seed=0)[0][0]]
     shifts = [0.3, 0.0]
-    heads = bench.train_poxm_grid(log, splits, 10, shifts, epochs=15, lr=0.1)
+    heads = bench.train_poxm_grid(log, splits, 10, shifts, epochs=6, lr=0.1)
     for s, rows in enumerate(splits):
         for k, shift in enumerate(shifts):
-            one = train_poxm(subset_log(log, rows), 10, shift, epochs=15, lr=0.1)
+            one = train_poxm(subset_log(log, rows), 10, shift, epochs=6, lr=0.1)
             np.testing.assert_allclose(heads[s][k].theta, one.theta, rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(heads[s][k].b, one.b, rtol=1e-9, atol=1e-12)
     assert not np.allclose(heads[0][0].theta, heads[0][1].theta)   # the shift matters
@@ -121,3 +121,22 @@ def test_benchmark_runs_end_to_end(tmp_path, capsys):
     cv = rows[rows["regime"] == "K=2"]
     assert np.allclose(cv["V"], cv["V_all"])                      # cross-fit: the retrained-on-all head counts
     assert not math.isnan(rows["DR"].iloc[0])
+
+
+def test_choices_and_paired_by_hand():
+    bench = _bench()
+    import pandas as pd
+    # one (T, seed), two regimes, two heads each; IS prefers head b in "10%" (V 0.5, best 0.7: regret 0.2)
+    # and head a in "K=5" (V 0.8 = the best: regret 0)
+    rows = pd.DataFrame({
+        "T": 1.0, "seed": 0, "regime": ["10%", "10%", "K=5", "K=5"], "p": [5, 10, 5, 10], "lam": 1.0,
+        "V": [0.7, 0.5, 0.8, 0.6], "V_all": [0.8, 0.6, 0.8, 0.6], "V_rho": 0.55, "IS": [0.1, 0.9, 0.9, 0.1]})
+    ch = bench.choices(rows, ["IS"]).set_index("regime")
+    assert ch.loc["10%", "regret"] == pytest.approx(0.2) and ch.loc["K=5", "regret"] == pytest.approx(0.0)
+    assert ch.loc["10%", "below_logging"] == 1.0 and ch.loc["K=5", "below_logging"] == 0.0
+    assert ch.loc["10%", "V_sel_all"] == pytest.approx(0.6)
+    assert ch.loc["10%", "spearman"] == pytest.approx(-1.0) and ch.loc["K=5", "spearman"] == pytest.approx(1.0)
+    p = bench.paired(ch.reset_index(), "10%")
+    assert p.loc["IS", ("K=5", "diff")] == pytest.approx(0.3) and p.loc["IS", ("K=5", "better")] == 1.0
+    p_all = bench.paired(ch.reset_index(), "10%", "V_sel_all")
+    assert p_all.loc["IS", ("K=5", "diff")] == pytest.approx(0.2)
