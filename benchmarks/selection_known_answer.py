@@ -26,6 +26,7 @@ policy V(rho), and the Spearman correlation of the criterion with V across the g
 with the all-n heads' V). No real data is involved: this is the independent check of a criterion.
 
   python benchmarks/selection_known_answer.py --seeds 30 --device cuda --workers 16   # docs/protocol.md §6: 142 s
+  python benchmarks/selection_known_answer.py --workers 2     # CPU: ~3 CPU-minutes per (T, seed), 18 pairs
   python benchmarks/selection_known_answer.py --seeds 2 --temperatures 0.25 --folds --out /tmp/sel.csv
 """
 from __future__ import annotations
