@@ -1,7 +1,7 @@
 """Logging policies, bandit-feedback simulation and the bandit log (DESIGN §4)."""
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import build_variant, frozen_gumbel, name_code, noise_key
-from poxm_core.bandit.simulate import label_membership, simulate_log, validation_split
+from poxm_core.bandit.simulate import fold_assignment, fold_splits, label_membership, simulate_log, validation_split
 
 __all__ = ["BanditLog", "build_variant", "frozen_gumbel", "name_code", "noise_key", "label_membership",
-           "simulate_log", "validation_split"]
+           "simulate_log", "validation_split", "fold_assignment", "fold_splits"]

@@ -48,7 +48,7 @@ from poxm_core.seeds import tagged_rng
 
 __all__ = ["KnownAnswerWorld", "KnownAnswerContexts", "KnownAnswerLog", "make_world", "sample_contexts",
            "simulate_log", "pl_slate_value", "greedy_slate_value", "optimal_value", "logging_value",
-           "phi_scores", "MAX_EXACT_SUPPORT"]
+           "phi_scores", "subset_log", "MAX_EXACT_SUPPORT"]
 
 MAX_EXACT_SUPPORT = 24   # the exact DP enumerates sets of < ell items out of the support
 
@@ -173,6 +173,16 @@ def simulate_log(world: KnownAnswerWorld, ctx: KnownAnswerContexts, seed: int) -
     rewards = (g.random((n, ell)) < probs_j).astype(np.float64)
     return KnownAnswerLog(ctx=ctx, actions=np.take_along_axis(ctx.cand, pos, 1), cand_pos=pos, q=q,
                           rho=np.exp(lr_j), rewards=rewards)
+
+
+def subset_log(log: KnownAnswerLog, rows) -> KnownAnswerLog:
+    """The log restricted to the instances `rows` (in that order): a validation slice or a fold."""
+    rows = np.asarray(rows, dtype=np.int64)
+    c = log.ctx
+    ctx = KnownAnswerContexts(X=c.X[rows], probs=c.probs[rows], cand=c.cand[rows], log_rho=c.log_rho[rows],
+                              cand_probs=c.cand_probs[rows])
+    return KnownAnswerLog(ctx=ctx, actions=log.actions[rows], cand_pos=log.cand_pos[rows], q=log.q[rows],
+                          rho=log.rho[rows], rewards=log.rewards[rows])
 
 
 def phi_scores(scores_all: np.ndarray, ctx: KnownAnswerContexts, p: int) -> np.ndarray:

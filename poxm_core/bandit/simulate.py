@@ -48,6 +48,28 @@ def validation_split(n_train: int, frac: float, seed: int) -> tuple[np.ndarray, 
     return np.sort(perm[n_val:]).astype(np.int64), np.sort(perm[:n_val]).astype(np.int64)
 
 
+def fold_assignment(n: int, k: int, seed: int) -> np.ndarray:
+    """Seeded fold of each of n rows, (n,) int64 in 0..k-1: a random permutation dealt round-robin, so
+    fold sizes differ by at most one. Cross-fitting: fold f's rows validate what the other folds trained."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"n: expected an int, got {type(n).__name__}")
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 2:
+        raise ValueError(f"k: expected an int >= 2 folds, got {k!r}")
+    if n < k:
+        raise ValueError(f"n must be >= k={k} so that every fold is non-empty, got {n}")
+    folds = np.empty(n, dtype=np.int64)
+    folds[tagged_rng(seed, "folds").permutation(n)] = np.arange(n, dtype=np.int64) % k
+    return folds
+
+
+def fold_splits(n: int, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """[(fit_rows, val_rows)] per fold of `fold_assignment`: val_rows = the fold, fit_rows = the rest
+    (sorted int64; the val_rows of the k splits partition 0..n-1)."""
+    folds = fold_assignment(n, k, seed)
+    return [(np.flatnonzero(folds != f).astype(np.int64), np.flatnonzero(folds == f).astype(np.int64))
+            for f in range(k)]
+
+
 def label_membership(Y: sp.csr_matrix, rows: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """1{labels[i, j] in Y*_{rows[i]}} as float32 (m, ell), from CSR without densifying Y."""
     L = Y.shape[1]

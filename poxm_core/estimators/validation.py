@@ -2,6 +2,7 @@
 'val' rows of a head (and so what MLflow and the report's estimator figure show).
 
     validation_estimates(logpi, q, r, aux) -> {label: Estimate}, in registry order
+    crossfit_values([per-fold {label: Estimate}]) -> {label: mean value over the folds}
 
 `logpi` maps a support ("policy": the head's test-time support S; "selector": Phi^p(x)) to the
 (n, ell) log conditionals log pi_A(y_ij | x_i, y_i,<j) of the logged actions; each estimator gets the
@@ -18,7 +19,7 @@ from poxm_core.estimators.base import Estimate
 from poxm_core.estimators.registry import ESTIMATORS
 from poxm_core.estimators.weights import importance_weights
 
-__all__ = ["validation_estimates", "reported_labels"]
+__all__ = ["validation_estimates", "reported_labels", "crossfit_values"]
 
 
 def reported_labels() -> list[str]:
@@ -41,3 +42,14 @@ def validation_estimates(logpi: dict[str, np.ndarray], q: np.ndarray, r: np.ndar
             weights[key] = importance_weights(logpi[cls.support], q, pruned=cls.weights == "pruned")
         out[cls.label] = cls().estimate(weights[key], r, **{k: aux[k] for k in cls.aux_names})
     return out
+
+
+def crossfit_values(per_fold) -> dict[str, float]:
+    """Cross-fitted criterion: for each label every fold reports, the plain mean of its value over the
+    folds (fold f's estimate is of the copy trained without fold f, on fold f). Labels missing from a
+    fold are left out."""
+    per_fold = list(per_fold)
+    if not per_fold:
+        raise ValueError("per_fold: expected the estimates of at least one fold, got none")
+    labels = [k for k in per_fold[0] if all(k in d for d in per_fold[1:])]
+    return {k: float(np.mean([d[k].value for d in per_fold])) for k in labels}
