@@ -13,8 +13,7 @@ import yaml
 from poxm_process import POXM, REPO, poxm_env
 
 from poxm_core.config import default_data_root, load_config
-from poxm_core.data import load_dataset, save_xy_npz
-from poxm_core.data.svmlight_npz import read_npz_pair
+from poxm_core.data import load_dataset, read_npz_pair, save_xy_npz
 from poxm_core.errors import PoxmInputError
 
 DATA = default_data_root()
