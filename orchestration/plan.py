@@ -53,12 +53,12 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     from poxm_core.data import spec_for
     from poxm_core.data.registry import declared_files, locate_files
     from poxm_core.methods import get_method
+    root = Path(cfg.data_root) if cfg.data_root else default_data_root()
     for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
         spec = spec_for(d)
         if d.format is not None and check_data:
-            declared_files(d)
+            declared_files(d, root)
         elif spec.reader is None and check_data:
-            root = Path(cfg.data_root) if cfg.data_root else default_data_root()
             locate_files(spec, Path(d.path) if d.path else root / spec.folder)
     for name, mc in cfg.methods.items():
         get_method(name).validate(mc)

@@ -226,7 +226,8 @@ def import_plugins(modules: list[str], paths: list[str] = ()) -> None:
 
 def _resolve_relative(data: dict, base: Path) -> dict:
     """Relative data files (datasets[].train/test) and plugin_path against the config file's folder;
-    plugin_path defaults to that folder when plugins are named."""
+    plugin_path defaults to that folder when plugins are named. A dataset with `folder` keeps its file
+    names as written (they are resolved against that folder, under the data root, when read)."""
     def res(p):
         if isinstance(p, list):
             return [res(x) for x in p]
@@ -234,7 +235,7 @@ def _resolve_relative(data: dict, base: Path) -> dict:
     out = dict(data)
     if isinstance(out.get("datasets"), list):
         out["datasets"] = [({**d, **{k: res(d[k]) for k in ("train", "test") if d.get(k) is not None}}
-                            if isinstance(d, dict) else d) for d in out["datasets"]]
+                            if isinstance(d, dict) and d.get("folder") is None else d) for d in out["datasets"]]
     if out.get("plugins") and "plugin_path" not in out:
         out["plugin_path"] = [str(base.resolve())]
     elif isinstance(out.get("plugin_path"), list):

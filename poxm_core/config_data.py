@@ -74,8 +74,9 @@ class DatasetConfig(_Strict):
     here by `format` + `train` [+ `test` | `split`] (docs/data.md, "Your own data")."""
     name: str = Field(description="registry name (bibtex, delicious, eurlex-4k, wiki10-31k, amazon-670k, synthetic, or one a plugin registers), or any name with `format`")
     path: str | None = Field(None, description="folder or file of user-supplied data; default: <data_root>/<registry folder>")
-    format: Literal["xc", "split", "svmlight", "npz", "text"] | None = Field(None, exclude_if=_unset, description="a dataset declared in the config: xc (XC BoW file), split (X_Xf + X_Y files), svmlight (multilabel), npz (X and Y in one .npz), text (texts + label names)")
-    train: str | list[str] | None = Field(None, exclude_if=_unset, description="training file (split/text: [features or texts, labels]); relative to the config file's folder")
+    format: Literal["xc", "split", "svmlight", "npz", "text"] | None = Field(None, exclude_if=_unset, description="a dataset declared in the config: xc (XC BoW file), split (X_Xf + X_Y files), svmlight (multilabel), npz (X and Y in one .npz, or [X.npz, Y.npz] written by scipy.sparse.save_npz), text (texts + label names)")
+    folder: str | None = Field(None, exclude_if=_unset, description="a dataset declared by `format`: the folder holding its files, relative to the data root unless absolute; `train`/`test` are then names inside it")
+    train: str | list[str] | None = Field(None, exclude_if=_unset, description="training file (split/text: [features or texts, labels]; npz: one file or [features, labels]); relative to the config file's folder, or to `folder`")
     test: str | list[str] | None = Field(None, exclude_if=_unset, description="test file(s), as `train`; or leave out and set `split`")
     split: SplitConfig | None = Field(None, exclude_if=_unset, description="cut the test split from `train` (when there is no test file)")
     propensity: Literal["default"] | None = Field(None, exclude_if=_unset, description="'default': accept A=0.55, B=1.5 for a dataset declared in the config (a warning is logged)")
@@ -93,7 +94,7 @@ class DatasetConfig(_Strict):
         if not names:
             raise ValueError("at least one variant is needed")
         if self.format is None:
-            for key in ("train", "test", "split", "propensity"):
+            for key in ("folder", "train", "test", "split", "propensity"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"'{key}' declares a dataset by its files: set 'format' too ({', '.join(DATA_FORMATS)})")
             return self
@@ -105,10 +106,19 @@ class DatasetConfig(_Strict):
         pair = self.format in ("split", "text")
         for key in ("train", "test"):
             v = getattr(self, key)
-            if v is not None and (isinstance(v, list) != pair or (pair and len(v) != 2)):
+            if v is None:
+                continue
+            two = isinstance(v, list) and len(v) == 2
+            ok = (two or not isinstance(v, list)) if self.format == "npz" else (two if pair else not isinstance(v, list))
+            if not ok:
                 want = "a list of two files [features, labels]" if self.format == "split" else \
-                       "a list of two files [texts, labels]" if pair else "one file path"
+                       "a list of two files [texts, labels]" if pair else \
+                       "one file path (X and Y in one .npz) or a list of two files [features, labels]" \
+                       if self.format == "npz" else "one file path"
                 raise ValueError(f"'{key}': format={self.format} expects {want}, got {v!r}")
+        if self.format == "npz" and self.test is not None and isinstance(self.test, list) != isinstance(self.train, list):
+            raise ValueError("format=npz: 'train' and 'test' must be alike, both one file (X and Y in one .npz) "
+                             "or both a list [features, labels]")
         if self.propensity is None and (self.propensity_A is None or self.propensity_B is None):
             raise ValueError("a dataset declared by 'format' needs its label propensity parameters "
                              "propensity_A and propensity_B (Jain et al.; 0.55 and 1.5 are the usual "

@@ -77,15 +77,15 @@ class Keys:
 def _data_identity(cfg: SweepConfig, dataset: str, seed: int) -> dict:
     dcfg = cfg.dataset(dataset)
     spec = spec_for(dcfg)
+    data_root = Path(cfg.data_root) if cfg.data_root else default_data_root()
     if dcfg.format is not None:  # declared in the config: its files' contents, format and split decide it
         return {"name": dcfg.name, "format": dcfg.format,
-                "files": [file_sha256(p) for p in declared_files(dcfg)],
+                "files": [file_sha256(p) for p in declared_files(dcfg, data_root)],
                 "split": None if dcfg.split is None else dcfg.split.model_dump(mode="json")}
     if spec.reader is not None:  # generated (or a custom reader): its config and the seed decide it
         return {"name": dcfg.name, "reader": f"{spec.reader.__module__}.{spec.reader.__qualname__}",
                 "synthetic": None if dcfg.synthetic is None else dcfg.synthetic.model_dump(mode="json"),
                 "path": dcfg.path, "seed": int(seed)}
-    data_root = Path(cfg.data_root) if cfg.data_root else default_data_root()
     where = Path(dcfg.path) if dcfg.path else data_root / spec.folder
     files = locate_files(spec, where)
     return {"name": dcfg.name, "layout": files.layout,

@@ -84,9 +84,11 @@ def test_layers_and_resolved_round_trip(tmp_path):
 # Run ids (the run directory's name) computed before the per-method options classes, with the one flat
 # MethodConfig: published results (docs/results) and scripts/benchmark.sh name runs by them.
 # (configs/examples/own-data.yaml is not here: its data paths resolve against the checkout's folder, so its
-# id differs between clones; it has no published results)
+# id differs between clones; it has no published results. The corel5k and stackex-cooking configs name
+# their files inside `folder` under the data root, so their ids are the same everywhere.)
 PUBLISHED_IDS = {
     "configs/amazon-670k.yaml": "amazon-670k-ce1f107f22e8", "configs/bibtex.yaml": "bibtex-43a671178bb8",
+    "configs/corel5k.yaml": "corel5k-a88d2a1394be", "configs/stackex-cooking.yaml": "stackex-cooking-08691350aede",
     "configs/delicious.yaml": "delicious-423deeb7def7", "configs/eurlex.yaml": "eurlex-1ada728a4653",
     "configs/gpu-smoke.yaml": "gpu-smoke-1477a310885d",
     "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-3b68b52146c5",

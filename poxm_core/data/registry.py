@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from poxm_core.data.readers import find_split_sparse, read_split_sparse, read_xc_bow
-from poxm_core.data.svmlight_npz import read_svmlight, read_xy_npz
+from poxm_core.data.svmlight_npz import read_npz_pair, read_svmlight, read_xy_npz
 from poxm_core.data.text_reader import TEXT_FILES, read_text_tfidf
 from poxm_core.data.types import XMCData, XMCSplit
 from poxm_core.errors import PoxmInputError, nearest
@@ -217,38 +217,55 @@ def _load_files(spec: DatasetSpec, where: Path) -> XMCData:
     return XMCData(spec.name, XMCSplit(Xtr, Ytr), XMCSplit(Xte, Yte))
 
 
-def declared_files(dcfg: "DatasetConfig") -> list[Path]:
-    """Every file of a dataset declared in the config; a missing one is a one-line error."""
+def declared_files(dcfg: "DatasetConfig", data_root: Path | str | None = None) -> list[Path]:
+    """Every file of a dataset declared in the config (train then test); a missing one is a one-line
+    error. With `folder`, the names are inside ``<data_root>/<folder>`` (or `folder` itself if absolute;
+    `data_root` defaults to `default_data_root()`)."""
+    base = None
+    if getattr(dcfg, "folder", None) is not None:
+        base = Path(dcfg.folder).expanduser()
+        if not base.is_absolute():
+            if data_root is None:
+                from poxm_core.config import default_data_root
+                data_root = default_data_root()
+            base = Path(data_root) / base
+        if not base.is_dir():
+            raise PoxmInputError(f"{base}: folder not found (datasets[name={dcfg.name}].folder, under the data "
+                                 "root: $POXM_DATA_ROOT or the config's data_root)")
     files = []
     for key in ("train", "test"):
         v = getattr(dcfg, key)
         for f in ([] if v is None else v if isinstance(v, list) else [v]):
-            p = Path(f).expanduser()
+            p = Path(f).expanduser() if base is None else base / f
             if not p.is_file():
                 raise PoxmInputError(f"{p}: file not found (datasets[name={dcfg.name}].{key})")
             files.append(p)
     return files
 
 
-def _read_declared(fmt: str, files: list[Path]) -> list[tuple]:
-    """[(X, Y)] per split from the declared files (train then test, if any)."""
+def _read_declared(fmt: str, files: list[Path], pairs: bool) -> list[tuple]:
+    """[(X, Y)] per split from the declared files (train then test, if any); `pairs`: two files a split."""
     if fmt == "xc":
         return [read_xc_bow(f) for f in files]
     if fmt == "split":
         return [read_split_sparse(*files[i:i + 2]) for i in range(0, len(files), 2)]
     if fmt == "svmlight":
         return read_svmlight(*files)
+    if fmt == "npz" and pairs:
+        return [read_npz_pair(*files[i:i + 2]) for i in range(0, len(files), 2)]
     if fmt == "npz":
         return [read_xy_npz(f) for f in files]
     raise AssertionError(fmt)
 
 
 def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
-    """A dataset declared in the config: `format` + `train` + (`test` | `split`). D and L must agree
-    between the files; with `split`, the test rows are a seeded random `test_fraction` of the file."""
+    """A dataset declared in the config: `format` + `train` + (`test` | `split`), the files inside
+    `folder` (under `data_root`) if set. D and L must agree between the files; with `split`, the test rows
+    are a seeded random `test_fraction` of the file's rows (rows without a label included, as the readers
+    keep them)."""
     import numpy as np
 
-    files = declared_files(dcfg)
+    files = declared_files(dcfg, data_root)
     fmt = dcfg.format
     if fmt == "text":
         if dcfg.split is not None:
@@ -257,7 +274,7 @@ def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
         t = read_text_tfidf(*files)
         parts = [(t.X_train, t.Y_train), (t.X_test, t.Y_test)]
     else:
-        parts = _read_declared(fmt, files)
+        parts = _read_declared(fmt, files, isinstance(dcfg.train, list))
     if dcfg.split is None:
         (Xtr, Ytr), (Xte, Yte) = parts
         n_tr = len(files) // 2
