@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The real-data benchmark on a GPU machine, one `poxm run` per dataset config (every variant, seeds 0-4,
+# every method), trials packed into Ray Train jobs and 8 jobs sharing each GPU (gpus_per_trial 0.125),
+# heads of a trial trained as one batched step. Run from the repository root on the GPU machine after
+# Ray was unpacked into /tmp/site (benchmarks/gpu_sweep.sh's notes); the data under $POXM_DATA_ROOT.
+#
+#   benchmarks/gpu_real_data.sh run   DEADLINE_S DATASET...   start or continue each sweep until the deadline
+#   benchmarks/gpu_real_data.sh pack  OUTDIR                   results of every sweep (no checkpoints) as one tar
+#
+# A sweep cut by the deadline (SIGTERM: trials stop, exit 130) continues with the same command: the
+# same config maps to the same run directory and finished trials are kept.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/site:$PWD"
+export POXM_DATA_ROOT=${POXM_DATA_ROOT:-$PWD/.data}
+RUNS=${GPU_RUNS:-/tmp/gpu-real-runs}
+PY=${PYTHON:-python3}
+cmd=$1; shift
+if [ "$cmd" = pack ]; then
+  out=$1
+  tar czf "$out/real-data-runs.tgz" -C "$RUNS" --exclude=checkpoints --exclude='ray' --exclude=cache --exclude='*.pt' .
+  ls -la "$out"; exit 0
+fi
+deadline=$(( $(date +%s) + $1 )); shift
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+OVR=(device=cuda resources.gpus_per_trial=0.125 resources.cpus_per_trial=1 "seeds=[0,1,2,3,4]"
+     mlflow.enabled=false training.batched_heads=true)
+echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus; $(nproc) CPUs"
+for ds in "$@"; do
+  left=$(( deadline - $(date +%s) ))
+  [ "$left" -gt 30 ] || { echo "== $ds: no time left"; continue; }
+  echo "== $ds ($left s left) $(date +%T)"
+  t0=$(date +%s)
+  timeout -s TERM "$left" "$PY" -m orchestration.cli run "configs/$ds.yaml" "${OVR[@]}" --runs-dir "$RUNS" 2>&1 | tail -25
+  echo "== $ds: exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
+done
+for d in "$RUNS"/*/; do [ -f "$d/sweep.json" ] && "$PY" -m orchestration.cli status "$d" | head -3; done
