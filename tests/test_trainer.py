@@ -224,3 +224,20 @@ def test_trial_specs_grid_and_train_defaults():
         pick_trial(cfg, method="poxn")
     with pytest.raises(PoxmInputError, match="--seed"):
         pick_trial(cfg, seed=5)
+
+
+def test_corrupt_latest_checkpoint_is_set_aside_and_the_trial_finishes(tmp_path):
+    """A finished trial whose done.json is gone and whose newest checkpoint is damaged: running it again
+    continues from the previous checkpoint (or from scratch) and ends with the uninterrupted rows,
+    instead of failing on the damaged file at every resume."""
+    cfg = tiny_config(SMALL, epochs=3)
+    spec = spec_of(cfg, "poxm")
+    full = run_trial(cfg, spec, PREP, tmp_path / "a", progress=False)
+    ck = tmp_path / "a" / "checkpoints"
+    newest = sorted(ck.iterdir())[-1]
+    data = (newest / "state.pt").read_bytes()
+    (newest / "state.pt").write_bytes(data[: len(data) // 3])      # truncated mid-write
+    with pytest.warns(UserWarning, match="not a readable checkpoint"):
+        again = run_trial(cfg, spec, PREP, tmp_path / "a", progress=False)
+    pd.testing.assert_frame_equal(full, again)
+    assert (ck / f"corrupt-{newest.name}").is_dir()

@@ -139,6 +139,6 @@ def load_checkpoint(path: Path, device: torch.device) -> dict:
         raise PoxmInputError(f"{f}: refused: not a plain-tensor checkpoint"
                              + (f" (it asks to load {what})" if what else "")
                              + "; poxm loads only tensors and plain data, never code") from None
-    except (RuntimeError, EOFError, ValueError) as exc:
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:   # OSError: a truncated zip (Errno 22)
         raise PoxmInputError(f"{f}: not a readable checkpoint ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None

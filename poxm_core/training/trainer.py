@@ -27,7 +27,9 @@ summary.json's "timing" splits the wall time into training, evaluation and check
 from __future__ import annotations
 
 import json
+import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -85,6 +87,25 @@ def _restore(path: Path, heads: list[TrialHead], stacks: dict[str, NetworkStack]
     return int(st["epoch"]), list(st["rows"])
 
 
+def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, epochs: int, device) -> tuple[int, list[dict]]:
+    """Continue from the newest readable checkpoint in out_dir (epoch 0 and no rows if none). A checkpoint
+    that cannot be read (truncated, corrupt) is renamed `corrupt-epoch_XXXX` and
+    the next older one is tried: a damaged file costs the epochs since that one, never the sweep (a
+    resume that failed on it would fail again forever). Checkpoints of another trial or config still
+    refuse, and so does one that asks to load code (load_checkpoint)."""
+    while (ckpt := latest_checkpoint(out_dir)) is not None:
+        try:
+            return _restore(ckpt, heads, stacks, spec, rhash, epochs, device)
+        except PoxmInputError as exc:
+            if "not a readable checkpoint" not in str(exc):   # a crafted (code-carrying) one: refused, not skipped
+                raise
+            aside = ckpt.with_name(f"corrupt-{ckpt.name}")
+            shutil.rmtree(aside, ignore_errors=True)
+            ckpt.rename(aside)
+            warnings.warn(f"{exc}; set aside as {aside.name}, continuing from the previous checkpoint", stacklevel=2)
+    return 0, []
+
+
 def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
               resume_from: Path | None = None, on_epoch: OnEpoch | None = None, progress: bool = True) -> pd.DataFrame:
     """Train every head of `spec` on `prepared`; returns (and writes to out_dir/rows.csv) the result rows.
@@ -111,9 +132,10 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         heads, stacks = build_heads(cfg, spec, prepared, device)
     rows: list[dict] = []
     start = 0
-    ckpt = Path(resume_from) if resume_from is not None else latest_checkpoint(out_dir)
-    if ckpt is not None:
-        start, rows = _restore(ckpt, heads, stacks, spec, rhash, E, device)
+    if resume_from is not None:
+        start, rows = _restore(Path(resume_from), heads, stacks, spec, rhash, E, device)
+    else:
+        start, rows = _restore_latest(out_dir, heads, stacks, spec, rhash, E, device)
     reward = next(h for h in heads if h.key == REWARD_KEY)
     visible = [h for h in heads if not h.hidden]
     # A head that needs a fitted reward model (DR-POXM) makes the trial fit the DM head first (phase 1);
