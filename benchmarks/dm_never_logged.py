@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from poxm_core.bandit.known_answer import (greedy_slate_value, logging_value, make_world, sample_contexts,  # noqa: E402
+from poxm_core.bandit.known_answer import (greedy_slate_value, logging_value, make_world, pl_slate_value, sample_contexts,  # noqa: E402
                                            simulate_log)
 from poxm_core.bandit.log import BanditLog  # noqa: E402
 from poxm_core.config import load_config  # noqa: E402
@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--output-init", choices=("default", "zero"), default="default")
     ap.add_argument("--bias", type=float, default=None, help="start every DM bias at this logit instead")
+    ap.add_argument("--never-last", action="store_true",
+                    help="start the bias of the labels the fit log never shows at -50 (ranked after all others)")
     ap.add_argument("--label-prior", action="store_true",
                     help="start each label's bias at the log-odds of its rewarded frequency per fit instance")
     ap.add_argument("--lr", type=float, default=None, help="DM's Adam rate (default training.lr_supervised)")
@@ -123,6 +125,9 @@ def main(argv=None) -> int:
         dm.policy.out.W.zero_()
     if a.bias is not None:
         dm.policy.out.b.fill_(a.bias)
+    if a.never_last:
+        seen = np.bincount(prep.log_train.actions.ravel(), minlength=prep.n_labels) > 0
+        dm.policy.out.b[torch.as_tensor(~seen)] = -50.0
     if a.label_prior:
         lt0 = prep.log_train
         rc = np.bincount(lt0.actions.ravel(), weights=lt0.rewards.ravel(), minlength=prep.n_labels)
@@ -146,7 +151,7 @@ def main(argv=None) -> int:
     logged = (cand_fit[:, :, None] == lt.actions[:, None, :]).any(axis=2)     # (n, K)
     if ka:
         true_fit = np.take_along_axis(ctx.probs[inst], cand_fit, 1)
-        v_rho = logging_value(ev, 5, method="exact" if Kc <= 24 else "mc") / 5                                     # true R@5 of rho
+        v_rho = (logging_value(ev, 5) if Kc <= 24 else pl_slate_value(ev.log_rho, ev.cand_probs, 5, method="mc", n_slates=64)) / 5                                     # true R@5 of rho
     else:
         Yte = prep.Y_test
         hit_te = np.asarray(Yte[np.repeat(np.arange(cand_te.shape[0]), Kc), cand_te.ravel()]).reshape(cand_te.shape)
