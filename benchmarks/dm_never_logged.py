@@ -76,6 +76,30 @@ def known_answer_prepared(T: float, n: int, seed: int, n_eval: int, **world):
     return prep, ctx, ev
 
 
+def known_answer_config(seed: int, variant: str, epochs: int = 20, lr: float | None = None):
+    """The sweep config and trial of a DM head on `known_answer_prepared` (hidden width 32)."""
+    cfg = load_config(data={"name": "ka", "seeds": [seed], "device": "cpu",
+                            "datasets": [{"name": "known", "variants": [{"name": variant, "alpha": 0.2}]}],
+                            "methods": {"dm": {"lr": lr} if lr else {}},
+                            "training": {"epochs": epochs, "batch_size": 64, "hidden": 32}})
+    return cfg, TrialSpec("known", variant, seed, (HeadSpec("dm"),))
+
+
+def build_dm(cfg, spec, prep, device):
+    """The trial's DM head, as the trainer builds it, and its device data."""
+    with torch.no_grad():
+        heads, _ = build_heads(cfg, spec, prep, device)
+    dm = next(h for h in heads if h.key == REWARD_KEY)
+    return dm, train_data_for(prep, heads, device)
+
+
+def candidate_scores(dm, prep) -> np.ndarray:
+    """(n_test, K) DM logits of the evaluation contexts' candidates, in rho order."""
+    W, b = dm.policy.out.W.numpy(), dm.policy.out.b.numpy()
+    cand = prep.policy_test.cand
+    return np.einsum("nkd,nd->nk", W[cand], dm.policy.features_of(prep.Z_test, prep.X_test)) + b[cand]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data", help="a dataset config name under configs/ (bibtex, delicious, ...) or 'known-answer'")
@@ -107,20 +131,14 @@ def main(argv=None) -> int:
         prep, ctx, ev = known_answer_prepared(a.T, a.n, a.seed, 2000, L=a.L, K=a.K, noise=a.noise,
                                               bias_std=a.bias_std, bias_mean=a.bias_mean,
                                               weight_scale=a.weight_scale)
-        cfg = load_config(data={"name": "ka", "seeds": [a.seed], "device": "cpu",
-                                "datasets": [{"name": "known", "variants": [{"name": prep.variant, "alpha": 0.2}]}],
-                                "methods": {"dm": {"lr": a.lr} if a.lr else {}},
-                                "training": {"epochs": a.epochs or 20, "batch_size": 64, "hidden": 32}})
-        spec = TrialSpec("known", prep.variant, a.seed, (HeadSpec("dm"),))
+        cfg, spec = known_answer_config(a.seed, prep.variant, a.epochs or 20, a.lr)
     else:
         from poxm_core.prepare import load_prepared
         ov = [f"methods={{dm: {{{f'lr: {a.lr}' if a.lr else ''}}}}}"] + ([f"training.epochs={a.epochs}"] if a.epochs else [])
         cfg = load_config(Path("configs") / f"{a.data}.yaml", ov)
         spec = TrialSpec(cfg.datasets[0].name, a.variant, a.seed, (HeadSpec("dm"),))
         prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.cache_dir))
-    with torch.no_grad():
-        heads, _ = build_heads(cfg, spec, prep, device)
-    dm = next(h for h in heads if h.key == REWARD_KEY)
+    dm, data = build_dm(cfg, spec, prep, device)
     if a.output_init == "zero":
         dm.policy.out.W.zero_()
     if a.bias is not None:
@@ -133,7 +151,6 @@ def main(argv=None) -> int:
         rc = np.bincount(lt0.actions.ravel(), weights=lt0.rewards.ravel(), minlength=prep.n_labels)
         pr = (rc + 0.5) / (lt0.n + 1.0)
         dm.policy.out.b.copy_(torch.as_tensor(np.log(pr) - np.log1p(-pr), dtype=torch.float32))
-    data = train_data_for(prep, heads, device)
     lt = prep.log_train
     L = prep.n_labels
     cnt = np.bincount(lt.actions.ravel(), minlength=L)
@@ -151,7 +168,8 @@ def main(argv=None) -> int:
     logged = (cand_fit[:, :, None] == lt.actions[:, None, :]).any(axis=2)     # (n, K)
     if ka:
         true_fit = np.take_along_axis(ctx.probs[inst], cand_fit, 1)
-        v_rho = (logging_value(ev, 5) if Kc <= 24 else pl_slate_value(ev.log_rho, ev.cand_probs, 5, method="mc", n_slates=64)) / 5                                     # true R@5 of rho
+        v_rho = (logging_value(ev, 5) if Kc <= 24 else            # true R@5 of rho
+                 pl_slate_value(ev.log_rho, ev.cand_probs, 5, method="mc", n_slates=64)) / 5
     else:
         Yte = prep.Y_test
         hit_te = np.asarray(Yte[np.repeat(np.arange(cand_te.shape[0]), Kc), cand_te.ravel()]).reshape(cand_te.shape)
@@ -167,8 +185,7 @@ def main(argv=None) -> int:
         if epoch % a.every and epoch != E:
             continue
         W, b = dm.policy.out.W.numpy(), dm.policy.out.b.numpy()
-        Hte = dm.policy.features_of(prep.Z_test, prep.X_test)
-        s_te = np.einsum("nkd,nd->nk", W[cand_te], Hte) + b[cand_te]
+        s_te = candidate_scores(dm, prep)
         top = np.argsort(-s_te, axis=1, kind="stable")[:, :5]                 # ties by rho order
         picks = np.take_along_axis(cand_te, top, 1)
         pc = cnt[picks]
