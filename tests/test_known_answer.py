@@ -7,6 +7,8 @@ TRUE value (exact Plackett-Luce value or a deterministic slate), not an estimate
         to V* as the log grows;
   (iii) with a peaked logging policy, a misspecified Direct Method stays clearly below V* while POXM
         gets closer to V* than DM.
+  (iv)  the project's DM head (the trainer's code) at T = 0.25 is biased where the log is thin, from
+        either output start (docs/protocol.md §7).
 Settings were checked on seeds 0-9 (the test runs seed 0; POXM_KNOWN_ANSWER_SEED picks another); the thresholds are the claims, not numbers
 measured from the code under test.
 """
