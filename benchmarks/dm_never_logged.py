@@ -16,11 +16,18 @@ and reports, after each epoch:
                  around their bias (the part of their score that comes from the random init);
   value          test R@5 = P@5 x 100 (real data: test labels, measurement only) or the TRUE expected
                  clicks of the greedy slate x 100 / 5 (known-answer bandit), beside the logging policy's.
+At the end: DM's picks by rho rank (share, hit rate), its mean predicted reward against the actual hit
+rate by rho rank (calibration where the log is dense and where it is thin), and the labels it picks
+most with their logged and rewarded counts. Ties among DM's scores go to the better rho rank here.
 
   python benchmarks/dm_never_logged.py bibtex --variant T0.25 --seed 0         # ~1 min, 2-core CPU
   python benchmarks/dm_never_logged.py known-answer --T 0.25 --n 5000
-Options: --output-init {default,zero} re-initialises the DM head's output weights after they are built
-(the comparison of the docs), --epochs overrides training.epochs.
+  python benchmarks/dm_never_logged.py known-answer --L 200 --K 100 --noise 0.5 --bias-std 1.5 \
+      --bias-mean -7 --weight-scale 3                                     # the long-tailed bandit of the docs
+Variants of the start and fit (docs/protocol.md §7): --output-init zero (output weights at 0), --bias B
+(every bias at B), --label-prior (each label's bias at the log-odds of its rewarded frequency per fit
+instance), --never-last (the labels the fit log never shows at -50), --lr, --epochs.
+The test split's labels are read to measure, never to choose anything.
 """
 from __future__ import annotations
 
@@ -121,7 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bias-std", type=float, default=0.5, help="known-answer spread of the labels' base logits")
     ap.add_argument("--bias-mean", type=float, default=-4.0, help="known-answer mean of the labels' base logits")
     ap.add_argument("--weight-scale", type=float, default=1.5, help="known-answer scale of the context effect")
-    ap.add_argument("--cache-dir", default="/tmp/dmx/cache")
+    ap.add_argument("--cache-dir", default=None, help="prepare cache (default <runs_dir>/cache)")
     ap.add_argument("--every", type=int, default=1, help="report every k epochs")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -137,7 +144,7 @@ def main(argv=None) -> int:
         ov = [f"methods={{dm: {{{f'lr: {a.lr}' if a.lr else ''}}}}}"] + ([f"training.epochs={a.epochs}"] if a.epochs else [])
         cfg = load_config(Path("configs") / f"{a.data}.yaml", ov)
         spec = TrialSpec(cfg.datasets[0].name, a.variant, a.seed, (HeadSpec("dm"),))
-        prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.cache_dir))
+        prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.cache_dir) if a.cache_dir else Path(cfg.runs_dir) / "cache")
     dm, data = build_dm(cfg, spec, prep, device)
     if a.output_init == "zero":
         dm.policy.out.W.zero_()
