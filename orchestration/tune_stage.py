@@ -1,5 +1,6 @@
-"""The trials stage of a sweep: a Ray Tune `Tuner` over the trials, each one a Ray Train job
-(orchestration.trial); a restored Tuner continues unfinished and errored trials.
+"""The trials stage of a sweep: a Ray Tune `Tuner` over jobs, each one a Ray Train job that runs one
+trial or a pack of them one after another (orchestration.trial); a restored Tuner continues
+unfinished and errored jobs (their finished trials are skipped).
 """
 from __future__ import annotations
 
@@ -25,15 +26,51 @@ class StorageSync(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from orchestration.rundir import set_trial_state
-        if "epoch" in result and not result.get("finished"):
-            set_trial_state(self.plan.rd.trial(trial.config["trial"]["name"]), "running", epoch=int(result["epoch"]),
+        from orchestration.trial import fetch_trial
+        name = member_of(trial.config, result)
+        if result.get("member_finished"):
+            fetch_trial(self.plan.rd.root, name, self.plan.storage)
+        elif "epoch" in result and not result.get("finished"):
+            set_trial_state(self.plan.rd.trial(name), "running", epoch=int(result["epoch"]),
                             epochs=self.plan.cfg.training.epochs)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         from orchestration.trial import fetch_trial
-        fetch_trial(self.plan.rd.root, trial.config["trial"]["name"], self.plan.storage)
+        for name in members(trial.config):
+            fetch_trial(self.plan.rd.root, name, self.plan.storage)
 
     on_trial_error = on_trial_complete
+
+
+def members(config: dict) -> list[str]:
+    """The trials of a Tune trial (a job): its config's 'members' (a pack), else the one trial."""
+    t = config.get("trial", {})
+    return list(t.get("members") or [t.get("name")])
+
+
+def member_of(config: dict, result: dict) -> str:
+    """The trial a job's result is about (its 'member' index; a job of one trial: that trial)."""
+    names = members(config)
+    i = result.get("member", 0)
+    try:
+        return names[int(i)]
+    except (TypeError, ValueError, IndexError):
+        return names[0]
+
+
+def job_grid(plan: SweepPlan, max_concurrent: int) -> list[dict]:
+    """The Tune trials: one per job, each a pack of trials (resources.trials_per_job; auto: about 2
+    jobs per slot). A job of one trial has that trial's name and keys, as without packing."""
+    from orchestration.plan import pack_name, pack_trials, trials_per_job
+
+    per_job = trials_per_job(plan.cfg.resources.trials_per_job, len(plan.specs), max_concurrent)
+    grid = []
+    for i, group in enumerate(pack_trials(plan.specs, per_job)):
+        s = group[0]
+        grid.append({"name": pack_name(group, i), "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
+                     "methods": ",".join(s.methods), "heads": sum(len(g.heads) for g in group),
+                     "members": [g.name for g in group], "member_heads": [len(g.heads) for g in group]})
+    return grid
 
 
 def trial_context(plan: SweepPlan, prepared: dict, runs) -> dict:
@@ -64,8 +101,7 @@ def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restor
     path = f"{storage}/{TUNE_NAME}"
     if restore and ray.tune.Tuner.can_restore(path):
         return ray.tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True), True
-    grid = [{"name": s.name, "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
-             "methods": ",".join(s.methods), "heads": len(s.heads)} for s in plan.specs]
+    grid = job_grid(plan, max_concurrent)
     return ray.tune.Tuner(
         trainable, param_space={"trial": ray.tune.grid_search(grid)},
         tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
@@ -89,7 +125,8 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     before = done_trials(rd.root, plan.names)
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
     tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=True)
-    say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done")
+    jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
+    say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()
     try:
         tuner.fit()
