@@ -130,9 +130,12 @@ def trials_per_job(setting: int | None, n_trials: int, slots: int) -> int:
 
 
 def pack_trials(specs: list, per_job: int) -> list[list]:
-    """The trials in jobs of `per_job` (the last may be shorter), ordered by (dataset, seed, variant)
-    so that a job's trials share their prepared data where they can (config order otherwise)."""
-    order = sorted(range(len(specs)), key=lambda i: (specs[i].dataset, specs[i].seed, specs[i].variant, i))
+    """The trials in jobs of `per_job` (the last may be shorter), ordered by dataset, then seed, then
+    config order (variants, methods), so that a job's trials share their prepared data where they can."""
+    rank: dict = {}
+    for s in specs:
+        rank.setdefault(s.dataset, len(rank))
+    order = sorted(range(len(specs)), key=lambda i: (rank[specs[i].dataset], specs[i].seed, i))
     ordered = [specs[i] for i in order]
     return [ordered[i:i + per_job] for i in range(0, len(ordered), per_job)]
 
