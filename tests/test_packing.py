@@ -232,7 +232,7 @@ def test_pack_killed_after_its_first_trial_then_resumed(e2e, unpacked, tmp_path)
     from poxm_process import POXM, poxm_env, run_until_first_trial_then_kill
 
     runs = tmp_path / "runs"
-    first = run_until_first_trial_then_kill(_packed_config(e2e, tmp_path), runs)
+    first = run_until_first_trial_then_kill(_packed_config(e2e, tmp_path), runs, deadline_s=600)
     run_dir = first.parent.parent
     assert first.name == "synthetic-A-s0-all" and len(list(run_dir.glob("trials/*/done.json"))) == 1
     stamp = {f: (first / f).stat().st_mtime_ns for f in ("rows.csv", "done.json", "summary.json", "timing.json")}
