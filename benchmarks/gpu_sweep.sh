@@ -80,6 +80,9 @@ for t in json.loads((run / "sweep.json").read_text())["trials"]:
     att = json.loads((d / "timing.json").read_text())["attempts"]
     load = sum(a["load_s"] for a in att); comp = sum(a["run_trial_s"] for a in att)
     dev = json.loads((d / "summary.json").read_text())["device"]
+    if done.get("job", t) != t:    # a pack (resources.trials_per_job): fit_s also holds the job's earlier trials
+        print(f"trial {t}: device {dev}, job {done['job']}, load {load:.1f} s + run_trial {comp:.1f} s ({len(att)} attempt(s))")
+        continue
     print(f"trial {t}: device {dev}, TorchTrainer.fit {done['fit_s']:.1f} s = start-up "
           f"{done['fit_s'] - load - comp:.1f} s + load {load:.1f} s + run_trial {comp:.1f} s ({len(att)} attempt(s))")
 from poxm_core.training.train_command import final_table
@@ -94,5 +97,7 @@ if sel.exists():
     print(pd.read_csv(sel).to_string(index=False))
 EOF
 RUN=$(ls -d "$RUNS"/gpu-smoke-* | head -1)
+echo "== orchestration share"
+"$PY" benchmarks/orchestration_share.py "$RUN" | tee -a "$OUTDIR/figures.txt" || true
 cp -r "$RUN/results" "$OUTDIR/" 2>/dev/null || true
 [ -d "$RUN/report" ] && cp -r "$RUN/report" "$OUTDIR/" || true

@@ -26,7 +26,9 @@
 #                     `--scratch /tmp/mgs --phases one`, then the same with `--phases all`)
 #     --phases LIST   which phases to run now (default one,all); the JSON is written once both
 #                     phases' runs exist in the scratch folder
-#   Extra key=value arguments are config overrides for both phases.
+#   Extra key=value arguments are config overrides for both phases. Trials run one per Ray Train job
+#   (resources.trials_per_job=1, as when the published figure was measured) unless an override says
+#   otherwise: with the default packing the 1-GPU phase would run fewer, longer jobs than the N-GPU one.
 #
 # On the GPU machine (Ray through ../shared/notes/ray-on-device.md, /tmp/site on PYTHONPATH) from the
 # repository root: `benchmarks/multi_gpu_sweep.sh --out $OUT`. Ray heads are this script's own (own
@@ -46,11 +48,12 @@ while [ $# -gt 0 ]; do
     --tiny) TINY=1; shift ;;
     --scratch) KEEP=$2; shift 2 ;;
     --phases) PHASES=$2; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
     *) echo "multi_gpu_sweep.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case " ${overrides[*]-} " in *" resources.trials_per_job="*) ;; *) overrides+=("resources.trials_per_job=1") ;; esac
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RAY_AUTH_MODE=token          # Ray >= 2.59: `ray start --head` uses token auth; the driver must agree

@@ -7,6 +7,7 @@ reloads the plan of an existing run directory (`poxm resume`, `poxm report`).
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -114,3 +115,32 @@ def plan_from_run_dir(run_dir: str | os.PathLike) -> SweepPlan:
                              "(was config.yaml edited? start a new sweep with `poxm run`)")
     return plan
 
+
+
+# --------------------------------------------------------------------------------------------
+# packs: several trials run one after another by one Ray Train job (docs/orchestration.md, "Packs")
+
+def trials_per_job(setting: int | None, n_trials: int, slots: int) -> int:
+    """Trials per Ray Train job: `resources.trials_per_job` when set, else (auto) enough that the
+    sweep makes about 2 jobs per slot (slots = trials that fit at once): each slot pays Ray Train's
+    start-up about twice, and the second round evens out jobs of unequal length."""
+    if setting is not None:
+        return max(1, int(setting))
+    return max(1, math.ceil(n_trials / max(1, 2 * slots)))
+
+
+def pack_trials(specs: list, per_job: int) -> list[list]:
+    """The trials in jobs of `per_job` (the last may be shorter), ordered by dataset, then seed, then
+    config order (variants, methods), so that a job's trials share their prepared data where they can."""
+    rank: dict = {}
+    for s in specs:
+        rank.setdefault(s.dataset, len(rank))
+    order = sorted(range(len(specs)), key=lambda i: (rank[specs[i].dataset], specs[i].seed, i))
+    ordered = [specs[i] for i in order]
+    return [ordered[i:i + per_job] for i in range(0, len(ordered), per_job)]
+
+
+def pack_name(members: list, index: int) -> str:
+    """A job's name (its Tune trial and Train run): the trial's own name for a job of one trial (the
+    layout without packing), else 'pack<index>-<first trial>'."""
+    return members[0].name if len(members) == 1 else f"pack{index:03d}-{members[0].name}"

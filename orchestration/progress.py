@@ -6,7 +6,9 @@ at epoch e of E with h heads has done h*e of h*E), which moves every epoch inste
 until the first trial ends; tqdm's rate over head-epochs done *in this session* gives the ETA (work
 finished before a resume is the bar's `initial`, not counted in the rate). The postfix shows the
 trial counts (done / running / pending / errored) and the running trials' epochs; one line is
-written per finished or failed trial. Not on a terminal (a log file, CI): no bar and no ANSI codes,
+written per finished or failed trial. A Tune trial is a job: one trial or a pack of trials run one
+after another (config 'members'); the bar and the counts are per trial, from the job's reports
+('member', 'member_finished', 'head_epochs'). Not on a terminal (a log file, CI): no bar and no ANSI codes,
 the per-trial lines only.
 """
 from __future__ import annotations
@@ -38,6 +40,11 @@ class SweepProgress(Callback):
         self._bar = None
         self._t0: dict[str, float] = {}
         self._epoch: dict[str, int] = {}
+        # a Tune trial is a job: one trial, or a pack of trials run one after another (config 'members')
+        self._member: dict[str, int] = {}         # job -> index of the trial it is running
+        self._members_done: dict[str, int] = {}   # job -> trials of it finished
+        self._head_epochs: dict[str, int] = {}    # job -> head-epochs it reported
+        self._said: set[str] = set()              # trials with a 'done' line
 
     def __getstate__(self):        # pickled into Tune's experiment state: drop the live bar
         d = dict(self.__dict__)
@@ -55,32 +62,51 @@ class SweepProgress(Callback):
         except (TypeError, ValueError):
             return 1
 
+    @classmethod
+    def _members(cls, trial) -> list[str]:
+        return list(trial.config.get("trial", {}).get("members") or [cls._name(trial)])
+
     def _counts(self, trials) -> dict[str, int]:
+        """Trials (not jobs) done / running / pending / errored."""
         c = {"done": 0, "running": 0, "pending": 0, "errored": 0}
+        seen = 0
         for t in trials:
-            st = t.status
+            st, n = t.status, len(self._members(t))
+            seen += n
+            k = min(self._members_done.get(self._name(t), 0), n)
             if st == "TERMINATED":
-                c["done"] += 1
-            elif st == "RUNNING":
-                c["running"] += 1
-            elif st == "ERROR":
-                c["errored"] += 1
-            else:
-                c["pending"] += 1
+                c["done"] += n
+                continue
+            c["done"] += k
+            if k < n:
+                if st == "RUNNING":
+                    c["running"] += 1
+                elif st == "ERROR":
+                    c["errored"] += 1
+                else:
+                    c["pending"] += 1
+                c["pending"] += n - k - 1
         # trials the grid has not materialised yet count as pending
-        c["pending"] += max(0, self.total - len(trials))
+        c["pending"] += max(0, self.total - seen)
         return c
 
     def work(self, trials) -> tuple[int, int]:
         """(head-epochs done, head-epochs in the sweep)."""
         E = max(1, int(self.epochs or 1))
         seen = [self._heads_of(t) for t in trials]
+        n_seen = sum(len(self._members(t)) for t in trials)
         if self.heads is not None:
             total = sum(self.heads) * E
         else:
-            mean = sum(seen) / len(seen) if seen else 1.0
-            total = int(round((sum(seen) + mean * max(0, self.total - len(seen))) * E))
-        done = sum(head_epochs_done(t.status, h, self._epoch.get(self._name(t), 0), E) for t, h in zip(trials, seen))
+            mean = sum(seen) / n_seen if n_seen else 1.0
+            total = int(round((sum(seen) + mean * max(0, self.total - n_seen)) * E))
+        done = 0
+        for t, h in zip(trials, seen):
+            name = self._name(t)
+            if t.status != "TERMINATED" and name in self._head_epochs:
+                done += min(self._head_epochs[name], h * E)
+            else:
+                done += head_epochs_done(t.status, h, self._epoch.get(name, 0), E)
         return min(done, total), max(total, 1)
 
     def _refresh(self, trials, note: str | None = None) -> None:
@@ -96,8 +122,8 @@ class SweepProgress(Callback):
         if done > self._bar.n:
             self._bar.update(done - self._bar.n)   # update(), not n=: tqdm's rate (the ETA) follows it
         c = self._counts(trials)
-        running = [f"{self._name(t)}@{self._epoch.get(self._name(t), 0)}/{self.epochs or '?'}"
-                   for t in trials if t.status == "RUNNING"]
+        running = [f"{self._members(t)[min(self._member.get(self._name(t), 0), len(self._members(t)) - 1)]}"
+                   f"@{self._epoch.get(self._name(t), 0)}/{self.epochs or '?'}" for t in trials if t.status == "RUNNING"]
         self._bar.set_postfix_str(f"trials done={c['done']}/{self.total} running={c['running']} "
                                   f"pending={c['pending']} errored={c['errored']}"
                                   + (f" [{', '.join(running[:3])}{', ...' if len(running) > 3 else ''}]" if running else ""),
@@ -111,18 +137,42 @@ class SweepProgress(Callback):
         self._refresh(trials)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        job, names = self._name(trial), self._members(trial)
+        if "member" in result:
+            try:
+                self._member[job] = min(int(result["member"]), len(names) - 1)
+            except (TypeError, ValueError):
+                pass
         if "epoch" in result:
-            self._epoch[self._name(trial)] = int(result["epoch"])
-        self._refresh(trials)
+            self._epoch[job] = int(result["epoch"])
+        if "head_epochs" in result:
+            self._head_epochs[job] = int(result["head_epochs"])
+        note = None
+        if result.get("member_finished"):
+            i = self._member.get(job, 0)
+            self._members_done[job] = max(self._members_done.get(job, 0), i + 1)
+            now = time.time()
+            note = self._done_line(names[i], now - self._t0.get(job, now))
+            self._t0[job] = now          # the job's next trial starts now
+        self._refresh(trials, note)
+
+    def _done_line(self, name: str, took: float) -> str | None:
+        if name in self._said:
+            return None
+        self._said.add(name)
+        return f"  done    {name}  ({took:.0f} s)"
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        n = self._name(trial)
-        took = time.time() - self._t0.get(n, time.time())
-        self._refresh(trials, f"  done    {n}  ({took:.0f} s)")
+        job = self._name(trial)
+        took = time.time() - self._t0.get(job, time.time())
+        lines = [x for x in (self._done_line(n, took) for n in self._members(trial)) if x]
+        self._refresh(trials, "\n".join(lines) or None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        n = self._name(trial)
-        self._refresh(trials, f"  ERROR   {n}  (see {getattr(trial, 'path', None) or getattr(trial, 'local_path', '?')}/error.txt)")
+        job, names = self._name(trial), self._members(trial)
+        failed = names[min(self._members_done.get(job, 0), len(names) - 1)]
+        where = getattr(trial, 'path', None) or getattr(trial, 'local_path', '?')
+        self._refresh(trials, f"  ERROR   {failed}  (see {where}/error.txt)")
 
     def on_experiment_end(self, trials, **info):
         if self._bar is not None:

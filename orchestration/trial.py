@@ -1,14 +1,16 @@
 """One trial on Ray: a Tune function trainable (the driver) that fits a Ray Train `TorchTrainer`
 whose per-worker function runs `poxm_core.training.run_trial` (Train V2 pattern).
 
-    Tuner ──> drive_trial(config, ctx)         Tune trial actor, one per TrialSpec (a group of heads)
-                └─ TorchTrainer(worker_loop)   Ray Train job 'train-<trial name>' under run_dir/ray
-                     └─ worker_loop(tlc)       load Prepared, run_trial, report + checkpoint each epoch
+    Tuner ──> drive_trial(config, ctx)         Tune trial actor, one per job: a trial (TrialSpec, a group
+                │                              of heads) or a pack of trials (resources.trials_per_job)
+                └─ TorchTrainer(worker_loop)   Ray Train job 'train-<job name>' under run_dir/ray
+                     └─ worker_loop(tlc)       per trial: load Prepared, run_trial, report + checkpoint each epoch
 
 Resume: the Train run name is stable, so a Train run started again with the same (storage_path,
 name), after a worker crash (Train FailureConfig) or a driver retry (Tune FailureConfig) or
 `poxm resume`, hands its latest checkpoint to `ray.train.get_checkpoint()` and run_trial continues
-from it. A trial whose done.json exists is not run again.
+from it (in a pack: the checkpoint's folder name says which trial it belongs to). A trial whose
+done.json exists is not run again.
 """
 from __future__ import annotations
 
@@ -82,57 +84,94 @@ class TrialFiles:
 
 
 def worker_loop(tlc: dict) -> None:
-    """The Ray Train worker of a trial (one per trial: no data parallelism, docs/orchestration.md).
-    tlc: cfg (config as given), spec (TrialSpec dict), run_root, cache_dir, storage (URI or None),
-    sweep_id, variant_dir + levels (the prepared variant, relative to the cache), mlflow
-    ({uri, heads: {head key: run id}} or None), cpus, crash."""
+    """The Ray Train worker of a job (one worker per job: no data parallelism, docs/orchestration.md):
+    the job's trials one after another, in this process (imports, Ray Train's start-up and a loaded
+    prepared variant serve them all). tlc: cfg (config as given), job (name), members (per trial: name,
+    spec dict, variant_dir + levels relative to the cache, mlflow {uri, heads: {head key: run id}} or
+    None, head_keys), run_root, cache_dir, storage (URI or None), sweep_id, cpus, crash, fit_start.
+
+    A trial with done.json is skipped; a trial interrupted mid-way continues from Ray's latest
+    checkpoint when that checkpoint is the trial's own (its folder name says whose: 'epoch_XXXX' in
+    a job of one trial, '<trial>.epoch_XXXX' in a pack), else from its trial folder's checkpoint."""
     import ray.train
     import ray.train.torch
     import torch
 
-    from orchestration.storage import node_dir
     from poxm_core.config import SweepConfig
-    from poxm_core.prepare import load_variant
-    from poxm_core.training import TrialSpec, run_trial
 
     torch.set_num_threads(max(1, int(tlc["cpus"])))
     cfg = SweepConfig.model_validate(tlc["cfg"])
-    spec = TrialSpec.from_dict(tlc["spec"])
     if cfg.device != "cpu" and torch.cuda.is_available():
         # Ray gives the worker its GPU through CUDA_VISIBLE_DEVICES; get_device() is that card even
-        # when several are visible, so 'cuda' means the one Ray reserved for this trial.
+        # when several are visible, so 'cuda' means the one Ray reserved for this job.
         torch.cuda.set_device(ray.train.torch.get_device())
-    files = TrialFiles(spec.name, tlc["run_root"], tlc.get("storage"))
-    out_dir = files.work_dir(tlc["sweep_id"])
+    members = tlc["members"]
+    E = cfg.training.epochs
+    ckpt = ray.train.get_checkpoint()
+    ckpt_trial = None
+    if ckpt is not None:
+        base = Path(ckpt.path).name
+        ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0]["name"]
+    loaded: dict = {}                 # the last prepared variant loaded: {variant_dir: Prepared}
+    head_epochs = 0                   # of this job, for the progress bar
+    for i, m in enumerate(members):
+        files = TrialFiles(m["name"], tlc["run_root"], tlc.get("storage"))
+        n_heads = len(m["spec"]["heads"])
+        if files.read_json("done.json") is not None:     # finished by an earlier attempt
+            head_epochs += n_heads * E
+            continue
+        mine = ckpt if ckpt is not None and ckpt_trial == m["name"] else None
+        _run_member(tlc, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1)
+        head_epochs += n_heads * E
+        ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
+                          **({"finished": 1} if i == len(members) - 1 else {})})
 
+
+def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, loaded: dict, base_head_epochs: int,
+                packed: bool) -> None:
+    """One trial of a job: load its prepared variant (kept when the previous trial used the same),
+    run_trial with a report + checkpoint each epoch, its MLflow runs, timing.json, done.json."""
+    import ray.train
+
+    from orchestration.storage import node_dir
+    from poxm_core.prepare import load_variant
+    from poxm_core.training import TrialSpec, run_trial
+
+    spec = TrialSpec.from_dict(m["spec"])
+    out_dir = files.work_dir(tlc["sweep_id"])
+    files.set_state("running", started=time.time(), job=tlc["job"])
     t0 = time.perf_counter()
-    if files.store is None:
-        cache = Path(tlc["cache_dir"])
-    else:   # this node's own copy of the prepared levels, fetched from storage when missing
-        cache = node_dir() / "cache"
-        for rel in tlc["levels"]:
-            files.store.get_level(cache, rel)
-    prepared = load_variant(cache, cache / tlc["variant_dir"], mmap=True)
+    if m["variant_dir"] not in loaded:
+        loaded.clear()
+        if files.store is None:
+            cache = Path(tlc["cache_dir"])
+        else:   # this node's own copy of the prepared levels, fetched from storage when missing
+            cache = node_dir() / "cache"
+            for rel in m["levels"]:
+                files.store.get_level(cache, rel)
+        loaded[m["variant_dir"]] = load_variant(cache, cache / m["variant_dir"], mmap=True)
+    prepared = loaded[m["variant_dir"]]
     load_s = time.perf_counter() - t0
 
     logger = None
-    if tlc.get("mlflow"):
+    if m.get("mlflow"):
         from orchestration.tracking import PointLogger
-        logger = PointLogger(tlc["mlflow"]["uri"], tlc["mlflow"]["heads"])
+        logger = PointLogger(m["mlflow"]["uri"], m["mlflow"]["heads"])
         logger.start()
+    n_heads, E = len(m["spec"]["heads"]), cfg.training.epochs
 
     def on_epoch(epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         if logger is not None:
             logger.log_epoch(epoch, metrics)
-        files.set_state("running", epoch=epoch, epochs=cfg.training.epochs)
+        files.set_state("running", epoch=epoch, epochs=E)
+        extra = {"epoch": epoch, "member": index, "head_epochs": base_head_epochs + n_heads * epoch}
         if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
-            ray.train.report({**metrics, "epoch": epoch})
+            ray.train.report({**metrics, **extra})
         else:
-            ray.train.report({**metrics, "epoch": epoch}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
-                             checkpoint_dir_name=f"epoch_{epoch:04d}")
+            ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
+                             checkpoint_dir_name=f"{spec.name}.epoch_{epoch:04d}" if packed else f"epoch_{epoch:04d}")
         _maybe_crash(tlc.get("crash"), spec.name, epoch, out_dir)
 
-    ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         resumed = f"ray:{Path(ckpt.path).name}"
     else:   # a worker that died right after a report can leave Ray without it; the trial dir has it
@@ -153,25 +192,30 @@ def worker_loop(tlc: dict) -> None:
         raise
     if logger is not None:
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
-                  zip(tlc["spec"]["heads"], (tlc["mlflow"]["heads"][k] for k in tlc["head_keys"]))}
+                  zip(m["spec"]["heads"], (m["mlflow"]["heads"][k] for k in m["head_keys"]))}
         logger.log_final(df, points)
     files.publish(out_dir)
     timing = files.read_json("timing.json", {"attempts": []})
     timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
                                "start": round(wall1, 3), "end": round(time.time(), 3),
-                               "resumed_from": resumed, "node": os.uname().nodename,
+                               "resumed_from": resumed, "node": os.uname().nodename, "job": tlc["job"],
+                               "job_start": round(tlc["fit_start"], 3),   # the job's TorchTrainer.fit began
                                "ray_node_id": ray.get_runtime_context().get_node_id(),
                                # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
                                "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     files.write_json("timing.json", timing)
-    final = df[df["final"] & (df["split"] == "val") & (df["metric"] == "SNIS")]
-    ray.train.report({"finished": 1, "epoch": int(df["epoch"].max()) if len(df) else 0,
-                      "best_val_SNIS": float(final["value"].max()) if len(final) else float("nan")})
+    summary = files.read_json("summary.json", {}) or {}
+    # fit_s: from the start of the job's TorchTrainer.fit to this trial's end (in a pack, earlier trials included)
+    files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
+                                   "fit_s": round(time.time() - tlc["fit_start"], 3), "job": tlc["job"],
+                                   "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
+                                   "attempts": len(timing["attempts"])})
 
 
 def drive_trial(config: dict, ctx: dict) -> None:
-    """Tune function trainable: one TorchTrainer job per trial. config: {'trial': {'name': ...}};
+    """Tune function trainable: one TorchTrainer job for a job's trials (one trial, or a pack of them
+    run one after another). config: {'trial': {'name': job name, 'members': [trial names], ...}};
     ctx (tune.with_parameters): run_root, cache_dir, storage, sweep_id, cfg, specs {name: spec dict},
     prepared {name: {dir, levels}}, resources, mlflow (uri + {point key: run id}), crash."""
     import ray.train
@@ -181,51 +225,52 @@ def drive_trial(config: dict, ctx: dict) -> None:
 
     from orchestration.tracking import point_key
 
-    name = config["trial"]["name"]
-    files = TrialFiles(name, ctx["run_root"], ctx.get("storage"))
-    done = files.read_json("done.json")
-    if done is not None:      # finished before an interruption that Tune's state did not record
-        ray.tune.report({"finished": 1, "epoch": done.get("epoch", 0), "skipped": 1})
+    job = config["trial"]["name"]
+    names = config["trial"].get("members") or [job]
+    files = {n: TrialFiles(n, ctx["run_root"], ctx.get("storage")) for n in names}
+    todo = [n for n in names if files[n].read_json("done.json") is None]
+    if not todo:      # finished before an interruption that Tune's state did not record
+        ray.tune.report({"finished": 1, "skipped": 1, "member": len(names) - 1})
         return
-    spec = ctx["specs"][name]
     res = ctx["resources"]
-    tlc = {"cfg": ctx["cfg"], "spec": spec, "run_root": ctx["run_root"], "cache_dir": ctx["cache_dir"],
-           "storage": ctx.get("storage"), "sweep_id": ctx["sweep_id"],
-           "variant_dir": ctx["prepared"][name]["dir"], "levels": ctx["prepared"][name]["levels"],
-           "cpus": res["cpus_per_trial"], "crash": ctx.get("crash"), "mlflow": None,
-           "head_keys": [_head_key(h) for h in spec["heads"]]}
-    if ctx.get("mlflow"):
-        pts = ctx["mlflow"]["points"]
-        heads = {}
-        for h in spec["heads"]:
-            key = point_key({"dataset": spec["dataset"], "variant": spec["variant"], "method": h["method"],
-                             "p": h["p"], "lam": h["lam"], "seed": spec["seed"]})
-            heads[_head_key(h)] = pts[key]
-        tlc["mlflow"] = {"uri": ctx["mlflow"]["uri"], "heads": heads}
+    members = []
+    for n in names:
+        spec = ctx["specs"][n]
+        m = {"name": n, "spec": spec, "variant_dir": ctx["prepared"][n]["dir"], "levels": ctx["prepared"][n]["levels"],
+             "mlflow": None, "head_keys": [_head_key(h) for h in spec["heads"]]}
+        if ctx.get("mlflow"):
+            pts = ctx["mlflow"]["points"]
+            heads = {}
+            for h in spec["heads"]:
+                key = point_key({"dataset": spec["dataset"], "variant": spec["variant"], "method": h["method"],
+                                 "p": h["p"], "lam": h["lam"], "seed": spec["seed"]})
+                heads[_head_key(h)] = pts[key]
+            m["mlflow"] = {"uri": ctx["mlflow"]["uri"], "heads": heads}
+        members.append(m)
+    tlc = {"cfg": ctx["cfg"], "job": job, "members": members, "run_root": ctx["run_root"],
+           "cache_dir": ctx["cache_dir"], "storage": ctx.get("storage"), "sweep_id": ctx["sweep_id"],
+           "cpus": res["cpus_per_trial"], "crash": ctx.get("crash"), "fit_start": time.time()}
     use_gpu = res["gpus_per_trial"] > 0
     per_worker = {"CPU": res["cpus_per_trial"], **({"GPU": res["gpus_per_trial"]} if use_gpu else {})}
-    files.set_state("running", started=time.time())
-    t0 = time.perf_counter()
     trainer = ray.train.torch.TorchTrainer(
         worker_loop, train_loop_config=tlc,
         # one worker, no collectives: gloo is the cheapest process group to set up, on CPU and GPU alike
         torch_config=ray.train.torch.TorchConfig(backend="gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
-            name=f"train-{name}", storage_path=ctx["ray_storage"], callbacks=[TuneReportCallback()],
+            name=f"train-{job}", storage_path=ctx["ray_storage"], callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=res["max_failures"]),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
     try:
         trainer.fit()
     except BaseException as exc:
-        files.set_state("errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
+        # the trial that was running when the job gave up is the errored one; the job's later trials stay pending
+        left = [n for n in names if files[n].read_json("done.json") is None]
+        running = [n for n in left if (files[n].read_json("state.json", {}) or {}).get("state") == "running"]
+        if left:
+            files[(running or left)[0]].set_state(
+                "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
         raise
-    summary = files.read_json("summary.json", {}) or {}
-    timing = files.read_json("timing.json", {"attempts": []})
-    files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", 0),
-                                   "fit_s": round(time.perf_counter() - t0, 3),
-                                   "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
-                                   "attempts": len(timing["attempts"])})
 
 
 def fetch_trial(rd_root: Path, name: str, storage) -> None:

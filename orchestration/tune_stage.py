@@ -1,6 +1,7 @@
-"""The trials stage of a sweep: a Ray Tune `Tuner` over the trials, each one a Ray Train job
-(orchestration.trial); on resume, a fresh Tuner over the unfinished and errored trials (Tune's own
-saved state is never unpickled: a run directory may come from someone else).
+"""The trials stage of a sweep: a Ray Tune `Tuner` over jobs, each one a Ray Train job that runs one
+trial or a pack of them one after another (orchestration.trial); on resume, a fresh Tuner over the
+unfinished and errored trials, packed again (Tune's own saved state is never unpickled: a run
+directory may come from someone else).
 """
 from __future__ import annotations
 
@@ -26,15 +27,55 @@ class StorageSync(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from orchestration.rundir import set_trial_state
-        if "epoch" in result and not result.get("finished"):
-            set_trial_state(self.plan.rd.trial(trial.config["trial"]["name"]), "running", epoch=int(result["epoch"]),
+        from orchestration.trial import fetch_trial
+        name = member_of(trial.config, result)
+        if result.get("member_finished"):
+            fetch_trial(self.plan.rd.root, name, self.plan.storage)
+        elif "epoch" in result and not result.get("finished"):
+            set_trial_state(self.plan.rd.trial(name), "running", epoch=int(result["epoch"]),
                             epochs=self.plan.cfg.training.epochs)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         from orchestration.trial import fetch_trial
-        fetch_trial(self.plan.rd.root, trial.config["trial"]["name"], self.plan.storage)
+        for name in members(trial.config):
+            fetch_trial(self.plan.rd.root, name, self.plan.storage)
 
     on_trial_error = on_trial_complete
+
+
+def members(config: dict) -> list[str]:
+    """The trials of a Tune trial (a job): its config's 'members' (a pack), else the one trial."""
+    t = config.get("trial", {})
+    return list(t.get("members") or [t.get("name")])
+
+
+def member_of(config: dict, result: dict) -> str:
+    """The trial a job's result is about (its 'member' index; a job of one trial: that trial)."""
+    names = members(config)
+    i = result.get("member", 0)
+    try:
+        return names[int(i)]
+    except (TypeError, ValueError, IndexError):
+        return names[0]
+
+
+def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
+    """The Tune trials: one per job, each a pack of trials (resources.trials_per_job; auto: about 2
+    jobs per slot). A job of one trial has that trial's name and keys, as without packing. `specs`:
+    the trials to pack (default every trial of the plan; on resume, those not done)."""
+    from orchestration.plan import pack_name, pack_trials, trials_per_job
+
+    specs = list(plan.specs if specs is None else specs)
+    if not specs:
+        return []
+    per_job = trials_per_job(plan.cfg.resources.trials_per_job, len(specs), max_concurrent)
+    grid = []
+    for i, group in enumerate(pack_trials(specs, per_job)):
+        s = group[0]
+        grid.append({"name": pack_name(group, i), "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
+                     "methods": ",".join(s.methods), "heads": sum(len(g.heads) for g in group),
+                     "members": [g.name for g in group], "member_heads": [len(g.heads) for g in group]})
+    return grid
 
 
 def trial_context(plan: SweepPlan, prepared: dict, runs) -> dict:
@@ -64,11 +105,10 @@ def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restor
     storage = ray_storage(plan)
     # Never Tuner.restore: Tune's saved state (tuner.pkl, the trials' params.pkl, pickles inside its
     # experiment_state JSON) would be unpickled, and a run directory is something people copy and
-    # send. A resumed sweep is a fresh Tuner over the trials without done.json; each continues from its
-    # last checkpoint (Ray Train's JSON snapshot, torch weights-only files), so nothing is lost.
+    # send. A resumed sweep is a fresh Tuner over the trials without done.json, packed again; each
+    # continues from its last checkpoint (the trial folder's, torch weights-only), so nothing is lost.
     done = done_trials(plan.rd.root, plan.names) if restore else set()
-    grid = [{"name": s.name, "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
-             "methods": ",".join(s.methods), "heads": len(s.heads)} for s in plan.specs if s.name not in done]
+    grid = job_grid(plan, max_concurrent, [s for s in plan.specs if s.name not in done])
     if not grid:
         return None, bool(done)
     return ray.tune.Tuner(
@@ -94,7 +134,9 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     before = done_trials(rd.root, plan.names)
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
     tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=True)
-    say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done")
+    n_jobs = len(job_grid(plan, max_concurrent, [s for s in plan.specs if s.name not in before]))
+    jobs = f"; {n_jobs} Ray Train job(s)" if n_jobs else ""
+    say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()
     from orchestration.ray_setup import secrets_withheld
     try:

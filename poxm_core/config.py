@@ -129,7 +129,18 @@ class ResourcesConfig(_Strict):
     num_workers: int = Field(1, gt=0, description="Ray Train workers per trial: 1 (no data parallelism, docs/orchestration.md)")
     max_concurrent_trials: int | None = Field(None, gt=0, description="default: what the resources allow")
     max_failures: int = Field(2, ge=0, description="retries of a crashed trial (from its checkpoint)")
+    trials_per_job: int | Literal["auto"] | None = Field(
+        None, exclude_if=_unset,
+        description="trials run one after another by one Ray Train job (its start-up paid once): 1 = one job per "
+                    "trial; default (unset or 'auto'): about 2 jobs per slot (trials that fit at once)")
     storage_path: str | None = Field(None, exclude_if=_unset, description="where trials exchange prepared data, checkpoints and results: a path or pyarrow filesystem URI every node reaches (default: the run directory, i.e. one node or a shared filesystem)")
+
+    @field_validator("trials_per_job", mode="before")
+    @classmethod
+    def _pack(cls, v):
+        if isinstance(v, bool) or (isinstance(v, int) and v < 1):
+            raise ValueError(f"trials_per_job={v!r}: expected a whole number >= 1 or 'auto'")
+        return None if v == "auto" else v
 
     @field_validator("num_workers")
     @classmethod

@@ -1,0 +1,85 @@
+"""The orchestration share of a finished sweep: the share of its wall time during which no trial was
+computing (1 - busy / wall, busy = the union of every trial attempt's run_trial interval), from the
+run directory's files alone (no Ray, no MLflow): results/sweep_summary.json (the latest invocation's
+wall time and end) and trials/<t>/timing.json (per attempt: start, end, run_trial_s, job, job_start).
+
+    python benchmarks/orchestration_share.py RUN_DIR [RUN_DIR ...] [--json]
+
+Per run directory it prints the trials, the Ray Train jobs they ran in (a job runs one trial, or a
+pack of them: resources.trials_per_job), the sweep's wall time, the trials' compute, the busy time,
+the share, and each job's start-up (from TorchTrainer.fit's start to its first trial's start: Ray
+Train's worker group, placement, imports, loading the prepared data). Only the attempts of the
+latest invocation (`poxm run` or `poxm resume`) count, as in sweep_summary.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def busy_seconds(spans) -> float:
+    """Length of the union of the intervals [a, b]."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def share(run_dir: str | Path) -> dict:
+    rd = Path(run_dir)
+    summ = json.loads((rd / "results" / "sweep_summary.json").read_text())
+    wall, t1 = float(summ["wall_s"]), float(summ["finished_at"])
+    t0 = t1 - wall
+    trials = json.loads((rd / "sweep.json").read_text())["trials"]
+    spans, compute, jobs = [], 0.0, {}
+    for t in trials:
+        f = rd / "trials" / t / "timing.json"
+        if not f.is_file():
+            continue
+        for a in json.loads(f.read_text()).get("attempts", []):
+            if a["end"] < t0 - 1:          # an earlier invocation's attempt
+                continue
+            spans.append((max(a["start"], t0), min(a["end"], t1)))
+            compute += float(a["run_trial_s"])
+            job = a.get("job", t)
+            if "job_start" in a:
+                j = jobs.setdefault((job, a["job_start"]), {"trials": 0, "first_start": a["start"]})
+                j["trials"] += 1
+                j["first_start"] = min(j["first_start"], a["start"])
+    busy = busy_seconds(spans)
+    startup = sorted(round(j["first_start"] - js, 1) for (_, js), j in jobs.items())
+    return {"run_dir": str(rd), "trials": len(trials), "trials_run": len(spans), "jobs": len(jobs) or None,
+            "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
+            "orchestration_share": round(1 - busy / wall, 4) if wall > 0 else None,
+            "job_startup_s": startup, "max_concurrent_trials": summ.get("max_concurrent_trials")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dirs", nargs="+", help="run directories of finished sweeps")
+    ap.add_argument("--json", action="store_true", help="one JSON object per run directory")
+    a = ap.parse_args(argv)
+    for d in a.run_dirs:
+        try:
+            r = share(d)
+        except (OSError, KeyError, json.JSONDecodeError) as exc:
+            print(f"orchestration_share: error: {d}: not a finished sweep's run directory ({exc})", file=sys.stderr)
+            return 2
+        if a.json:
+            print(json.dumps(r))
+            continue
+        st = r["job_startup_s"]
+        print(f"{r['run_dir']}\n  {r['trials_run']} trial(s) in {r['jobs'] or '?'} Ray Train job(s), up to "
+              f"{r['max_concurrent_trials']} at once; wall {r['wall_s']} s, trial compute {r['trial_compute_s']} s, "
+              f"busy {r['busy_s']} s\n  orchestration share (no trial computing) {100 * r['orchestration_share']:.1f} %"
+              + (f"\n  job start-up (fit start -> first trial) s: min {st[0]}, median {st[len(st) // 2]}, max {st[-1]}"
+                 if st else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

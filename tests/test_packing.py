@@ -1,0 +1,250 @@
+"""Packs: several trials run one after another by one Ray Train job (resources.trials_per_job).
+
+Fast: how many trials a job gets, which trials share a job, the Tune grid of jobs, the progress bar
+counting trials inside jobs, the orchestration-share script on hand-made timing files.
+Slow (real Ray, 2 CPUs, the tiny sweep of test_sweep_e2e packed into one job of 2 trials):
+  - a worker killed once in the pack's second trial: the first is not rerun, the second continues
+    from its own checkpoint; rows equal the unpacked sweep's; one MLflow run per grid point;
+  - `poxm run` killed (SIGKILL of its group) after the pack's first trial finished, then `poxm resume`.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestration.plan import pack_name, pack_trials, plan_sweep, trials_per_job
+from poxm_core.config import load_config
+from poxm_core.errors import PoxmInputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+DATA = {
+    "name": "pack",
+    "seeds": [0, 1],
+    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 50, "n_test": 20, "n_features": 30, "n_labels": 10},
+                  "variants": [{"name": "A", "alpha": 0.5}, {"name": "B", "alpha": 0.5, "beta": 1.0}]},
+                 {"name": "bibtex", "variants": [{"name": "A", "alpha": 0.5}]}],
+    "group_by": "seed",
+    "methods": {"logging": {}, "dm": {}, "poxm": {"p": [2, 4], "lam": [0.5, 0.9]}},
+}
+
+
+def cfg(*overrides):
+    return load_config(data=json.loads(json.dumps(DATA)), overrides=list(overrides))
+
+
+def test_trials_per_job_hand_values():
+    assert trials_per_job(None, 8, 2) == 2       # auto: 8 trials, 2 slots -> 4 jobs of 2
+    assert trials_per_job(None, 9, 2) == 3       # ceil(9 / 4)
+    assert trials_per_job(None, 2, 2) == 1       # fewer trials than 2 x slots: one job each (no packing)
+    assert trials_per_job(None, 8, 1) == 4
+    assert trials_per_job(None, 32, 4) == 4      # e.g. gpus_per_trial 0.25 on one GPU: 4 slots
+    assert trials_per_job(3, 8, 2) == 3 and trials_per_job(1, 100, 2) == 1
+
+
+def test_packs_keep_a_prepared_dataset_together(tmp_path):
+    plan = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)
+    # config order: synthetic A s0, A s1, B s0, B s1, bibtex A s0, A s1
+    packs = pack_trials(plan.specs, 2)
+    assert [[s.name for s in p] for p in packs] == [["synthetic-A-s0-all", "synthetic-B-s0-all"], ["synthetic-A-s1-all", "synthetic-B-s1-all"],
+                                                    ["bibtex-A-s0-all", "bibtex-A-s1-all"]]
+    assert [len(p) for p in pack_trials(plan.specs, 4)] == [4, 2]
+    assert sorted(s.name for p in pack_trials(plan.specs, 5) for s in p) == sorted(plan.names)
+    assert pack_name(packs[0], 0) == "pack000-synthetic-A-s0-all" and pack_name(packs[0][:1], 7) == "synthetic-A-s0-all"
+
+
+def test_trials_per_job_config_key(tmp_path):
+    assert cfg().resources.trials_per_job is None
+    assert cfg("resources.trials_per_job=auto").resources.trials_per_job is None
+    assert cfg("resources.trials_per_job=3").resources.trials_per_job == 3
+    for bad in ("0", "true", "1.5", "many"):
+        with pytest.raises(PoxmInputError, match="trials_per_job"):
+            cfg(f"resources.trials_per_job={bad}")
+    # packing changes no number: the run directory is the same
+    assert plan_sweep(cfg("resources.trials_per_job=3"), runs_dir=tmp_path, check_data=False).rd.root == plan_sweep(cfg(), runs_dir=tmp_path, check_data=False).rd.root
+
+
+def test_job_grid(tmp_path):
+    from orchestration.tune_stage import job_grid, member_of, members
+
+    plan = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)
+    heads = len(plan.specs[0].heads)
+    grid = job_grid(plan, max_concurrent=2)          # auto: 6 trials, 2 slots -> 3 jobs of 2
+    assert [len(g["members"]) for g in job_grid(plan, max_concurrent=1)] == [3, 3]
+    assert [g["members"] for g in grid] == [["synthetic-A-s0-all", "synthetic-B-s0-all"], ["synthetic-A-s1-all", "synthetic-B-s1-all"],
+                                            ["bibtex-A-s0-all", "bibtex-A-s1-all"]]
+    assert grid[0]["name"] == "pack000-synthetic-A-s0-all" and grid[0]["heads"] == 2 * heads
+    off = job_grid(plan_sweep(cfg("resources.trials_per_job=1"), runs_dir=tmp_path, check_data=False), max_concurrent=1)
+    assert [g["name"] for g in off] == [n for s in (0, 1) for n in plan.names
+                                          if n.startswith("synthetic") and n.endswith(f"s{s}-all")] + ["bibtex-A-s0-all", "bibtex-A-s1-all"]
+    assert all(g["members"] == [g["name"]] and g["heads"] == heads for g in off)
+    assert members({"trial": grid[1]}) == grid[1]["members"] and member_of({"trial": grid[1]}, {"member": 1}) == "synthetic-B-s1-all"
+    assert members({"trial": {"name": "x"}}) == ["x"] and member_of({"trial": {"name": "x"}}, {}) == "x"   # a sweep from before packs
+
+
+def test_slots_with_fractional_gpus(monkeypatch):
+    """gpus_per_trial 0.25 on one GPU: 4 jobs share the card, so auto packs into about 8 jobs."""
+    import ray
+
+    from orchestration.ray_setup import check_resources
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
+    c = cfg("resources.gpus_per_trial=0.25", "resources.cpus_per_trial=2", "device=cuda")
+    slots = check_resources(c, local=True)
+    assert slots == 4 and trials_per_job(None, 32, slots) == 4
+
+
+def _job(name, status, members, heads):
+    return SimpleNamespace(trial_id=name, status=status,
+                           config={"trial": {"name": name, "members": members, "heads": heads}})
+
+
+def test_progress_counts_trials_inside_jobs(monkeypatch):
+    import io
+
+    from orchestration.progress import SweepProgress
+
+    class NotATTY(io.StringIO):
+        def isatty(self):
+            return False
+    buf = NotATTY()
+    monkeypatch.setattr(sys, "stderr", buf)
+    p = SweepProgress(total=5, epochs=2)
+    jobs = [_job("pack000-a", "RUNNING", ["a", "b", "c"], 6), _job("d", "PENDING", ["d"], 2)]   # 'e' not materialised
+    p.on_trial_start(0, jobs, jobs[0])
+    p.on_trial_result(0, jobs, jobs[0], {"epoch": 1, "member": 0, "head_epochs": 2})
+    assert p._counts(jobs) == {"done": 0, "running": 1, "pending": 4, "errored": 0}
+    assert p.work(jobs) == (2, (6 + 2 + 2) * 2)    # heads: 6 + 2 seen over 4 trials, 'e' taken as the mean (2)
+    p.on_trial_result(0, jobs, jobs[0], {"member_finished": 1, "member": 0, "head_epochs": 4})
+    p.on_trial_result(0, jobs, jobs[0], {"epoch": 1, "member": 1, "head_epochs": 6})
+    assert p._counts(jobs) == {"done": 1, "running": 1, "pending": 3, "errored": 0}
+    assert p.work(jobs)[0] == 6
+    jobs[0].status = "ERROR"
+    p.on_trial_error(0, jobs, jobs[0])
+    assert p._counts(jobs) == {"done": 1, "running": 0, "pending": 3, "errored": 1}
+    jobs[0].status = "TERMINATED"           # retried and finished
+    p.on_trial_complete(0, jobs, jobs[0])
+    assert p._counts(jobs) == {"done": 3, "running": 0, "pending": 2, "errored": 0}
+    out = buf.getvalue()
+    assert out.count("done    a") == 1 and "done    b" in out and "done    c" in out and "ERROR   b" in out
+
+
+def test_orchestration_share_script(tmp_path):
+    """Hand-made run directory: wall 100 s ending at t=1100; trial x computed 1010-1040 (job j1 started at
+    1000), trial y 1030-1060 in the same job, trial z 1080-1090 (job j2 from 1070): busy = 50 + 10 = 60."""
+    from orchestration.rundir import write_json
+    rd = tmp_path / "run"
+    write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2})
+    write_json(rd / "sweep.json", {"trials": ["x", "y", "z", "w"]})
+    att = {"x": (1010, 1040, "j1", 1000), "y": (1030, 1060, "j1", 1000), "z": (1080, 1090, "j2", 1070)}
+    for t, (a, b, j, js) in att.items():
+        write_json(rd / "trials" / t / "timing.json", {"attempts": [
+            *([{"start": 900, "end": 950, "run_trial_s": 50, "job": j, "job_start": 890}] if t == "x" else []),  # an earlier invocation
+            {"start": a, "end": b, "run_trial_s": b - a, "job": j, "job_start": js}]})
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(rd), "--json"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["busy_s"] == 60.0 and r["orchestration_share"] == pytest.approx(0.4)
+    assert r["trial_compute_s"] == 70.0 and r["jobs"] == 2 and r["trials_run"] == 3
+    assert r["job_startup_s"] == [10.0, 10.0]
+    bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# slow: real Ray
+
+@pytest.fixture(scope="module")
+def e2e():
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_sweep_e2e
+    return test_sweep_e2e
+
+
+@pytest.fixture(scope="module")
+def ray2():
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def unpacked(e2e, ray2, tmp_path_factory):
+    from orchestration.sweep import run_sweep
+    tmp = tmp_path_factory.mktemp("unpacked")
+    res = dict(e2e.TINY["resources"], trials_per_job=1)
+    out = run_sweep(load_config(e2e.write_config(tmp, resources=res)), runs_dir=tmp / "runs", progress=False)
+    assert out.ok, out
+    return out
+
+
+def _packed_config(e2e, tmp: Path) -> Path:
+    return e2e.write_config(tmp, resources=dict(e2e.TINY["resources"], trials_per_job=2))
+
+
+def _check_mlflow(e2e, run_dir: Path, ref_dir: Path, trial_crashed: str | None = None):
+    c, _, runs = e2e.mlflow_runs(run_dir)
+    points = [r for r in runs if r.data.tags.get("poxm.role") == "point"]
+    assert len(points) == e2e.N_POINTS and len(runs) == e2e.N_POINTS + 1               # none duplicated
+    assert len({r.data.tags["poxm.point"] for r in points}) == e2e.N_POINTS
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    _, _, ref_runs = e2e.mlflow_runs(ref_dir)
+    ref = {r.data.tags["poxm.point"]: r.data.metrics for r in ref_runs if r.data.tags.get("poxm.role") == "point"}
+    for r in points:
+        assert r.data.metrics == pytest.approx(ref[r.data.tags["poxm.point"]], rel=1e-12)
+        if r.data.tags["poxm.trial"] == trial_crashed and r.data.tags["method"] == "poxm":
+            assert [h.step for h in c.get_metric_history(r.info.run_id, "train/loss")] == [1, 2]    # epoch 1 once
+
+
+@pytest.mark.slow
+def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray2, unpacked, tmp_path, monkeypatch):
+    from orchestration.sweep import run_sweep
+
+    monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-B-s0-all")
+    out = run_sweep(load_config(_packed_config(e2e, tmp_path)), runs_dir=tmp_path / "runs", progress=False)
+    assert out.ok, out
+    rd = out.run_dir
+    assert (rd / "ray" / "train-pack000-synthetic-A-s0-all").is_dir()          # one Train job for both trials
+    assert not (rd / "ray" / "train-synthetic-B-s0-all").exists()
+    a, b = (json.loads((rd / "trials" / t / "timing.json").read_text())["attempts"]
+            for t in ("synthetic-A-s0-all", "synthetic-B-s0-all"))
+    assert len(a) == 1 and a[0]["resumed_from"] is None                          # finished once, not rerun
+    assert (rd / "trials" / "synthetic-B-s0-all" / ".crash_injected").is_file()
+    # B continued from its own epoch-1 checkpoint (Ray's, named after B, or B's folder's), not from A's
+    assert len(b) == 1 and b[0]["resumed_from"] in ("ray:synthetic-B-s0-all.epoch_0001", "trial_dir:epoch_0001")
+    assert a[0]["job"] == b[0]["job"] == "pack000-synthetic-A-s0-all" and a[0]["end"] <= b[0]["start"]
+    for t in ("synthetic-A-s0-all", "synthetic-B-s0-all"):
+        assert json.loads((rd / "trials" / t / "done.json").read_text())["job"] == "pack000-synthetic-A-s0-all"
+    e2e.pd.testing.assert_frame_equal(e2e.final_rows(rd), e2e.final_rows(unpacked.run_dir))
+    _check_mlflow(e2e, rd, unpacked.run_dir, trial_crashed="synthetic-B-s0-all")
+
+
+@pytest.mark.slow
+def test_pack_killed_after_its_first_trial_then_resumed(e2e, unpacked, tmp_path):
+    from poxm_process import POXM, poxm_env, run_until_first_trial_then_kill
+
+    runs = tmp_path / "runs"
+    first = run_until_first_trial_then_kill(_packed_config(e2e, tmp_path), runs, deadline_s=600)
+    run_dir = first.parent.parent
+    assert first.name == "synthetic-A-s0-all" and len(list(run_dir.glob("trials/*/done.json"))) == 1
+    stamp = {f: (first / f).stat().st_mtime_ns for f in ("rows.csv", "done.json", "summary.json", "timing.json")}
+    time.sleep(2)
+    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    assert st.returncode == 0 and "(2 trials," in st.stdout and "done 1" in st.stdout, st.stdout
+
+    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
+                         text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert {f: (first / f).stat().st_mtime_ns for f in stamp} == stamp           # the finished trial did not rerun
+    e2e.pd.testing.assert_frame_equal(e2e.final_rows(run_dir), e2e.final_rows(unpacked.run_dir))
+    _check_mlflow(e2e, run_dir, unpacked.run_dir)
+    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    assert "done 2" in st.stdout
