@@ -25,6 +25,7 @@ steps without a graph (with a warning).
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -35,13 +36,16 @@ from poxm_core.config import SweepConfig
 from poxm_core.methods import Batch, HeadContext
 from poxm_core.methods.base import reward_shift
 from poxm_core.prepared import Prepared
+from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.batches import TrainData
 from poxm_core.policy.heads import RowScorer
 from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 
-__all__ = ["train_epoch", "train_data_for"]
+__all__ = ["train_epoch", "train_data_for", "wants_batched"]
+
+_log = logging.getLogger(__name__)
 
 _GRAPH_METHODS = frozenset({"poxm", "wpoxm", "dm"})   # losses with no host sync and no host randomness
 
@@ -92,7 +96,11 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     rows, bags = data.epoch(perm_t) if trainable else (None, None)
     B = cfg.training.batch_size
     start = 0
-    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device):
+    engine = _engine(cfg, data, trainable, device)
+    seq = trainable if engine is None else [h for h in trainable if all(h is not e for e in engine.heads)]
+    if engine is not None and not engine.bound():   # a head's tensors were replaced (not by a load: that copies)
+        engine.bind()
+    if trainable and n >= B and engine is None and _graphable(trainable, labels or needs_reward, device):
         key = tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
         if runner is None:
@@ -104,7 +112,9 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
         rhat = _reward_fn(reward, batch) if needs_reward else None
         stacked = {id(st): st(batch.z, batch.bag) for st in stacks}
         scorers, losses = [], []
-        for h in trainable:
+        if engine is not None:
+            losses.append(engine.loss(batch, stacked, ctxs, rhat))
+        for h in seq:
             ctx = ctxs[h.key]
             if h.method.needs_reward_model:
                 ctx.reward = rhat
@@ -113,19 +123,45 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
                 pol.features(batch.z, batch.bag)
             scorer = RowScorer(pol.out, feats)
             scorers.append(scorer)
-            losses.append(h.method.loss(scorer, batch, ctx))
-        stacked_losses = torch.stack(losses)
+            losses.append(h.method.loss(scorer, batch, ctx).view(1))
+        stacked_losses = torch.cat(losses)
         total += stacked_losses.detach().double() * (b - a)
         stacked_losses.sum().backward()
-        for h, scorer in zip(trainable, scorers):
+        if engine is not None:
+            engine.step()
+        for h, scorer in zip(seq, scorers):
             h.policy.step(scorer)
         for st in stacks:
             st.step()
     values = total.tolist()
-    for h, v in zip(trainable, values):
+    order = trainable if engine is None else engine.heads + seq
+    for h, v in zip(order, values):
         if v != v or v in (float("inf"), float("-inf")):
             raise FloatingPointError(f"{h.key}: non-finite training loss at epoch {epoch} (lower its lr?)")
-    return {h.key: v / n for h, v in zip(trainable, values)}
+    by_key = {h.key: v / n for h, v in zip(order, values)}
+    return {h.key: by_key[h.key] for h in trainable}
+
+
+def wants_batched(cfg: SweepConfig, device: torch.device) -> bool:
+    """training.batched_heads resolved for `device`: 'auto' = on for CUDA, off for CPU."""
+    mode = cfg.training.batched_heads
+    return device.type == "cuda" if mode == "auto" else bool(mode)
+
+
+def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], device: torch.device):
+    """The trial's `BatchedHeads` for this group of heads (built once, kept in `data`), or None."""
+    if not trainable or not wants_batched(cfg, device):
+        return None
+    key = ("batched",) + tuple(h.key for h in trainable)
+    if key not in data.graphs:
+        chosen, rest = assign(trainable)
+        data.graphs[key] = BatchedHeads(chosen) if chosen else None
+        _log.info("batched heads: %s; one by one: %s", ", ".join(h.key for h in chosen) or "none",
+                  ", ".join(h.key for h in rest) or "none")
+        info = data.__dict__.setdefault("engine_heads", {"batched": [], "sequential": []})
+        info["batched"] += [h.key for h in chosen if h.key not in info["batched"]]
+        info["sequential"] += [h.key for h in rest if h.key not in info["sequential"]]
+    return data.graphs[key]
 
 
 def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device) -> bool:
