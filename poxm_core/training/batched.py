@@ -45,6 +45,7 @@ from poxm_core.methods.pm_banditnet import PMBanditNet
 from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline
 from poxm_core.methods.wpoxm import WPOXM
+from poxm_core.policy.heads import static_unique
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 
 __all__ = ["BatchedHeads", "assign", "KINDS"]
@@ -118,8 +119,15 @@ class BatchedHeads:
             self.stack_idx = torch.tensor([h.policy.index for h in self.heads], dtype=torch.int64, device=self.device)
         opt = self.heads[0].policy.out_opt
         self.betas, self.eps, self.wd = opt.betas, opt.eps, opt.weight_decay
+        dev = self.device
+        # per-group constants on the device (made once: nothing is copied from the host inside a step)
+        self._offs = {a: (torch.arange(a, b, device=dev) * self.L).view(-1, 1, 1) for _, _, a, b in self.groups}
+        self._is_w = {a: torch.tensor([isinstance(h.method, WPOXM) for h in self.heads[a:b]], device=dev).view(-1, 1, 1)
+                      for kind, _, a, b in self.groups if kind == "phi"
+                      and any(isinstance(h.method, WPOXM) for h in self.heads[a:b])}
+        self._shifts: dict = {}
+        self.t: torch.Tensor | None = None
         self.bind()
-        self._last = None
 
     # ---- parameters: one stacked tensor per field, each head's fields views of its slice -------------
     def bound(self) -> bool:
@@ -143,7 +151,7 @@ class BatchedHeads:
             self._views.append((o.W,))
         # per-head settings as vectors over the head dimension
         self.lr = [float(a.lr) for a in opts]
-        self.heads_t = torch.arange(self.H, device=self.device)
+        self.lr_t = torch.tensor(self.lr, dtype=torch.float64, device=self.device)
 
     # ---- forward -------------------------------------------------------------------------------------
     def features(self, batch: Batch, stacked: dict) -> torch.Tensor:
@@ -154,10 +162,12 @@ class BatchedHeads:
         B = S.shape[0]
         return S.view(B, self.stack.H, self.stack.h).index_select(1, self.stack_idx).transpose(0, 1)
 
-    def loss(self, batch: Batch, stacked: dict, ctxs: dict[str, HeadContext], rhat=None) -> torch.Tensor:
+    def loss(self, batch: Batch, stacked: dict, ctxs: dict[str, HeadContext], rhat=None,
+             static: bool = False) -> torch.Tensor:
+        """The heads' losses (H,). static: the rows from `static_unique` (fixed shape, no host
+        synchronisation: the CUDA-graph loop), to be followed by `step_static`."""
         feats = self.features(batch, stacked)
         B = batch.size
-        L = self.L
         out: list[torch.Tensor] = []
         # sparse heads: one unique over every head's ids, offset by k L
         logits_of: dict[int, torch.Tensor] = {}
@@ -168,11 +178,13 @@ class BatchedHeads:
                 if kind not in _SPARSE:
                     continue
                 ids = batch.actions if kind == "logged" else batch.cand[:, :p]
-                off = (torch.arange(a, b, device=ids.device) * L).view(-1, 1, 1)
-                gids.append((ids.unsqueeze(0) + off).reshape(-1))
+                gids.append((ids.unsqueeze(0) + self._offs[a]).reshape(-1))
                 shapes.append((a, b, ids.shape[1]))
             flat = torch.cat(gids)
-            rows, inv = torch.unique(flat, return_inverse=True)
+            if static:
+                rows, inv, self._src = static_unique(flat)
+            else:
+                rows, inv = torch.unique(flat, return_inverse=True)
             Wf, bf = self.W.view(-1, self.h), self.b.view(-1)
             self._rows = rows
             self._leaf_W = Wf.index_select(0, rows).requires_grad_(True)
@@ -201,7 +213,11 @@ class BatchedHeads:
         return torch.cat(out)
 
     def _shift(self, a: int, b: int, ctxs, dtype) -> torch.Tensor:
-        return torch.tensor([ctxs[h.key].shift for h in self.heads[a:b]], dtype=dtype, device=self.device).view(-1, 1, 1)
+        vals = tuple(ctxs[h.key].shift for h in self.heads[a:b])
+        key = (a, vals, dtype)
+        if key not in self._shifts:
+            self._shifts[key] = torch.tensor(vals, dtype=dtype, device=self.device).view(-1, 1, 1)
+        return self._shifts[key]
 
     def _group_loss(self, kind, p, a, b, s, batch: Batch, ctxs, rhat) -> torch.Tensor:
         G, B, m = s.shape
@@ -226,10 +242,8 @@ class BatchedHeads:
             dm_term = pl_expectations_torch(flat, vals.repeat(G, 1), pos_g, check=False).view(G, B, ell)
             rhat_logged = rhat(batch.actions).to(s.dtype)
             return -((dm_term + w * (r - rhat_logged)).sum(dim=(1, 2)) / B)
-        heads = self.heads[a:b]
-        if kind == "phi" and any(isinstance(h.method, WPOXM) for h in heads):
-            is_w = torch.tensor([isinstance(h.method, WPOXM) for h in heads], device=self.device).view(-1, 1, 1)
-            w = w * torch.where(is_w, batch.inv_prop_actions.unsqueeze(0), torch.ones((), dtype=w.dtype, device=w.device))
+        if a in self._is_w:
+            w = w * torch.where(self._is_w[a], batch.inv_prop_actions.unsqueeze(0), torch.ones((), dtype=w.dtype, device=w.device))
         elif kind == "full" and p is not None:      # PM-BanditNet: positions outside Phi^p dropped
             w = w * (batch.cand_pos < p).to(r.dtype)
         return -((w * (r - self._shift(a, b, ctxs, r.dtype))).sum(dim=(1, 2)) / B)
@@ -270,6 +284,46 @@ class BatchedHeads:
                 shape = (-1,) + (1,) * (full.dim() - 1)
                 self._update(full, g, mom, vel, neg_t[Hs:].view(shape), sq_t[Hs:].view(shape))
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = None
+
+    @torch.no_grad()
+    def step_static(self) -> None:
+        """`step` after a static `loss`: bias corrections from the device step counters `self.t` (see
+        `sync_counter`), rows written back by slot (`static_unique`'s padding slots rewrite slot 0's row
+        with its own new value); no host synchronisation. The caller advances the heads' step_count."""
+        b1, b2 = self.betas
+        self.t.add_(1.0)
+        dt = self.W.dtype
+        neg_t = (-self.lr_t / (1.0 - torch.pow(b1, self.t))).to(dt)
+        sq_t = (1.0 - torch.pow(b2, self.t)).sqrt().to(dt)
+        if self._rows is not None:
+            rows, src = self._rows, self._src
+            hk = torch.div(rows, self.L, rounding_mode="floor")
+            ns, sc = neg_t.index_select(0, hk), sq_t.index_select(0, hk)
+            dst = rows.index_select(0, src)
+            for full, mom, vel, leaf in ((self.W.view(-1, self.h), self.mW.view(-1, self.h), self.vW.view(-1, self.h),
+                                          self._leaf_W),
+                                         (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)):
+                g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                ps, ms, vs = full.index_select(0, rows), mom.index_select(0, rows), vel.index_select(0, rows)
+                shape = (-1,) + (1,) * (ps.dim() - 1)
+                self._update(ps, g, ms, vs, ns.view(shape), sc.view(shape))
+                for tgt, part in ((full, ps), (mom, ms), (vel, vs)):
+                    tgt.index_copy_(0, dst, part.index_select(0, src))
+        if self._full_W is not None:
+            Hs = self.Hs
+            for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
+                                         (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b)):
+                g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                shape = (-1,) + (1,) * (full.dim() - 1)
+                self._update(full, g, mom, vel, neg_t[Hs:].view(shape), sq_t[Hs:].view(shape))
+        self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = self._src = None
+
+    def sync_counter(self) -> None:
+        """Set the device step counters `t` (H,) float64 to the heads' host step counts."""
+        counts = torch.tensor([float(h.policy.out_opt.step_count) for h in self.heads], dtype=torch.float64)
+        if self.t is None:
+            self.t = torch.zeros(self.H, dtype=torch.float64, device=self.device)
+        self.t.copy_(counts)
 
     def _update(self, p, g, m, v, neg_step, sqrt_c2) -> None:
         """RowAdam._update in place, with per-row (per-head) step lr / c1 and sqrt(c2)."""

@@ -100,11 +100,12 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     seq = trainable if engine is None else [h for h in trainable if all(h is not e for e in engine.heads)]
     if engine is not None and not engine.bound():   # a head's tensors were replaced (not by a load: that copies)
         engine.bind()
-    if trainable and n >= B and engine is None and _graphable(trainable, labels or needs_reward, device):
-        key = tuple(h.key for h in trainable)
+    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq):
+        key = ("graph", engine is not None) + tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
         if runner is None:
-            runner = data.graphs[key] = _GraphedSteps(data, trainable, stacks, ctxs, B)
+            runner = data.graphs[key] = _GraphedSteps(data, trainable if engine is None else engine.heads, stacks,
+                                                      ctxs, B, engine)
         start = runner.run_epoch(rows, bags, total)
     for a in range(start, n if trainable else 0, B):
         b = min(n, a + B)
@@ -164,11 +165,13 @@ def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], devic
     return data.graphs[key]
 
 
-def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device) -> bool:
+def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device, engine=None, seq=()) -> bool:
     if device.type != "cuda" or os.environ.get("POXM_CUDA_GRAPHS", "1") == "0" or reads_more:
         return False
     if torch.are_deterministic_algorithms_enabled():
         return False
+    if engine is not None:     # the batched step: every head in it, none that reads labels or a reward model
+        return not seq and all(k in ("phi", "logged", "full") for k in engine.kinds)
     return all(h.method.name in _GRAPH_METHODS and h.policy.dense_opt is None
                and (hasattr(h.policy, "from_stacked") or not h.policy.reads_sparse) for h in trainable)
 
@@ -178,9 +181,11 @@ class _GraphedSteps:
 
     WARMUP = 2     # eager steps (on a side stream) before the capture, as torch.cuda.graph asks
 
-    def __init__(self, data: TrainData, trainable: list[TrialHead], stacks: list, ctxs: dict, B: int) -> None:
+    def __init__(self, data: TrainData, trainable: list[TrialHead], stacks: list, ctxs: dict, B: int,
+                 engine=None) -> None:
         dev = data.device
         self.data, self.heads, self.stacks, self.ctxs, self.B = data, trainable, stacks, ctxs, B
+        self.engine = engine       # a BatchedHeads (training/batched.py): its static step instead of head by head
         self.sparse = bool(stacks)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.broken = False
@@ -238,6 +243,15 @@ class _GraphedSteps:
                       inv_prop_actions=d.inv_prop_actions.index_select(0, r), n_labels=d.prepared.n_labels,
                       labels=None, bag=bag[:3] if bag is not None else None)
         stacked = {id(st): st(batch.z, bag, static=True) for st in self.stacks}
+        if self.engine is not None:
+            stacked_losses = self.engine.loss(batch, stacked, self.ctxs, None, static=True)
+            self.total.add_(stacked_losses.detach().double() * B)
+            stacked_losses.sum().backward()
+            self.engine.step_static()
+            for st in self.stacks:
+                st.step_static()
+            self.i.add_(1)
+            return
         scorers, losses, shared = [], [], {}
         for h in self.heads:
             pol = h.policy
@@ -267,6 +281,8 @@ class _GraphedSteps:
         self.total.zero_()
         for h in self.heads:
             h.policy.out_opt.sync_counter()
+        if self.engine is not None:
+            self.engine.sync_counter()
         for st in self.stacks:
             st.sync_counter()
         done = 0
