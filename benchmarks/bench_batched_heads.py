@@ -13,7 +13,8 @@ values; nothing is prepared, so this runs in minutes):
 An epoch here is what `run_trial` trains per epoch (train_epoch of every head; with a DR-POXM head the
 reward model's own epoch too); no evaluation or checkpoint. Each mode builds its heads afresh from the
 same seeds and trains `--epochs` epochs; the first epoch includes CUDA-graph capture, so the figure
-is the median of the later ones.
+is the median of the later ones. The process CPU seconds are printed too (on a shared CPU the wall time
+mostly measures the other jobs).
 
   python benchmarks/bench_batched_heads.py                   # CUDA if available, full sizes
   python benchmarks/bench_batched_heads.py --small --device cpu --threads 1
@@ -92,16 +93,17 @@ def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict
         reward = next(h for h in heads if h.key == REWARD_KEY)
         two = any(h.method.needs_reward_model for h in heads)
         others = [h for h in heads if h is not reward] if two else heads
-        out, losses = [], {}
+        out, cpu, losses = [], [], {}
         for e in range(1, epochs + 1):
             _sync(dev)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             if two:
                 losses.update(train_epoch(cfg, spec, prep, [reward], e, dev, None, data))
             losses.update(train_epoch(cfg, spec, prep, others, e, dev, reward, data))
             _sync(dev)
             out.append(time.perf_counter() - t)
-    return out, getattr(data, "engine_heads", {}), losses
+            cpu.append(time.process_time() - c)
+    return out, cpu, getattr(data, "engine_heads", {}), losses
 
 
 def bench(name: str, cfg_of, spec_of, prep, dev, epochs: int) -> dict:
@@ -109,13 +111,14 @@ def bench(name: str, cfg_of, spec_of, prep, dev, epochs: int) -> dict:
     for mode in ("false", "true"):
         cfg = cfg_of(mode)
         spec = spec_of(cfg)
-        secs, engine, losses = epochs_seconds(cfg, spec, prep, dev, epochs)
+        secs, cpu, engine, losses = epochs_seconds(cfg, spec, prep, dev, epochs)
         later = secs[1:] or secs
         res[f"batched_{mode}"] = {"epoch_seconds": [round(s, 3) for s in secs],
                                   "median_later_s": round(statistics.median(later), 3), "heads": len(spec.heads),
+                                  "epoch_process_cpu_s": [round(s, 3) for s in cpu],
                                   "engine": engine, "last_epoch_loss": losses}
-        print(f"{name}: batched_heads={mode}: {len(spec.heads)} heads, s/epoch {[round(s, 2) for s in secs]}",
-              flush=True)
+        print(f"{name}: batched_heads={mode}: {len(spec.heads)} heads, s/epoch {[round(s, 2) for s in secs]} "
+              f"(process CPU s {[round(s, 2) for s in cpu]})", flush=True)
     off, on = res["batched_false"]["median_later_s"], res["batched_true"]["median_later_s"]
     res["speedup"] = round(off / on, 2) if on else None
     lo, ln = res["batched_false"]["last_epoch_loss"], res["batched_true"]["last_epoch_loss"]

@@ -180,3 +180,20 @@ def test_static_batched_step_equals_eager(tmp_path, monkeypatch):
                        progress=False)
     assert calls == [True, True]
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_batched_reproduces_golden_training_values(tmp_path, monkeypatch):
+    """With the key on, every method's golden training values (tests/golden) hold within their tolerance."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sp = importlib.util.spec_from_file_location("make_golden", root / "scripts" / "make_golden.py")
+    golden = importlib.util.module_from_spec(sp)
+    sp.loader.exec_module(golden)
+    monkeypatch.setattr(golden, "TRAINING", {**golden.TRAINING, "batched_heads": True})
+    expected = json.loads((golden.GOLDEN / "expected.json").read_text())
+    got = {"training": golden.training_values(golden.load_fixture(), tmp_path)}
+    assert golden.compare(expected, got, ["training"]) == []
