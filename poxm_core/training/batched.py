@@ -135,20 +135,17 @@ class BatchedHeads:
 
     @torch.no_grad()
     def bind(self) -> None:
-        """Stack the heads' W, b and moments (copies of their current values) and point the heads at views."""
+        """Stack the heads' W, b and moments (copies of their current values) and point the heads at views.
+        One field at a time, so that the heads' own tensors are freed as it goes (peak: one field twice)."""
         outs = [h.policy.out for h in self.heads]
         opts = [h.policy.out_opt for h in self.heads]
-        self.W = torch.stack([o.W for o in outs])
-        self.b = torch.stack([o.b for o in outs])
-        self.mW = torch.stack([o.m_W for o in opts])
-        self.vW = torch.stack([o.v_W for o in opts])
-        self.mb = torch.stack([o.m_b for o in opts])
-        self.vb = torch.stack([o.v_b for o in opts])
-        self._views = []
-        for k, (o, a) in enumerate(zip(outs, opts)):
-            o.W, o.b = self.W[k], self.b[k]
-            a.m_W, a.v_W, a.m_b, a.v_b = self.mW[k], self.vW[k], self.mb[k], self.vb[k]
-            self._views.append((o.W,))
+        for name, objs, field in (("W", outs, "W"), ("b", outs, "b"), ("mW", opts, "m_W"), ("vW", opts, "v_W"),
+                                  ("mb", opts, "m_b"), ("vb", opts, "v_b")):
+            stacked = torch.stack([getattr(o, field) for o in objs])
+            setattr(self, name, stacked)
+            for k, o in enumerate(objs):
+                setattr(o, field, stacked[k])
+        self._views = [(o.W,) for o in outs]
         # per-head settings as vectors over the head dimension
         self.lr = [float(a.lr) for a in opts]
         self.lr_t = torch.tensor(self.lr, dtype=torch.float64, device=self.device)

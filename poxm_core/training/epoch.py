@@ -100,6 +100,8 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     seq = trainable if engine is None else [h for h in trainable if all(h is not e for e in engine.heads)]
     if engine is not None and not engine.bound():   # a head's tensors were replaced (not by a load: that copies)
         engine.bind()
+        for k in [k for k in data.graphs if k[:2] == ("graph", True)]:
+            del data.graphs[k]                           # a captured step read the old tensors
     if trainable and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq):
         key = ("graph", engine is not None) + tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
