@@ -193,8 +193,11 @@ class BatchedHeads:
                 iv = inv[start:start + n]
                 start += n
                 Wg = self._leaf_W.index_select(0, iv).view(G * B, m, self.h)
-                z = feats[a:b].reshape(G * B, self.h, 1)
-                logits_of[a] = (torch.bmm(Wg, z).squeeze(2) + self._leaf_b.index_select(0, iv).view(G * B, m)).view(G, B, m)
+                z = feats[a:b].reshape(G * B, self.h)
+                # B*m dot products of length h: a batched matvec on the GPU; on a CPU, where bmm runs
+                # G*B tiny products, the elementwise product and sum (measured 1.5-9x faster)
+                dots = (Wg * z.unsqueeze(1)).sum(2) if z.device.type == "cpu" else torch.bmm(Wg, z.unsqueeze(2)).squeeze(2)
+                logits_of[a] = (dots + self._leaf_b.index_select(0, iv).view(G * B, m)).view(G, B, m)
         # full heads: (G, B, L) logits of their block
         self._full_W = self._full_b = None
         if self.Hs < self.H:
