@@ -104,9 +104,10 @@ class TrainingConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0, description="Adam weight decay on the trained layers")
     mc_slates: int = Field(32, gt=0, description="Monte-Carlo slates per instance for stochastic metrics")
     eval_max_support: int = Field(1024, gt=0, description="full-L policies are evaluated on their top this many labels")
-    # Both keys came after results were published and change no number on CPU: left out of dumps (and
+    # These keys came after results were published and change no number on CPU: left out of dumps (and
     # so of the sweep hash, the run directory's name) at their defaults.
     deterministic: Literal["auto"] | bool = Field("auto", exclude_if=lambda v: v == "auto", description="torch.use_deterministic_algorithms during a trial: true, false, or auto = on for CPU (the reference results, compared exactly by the tests), off for CUDA, where its sort-based row-update kernels cost 2-3x the step and leaving it off changes only the float summation order of atomic adds (docs/performance.md)")
+    batched_heads: Literal["auto"] | bool = Field(False, exclude_if=lambda v: v is False, description="train a trial's heads as one batched step (one scoring, one loss evaluation per kind of head, one optimiser step for all their output layers) instead of one after another: true, false (default), or auto = on for CUDA, off for CPU (the reference results); only the float summation order differs (docs/training.md)")
     checkpoint_every: int = Field(1, gt=0, exclude_if=lambda v: v == 1 and not isinstance(v, bool), description="write a trial checkpoint every this many epochs and after the last; a resumed trial restarts from the last one written and still ends identical (CPU)")
 
 

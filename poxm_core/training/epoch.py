@@ -25,6 +25,7 @@ steps without a graph (with a warning).
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -35,13 +36,16 @@ from poxm_core.config import SweepConfig
 from poxm_core.methods import Batch, HeadContext
 from poxm_core.methods.base import reward_shift
 from poxm_core.prepared import Prepared
+from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.batches import TrainData
 from poxm_core.policy.heads import RowScorer
 from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 
-__all__ = ["train_epoch", "train_data_for"]
+__all__ = ["train_epoch", "train_data_for", "wants_batched"]
+
+_log = logging.getLogger(__name__)
 
 _GRAPH_METHODS = frozenset({"poxm", "wpoxm", "dm"})   # losses with no host sync and no host randomness
 
@@ -92,11 +96,18 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     rows, bags = data.epoch(perm_t) if trainable else (None, None)
     B = cfg.training.batch_size
     start = 0
-    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device):
-        key = tuple(h.key for h in trainable)
+    engine = _engine(cfg, data, trainable, device)
+    seq = trainable if engine is None else [h for h in trainable if all(h is not e for e in engine.heads)]
+    if engine is not None and not engine.bound():   # a head's tensors were replaced (not by a load: that copies)
+        engine.bind()
+        for k in [k for k in data.graphs if k[:2] == ("graph", True)]:
+            del data.graphs[k]                           # a captured step read the old tensors
+    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq):
+        key = ("graph", engine is not None) + tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
         if runner is None:
-            runner = data.graphs[key] = _GraphedSteps(data, trainable, stacks, ctxs, B)
+            runner = data.graphs[key] = _GraphedSteps(data, trainable if engine is None else engine.heads, stacks,
+                                                      ctxs, B, engine)
         start = runner.run_epoch(rows, bags, total)
     for a in range(start, n if trainable else 0, B):
         b = min(n, a + B)
@@ -104,7 +115,9 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
         rhat = _reward_fn(reward, batch) if needs_reward else None
         stacked = {id(st): st(batch.z, batch.bag) for st in stacks}
         scorers, losses = [], []
-        for h in trainable:
+        if engine is not None:
+            losses.append(engine.loss(batch, stacked, ctxs, rhat))
+        for h in seq:
             ctx = ctxs[h.key]
             if h.method.needs_reward_model:
                 ctx.reward = rhat
@@ -113,26 +126,54 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
                 pol.features(batch.z, batch.bag)
             scorer = RowScorer(pol.out, feats)
             scorers.append(scorer)
-            losses.append(h.method.loss(scorer, batch, ctx))
-        stacked_losses = torch.stack(losses)
+            losses.append(h.method.loss(scorer, batch, ctx).view(1))
+        stacked_losses = torch.cat(losses)
         total += stacked_losses.detach().double() * (b - a)
         stacked_losses.sum().backward()
-        for h, scorer in zip(trainable, scorers):
+        if engine is not None:
+            engine.step()
+        for h, scorer in zip(seq, scorers):
             h.policy.step(scorer)
         for st in stacks:
             st.step()
     values = total.tolist()
-    for h, v in zip(trainable, values):
+    order = trainable if engine is None else engine.heads + seq
+    for h, v in zip(order, values):
         if v != v or v in (float("inf"), float("-inf")):
             raise FloatingPointError(f"{h.key}: non-finite training loss at epoch {epoch} (lower its lr?)")
-    return {h.key: v / n for h, v in zip(trainable, values)}
+    by_key = {h.key: v / n for h, v in zip(order, values)}
+    return {h.key: by_key[h.key] for h in trainable}
 
 
-def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device) -> bool:
+def wants_batched(cfg: SweepConfig, device: torch.device) -> bool:
+    """training.batched_heads resolved for `device`: 'auto' = on for CUDA, off for CPU."""
+    mode = cfg.training.batched_heads
+    return device.type == "cuda" if mode == "auto" else bool(mode)
+
+
+def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], device: torch.device):
+    """The trial's `BatchedHeads` for this group of heads (built once, kept in `data`), or None."""
+    if not trainable or not wants_batched(cfg, device):
+        return None
+    key = ("batched",) + tuple(h.key for h in trainable)
+    if key not in data.graphs:
+        chosen, rest = assign(trainable)
+        data.graphs[key] = BatchedHeads(chosen) if chosen else None
+        _log.info("batched heads: %s; one by one: %s", ", ".join(h.key for h in chosen) or "none",
+                  ", ".join(h.key for h in rest) or "none")
+        info = data.__dict__.setdefault("engine_heads", {"batched": [], "sequential": []})
+        info["batched"] += [h.key for h in chosen if h.key not in info["batched"]]
+        info["sequential"] += [h.key for h in rest if h.key not in info["sequential"]]
+    return data.graphs[key]
+
+
+def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device, engine=None, seq=()) -> bool:
     if device.type != "cuda" or os.environ.get("POXM_CUDA_GRAPHS", "1") == "0" or reads_more:
         return False
     if torch.are_deterministic_algorithms_enabled():
         return False
+    if engine is not None:     # the batched step: every head in it, none that reads labels or a reward model
+        return not seq and all(k in ("phi", "logged", "full") for k in engine.kinds)
     return all(h.method.name in _GRAPH_METHODS and h.policy.dense_opt is None
                and (hasattr(h.policy, "from_stacked") or not h.policy.reads_sparse) for h in trainable)
 
@@ -142,9 +183,11 @@ class _GraphedSteps:
 
     WARMUP = 2     # eager steps (on a side stream) before the capture, as torch.cuda.graph asks
 
-    def __init__(self, data: TrainData, trainable: list[TrialHead], stacks: list, ctxs: dict, B: int) -> None:
+    def __init__(self, data: TrainData, trainable: list[TrialHead], stacks: list, ctxs: dict, B: int,
+                 engine=None) -> None:
         dev = data.device
         self.data, self.heads, self.stacks, self.ctxs, self.B = data, trainable, stacks, ctxs, B
+        self.engine = engine       # a BatchedHeads (training/batched.py): its static step instead of head by head
         self.sparse = bool(stacks)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.broken = False
@@ -202,6 +245,15 @@ class _GraphedSteps:
                       inv_prop_actions=d.inv_prop_actions.index_select(0, r), n_labels=d.prepared.n_labels,
                       labels=None, bag=bag[:3] if bag is not None else None)
         stacked = {id(st): st(batch.z, bag, static=True) for st in self.stacks}
+        if self.engine is not None:
+            stacked_losses = self.engine.loss(batch, stacked, self.ctxs, None, static=True)
+            self.total.add_(stacked_losses.detach().double() * B)
+            stacked_losses.sum().backward()
+            self.engine.step_static()
+            for st in self.stacks:
+                st.step_static()
+            self.i.add_(1)
+            return
         scorers, losses, shared = [], [], {}
         for h in self.heads:
             pol = h.policy
@@ -231,6 +283,8 @@ class _GraphedSteps:
         self.total.zero_()
         for h in self.heads:
             h.policy.out_opt.sync_counter()
+        if self.engine is not None:
+            self.engine.sync_counter()
         for st in self.stacks:
             st.sync_counter()
         done = 0

@@ -137,6 +137,7 @@ def result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
     # float summation order on CUDA (kept out so that older caches and checkpoints stay valid)
     training.pop("checkpoint_every", None)   # absent from the dump at their defaults (config.py)
     training.pop("deterministic", None)
+    training.pop("batched_heads", None)   # the same heads, batched: only the float summation order differs
     if not any(get_method(h.method).needs_reward_model for h in spec.heads):
         training.pop("epochs")   # resumable to more epochs, except after a phase-1 reward fit
     return config_hash({"spec": spec.to_dict(), "training": training, "model": resolved_dict(cfg.model),
