@@ -81,6 +81,7 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     """Fit (or continue) the Tuner; (done, errored, done before this call, seconds)."""
     import time
 
+    from orchestration.merge import tune_caught_up, tune_covers
     from orchestration.progress import SweepProgress
     from orchestration.rundir import trial_state
     from orchestration.trial import done_trials
@@ -88,11 +89,13 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     rd = plan.rd
     before = done_trials(rd.root, plan.names)
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
-    tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=True)
+    # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.merge)
+    tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=tune_covers(plan))
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done")
     t0 = time.perf_counter()
     try:
         tuner.fit()
+        tune_caught_up(plan)
     except KeyboardInterrupt:
         say(f"poxm: interrupted; continue with `poxm resume {rd.root}`")
         raise
