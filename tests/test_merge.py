@@ -132,3 +132,64 @@ def test_report_over_runs_with_no_shared_variant_or_shared_seeds_is_refused(tmp_
     refused(capsys, ["report", both, both], "given twice")
     assert {r: snapshot(r) for r in roots} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(r.name for r in (*roots, both))
+
+
+def fake_trials(root: Path, value) -> None:
+    """Every trial of the planned run in `root` finished, with final rows whose values come from
+    value(seed, method, p, lam, split, metric): val SNIS for the selection, test R@5 for the tables."""
+    from poxm_core.results import COLUMNS
+    sw = json.loads((root / "sweep.json").read_text())
+    for name in sw["trials"]:
+        pts = [g for g in sw["grid"] if g["trial"] == name]
+        rows = [{"dataset": g["dataset"], "variant": g["variant"], "method": g["method"],
+                 "p": -1 if g["p"] is None else g["p"], "lam": g["lam"], "seed": g["seed"], "split": split,
+                 "metric": metric, "value": value(g, split, metric), "stderr": 0.01, "epoch": 2, "final": True}
+                for g in pts for split, metric in (("val", "SNIS"), ("test", "R@5"))]
+        d = root / "trials" / name
+        d.mkdir(parents=True)
+        import pandas as pd
+        pd.DataFrame(rows, columns=COLUMNS).to_csv(d / "rows.csv", index=False)
+        (d / "done.json").write_text("{}")
+
+
+@pytest.mark.slow
+def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
+    """Runs over seeds [0] and [1, 2] merged equal one run over [0, 1, 2] (here: its rows put together
+    and selected by orchestration.selection.select); the runs are not touched; a second merge into
+    the same directory replaces it."""
+    import pandas as pd
+
+    from orchestration.merge import merge_report
+    from orchestration.selection import select
+
+    def value(g, split, metric):     # a different best (p, lam) per seed, known by construction
+        best = {0: 2, 1: 4, 2: 2}[g["seed"]]
+        return (1.0 if g["p"] == best else 0.5) + 0.1 * g["seed"] if split == "val" else 0.2 + (g["p"] or 0) / 100
+    a = planned(tmp_path / "runs", "seeds=[0]")
+    b = planned(tmp_path / "runs", "seeds=[1,2]", "name=more")
+    for r in (a, b):
+        fake_trials(r, value)
+    before = {r: snapshot(r) for r in (a, b)}
+    out, report = merge_report([str(a), str(b)], say=lambda m: None)
+    assert out.parent == tmp_path / "runs" and out.name.startswith("merge-merged-")
+    assert {r: snapshot(r) for r in (a, b)} == before
+    rows = pd.read_csv(out / "results" / "rows.csv")
+    assert sorted(rows["seed"].unique()) == [0, 1, 2] and len(rows) == 3 * 2 * 3 * 2   # seeds x variants x points x rows
+    sel = pd.read_csv(out / "results" / "selection.csv")
+    pd.testing.assert_frame_equal(sel, select(rows).reset_index(drop=True), check_dtype=False)
+    snis = sel[(sel.selection == "snis") & (sel.method == "poxm")]
+    assert {(int(r.seed), int(r.p)) for r in snis.itertuples()} == {(0, 2), (1, 4), (2, 2)}
+    assert yaml_seeds(out) == [0, 1, 2]
+    sw = json.loads((out / "sweep.json").read_text())
+    assert sw["merged_from"] == [str(a), str(b)] and len(sw["grid"]) == 3 * 2 * 3
+    assert report is not None and (report / "index.md").is_file()
+    # `poxm report MERGED_DIR` merges the same runs again into it; `poxm resume` refuses it
+    (out / "stale").write_text("x")
+    assert main(["report", str(out)]) == 0 and not (out / "stale").exists()
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
+    refused(capsys, ["resume", out], "a report merged from runs")
+
+
+def yaml_seeds(run_dir: Path) -> list[int]:
+    import yaml
+    return yaml.safe_load((run_dir / "config.yaml").read_text())["seeds"]
