@@ -270,7 +270,8 @@ def merge_report(given: list[str], out: str | os.PathLike | None = None, say=pri
 
 
 def is_merged(run_dir: str | os.PathLike) -> bool:
-    return bool((read_json(Path(run_dir) / "sweep.json", {}) or {}).get("merged_from"))
+    f = Path(run_dir).expanduser() / "sweep.json"
+    return f.is_file() and bool((read_json(f, {}) or {}).get("merged_from"))
 
 
 def remerge(run_dir: str | os.PathLike, say=print) -> tuple[Path, Path | None]:
