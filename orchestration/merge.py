@@ -174,7 +174,7 @@ def check_runs(given: list[str]) -> list[_Run]:
         if diff:
             key, va, vb = diff
             raise PoxmInputError(f"{key} differs: {first.given} ({_show(va)}) vs {r.given} ({_show(vb)}); "
-                                 "a report merges runs of one config (only name and seeds may differ)")
+                                 "a report merges runs of one config (only name, seeds and variants may differ)")
     for i, r in enumerate(runs):
         for q in runs[:i]:
             clash = sorted({c[2] for c in r.cells & q.cells})
@@ -222,8 +222,9 @@ def _check_out(out: Path, runs: list[_Run]) -> None:
 
 def merge_report(given: list[str], out: str | os.PathLike | None = None, say=print) -> tuple[Path, Path | None]:
     """One report over the finished trials of `given` runs (see the module docstring) in `out`; returns
-    (out, its report/ or None when it could not be built). Every check comes before anything is written; the directory is built beside `out` and
-    swapped in, and its report/ is built there (a failed build leaves the previous one in place)."""
+    (out, its report/ or None when it could not be built). Every check comes before anything is
+    written; the directory is built beside `out`, swapped in, and its report/ built there (a failure
+    puts the previous directory back)."""
     from orchestration.gather import select_and_report
 
     runs = check_runs(list(given))
@@ -260,7 +261,8 @@ def merge_report(given: list[str], out: str | os.PathLike | None = None, say=pri
         elif old is not None or out.exists():
             shutil.rmtree(out, ignore_errors=True)
         if old is not None:
-            os.replace(old / "out", out)
+            if (old / "out").exists():
+                os.replace(old / "out", out)
             shutil.rmtree(old, ignore_errors=True)
         raise
     if old is not None:
