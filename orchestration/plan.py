@@ -118,7 +118,7 @@ def write_plan(plan: SweepPlan) -> None:
         if id_seeds is None and old.get("id_seeds") is not None:
             raise PoxmInputError(f"{rd.root}: seeds {[s for s in had if s not in old['id_seeds']]} were added to "
                                  f"this sweep; continue it with `poxm resume {rd.root}`")
-        if id_seeds is None or had is None or list(plan.cfg.seeds[:len(had)]) != list(had):
+        if id_seeds is None or list(plan.cfg.seeds[:len(id_seeds)]) != list(id_seeds):
             raise PoxmInputError(f"{rd.root}: holds sweep hash {old.get('hash')}, not {sweep_hash(plan.cfg)}")
     write_json(rd.sweep, {"name": plan.cfg.name, "hash": sweep_hash(plan.cfg), "id": plan.id,
                           "git_commit": git_commit(), "cache_dir": str(plan.cache_dir),

@@ -80,6 +80,13 @@ def test_extended_plan_keeps_the_run_directory_and_reloads(tmp_path):
     assert plan.id_seeds == [0] and sweep_id(plan.cfg) != root.name
     assert {s.seed for s in plan.specs} == {0, 1, 3} and len(plan.specs) == 3 * 2 * 2
     assert json.loads((root / "sweep.json").read_text())["trials"] != plan.names     # nothing written yet
+    configs = {f: (root / f).read_bytes() for f in ("config.yaml", "config.input.yaml")}
+    write_plan(plan)
+    for f, text in configs.items():          # cut short after sweep.json: the old config still reloads
+        (root / f).write_bytes(text)
+    cut = plan_from_run_dir(root)
+    assert cut.cfg.seeds == [0] and cut.id == root.name
+    write_plan(cut)
     write_plan(plan)
     sw = json.loads((root / "sweep.json").read_text())
     assert sw["id"] == root.name and sw["id_seeds"] == [0] and sw["seeds"] == [0, 3, 1]
