@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="gather, select and rebuild the report of a run, or of several runs at once",
                        description="Rebuild results/rows.csv, the selection and report/ of RUN_DIR from its trials' "
-                                   "files. Given several runs of one config (only name and seeds differ), one "
+                                   "files. Given several runs of one config (only name, seeds or variants differ), one "
                                    "report over all their finished trials, in a directory of its own (--out); "
                                    "the runs are only read.")
     p.add_argument("run_dir", metavar="RUN_DIR", nargs="+")

@@ -135,8 +135,8 @@ def plan_from_run_dir(run_dir: str | os.PathLike) -> SweepPlan:
     cfg = rd.load_config()
     sw = rd.read_sweep()
     if sw.get("merged_from"):
-        raise PoxmInputError(f"{run_dir}: a report merged from runs {sw['merged_from']}, not a sweep; "
-                             "rebuild it with `poxm report RUN_A RUN_B ... --out` " + str(run_dir))
+        raise PoxmInputError(f"{run_dir}: a report merged from {len(sw['merged_from'])} runs, not a sweep; "
+                             f"rebuild it with `poxm report {run_dir}`")
     id_seeds = sw.get("id_seeds")
     id_cfg = cfg if id_seeds is None else cfg.model_copy(update={"seeds": list(id_seeds)})
     if RunDir.for_config(id_cfg, rd.root.parent).root != rd.root:

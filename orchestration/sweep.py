@@ -144,8 +144,8 @@ def run_sweep(cfg: SweepConfig, *, runs_dir=None, cache_dir=None, address=None, 
 def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = True, verbose: bool = False,
                  add_seeds: list[int] | None = None) -> SweepOutcome:
     """Continue the sweep in `run_dir`; with `add_seeds`, extended in place with those seeds first
-    (orchestration.merge.extend_plan: prepare, trials and MLflow runs for the new seeds only, then
-    selection and report over every seed)."""
+    (orchestration.merge.extend_plan: the new seeds prepared, the old ones found in the cache; trials
+    and MLflow runs added for the new seeds; then selection and report over every seed)."""
     if add_seeds:
         from orchestration.merge import extend_plan
         plan = extend_plan(run_dir, add_seeds)
