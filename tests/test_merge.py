@@ -194,7 +194,7 @@ def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
     (out / "stale").write_text("x")
     assert main(["report", str(out)]) == 0 and not (out / "stale").exists()
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
-    refused(capsys, ["resume", out], "a report merged from runs")
+    refused(capsys, ["resume", out], "a report merged from 2 runs", f"poxm report {out}")
 
 
 def yaml_seeds(run_dir: Path) -> list[int]:
