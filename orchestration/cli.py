@@ -3,10 +3,11 @@
   poxm prepare CONFIG [key=value ...]                      prepare stage only (cached)
   poxm train   CONFIG [key=value ...] --out DIR [...]      one trial, no Ray
   poxm run     CONFIG [key=value ...] [--address ADDR] [--mlflow-uri URI] [--print-config]
-  poxm resume  RUN_DIR                                     finish unfinished and errored trials
+  poxm resume  RUN_DIR [--add-seeds 2,3]                  finish unfinished and errored trials; add seeds
   poxm status  RUN_DIR                                     trials done/running/errored/pending (no Ray)
   poxm ui      RUN_DIR [--port N]                          MLflow UI on 127.0.0.1 for that run's store
   poxm report  RUN_DIR                                     gather, select and rebuild the report
+  poxm report  RUN_A RUN_B ... [--out DIR]                 one report over runs of one config (other seeds)
 
 Bad input (config keys, files, arguments) prints one line `poxm: error: ...` and exits 2.
 """
@@ -129,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Continue the sweep in RUN_DIR: unfinished and errored trials run again "
                                    "(from their checkpoints), finished ones are kept; then gather, select, report.")
     p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--add-seeds", metavar="SEEDS", help="extend the sweep with these new seeds, e.g. 2,3: their "
+                   "trials run, finished ones are kept, the report covers every seed")
     p.add_argument("--address", help="existing Ray cluster (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: the one the sweep started with)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -144,9 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=5000, help="TCP port (1-65535) of the UI")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
 
-    p = sub.add_parser("report", help="gather, select and rebuild the report of a run",
-                       description="Rebuild results/rows.csv, the selection and report/ of RUN_DIR from its trials' files.")
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p = sub.add_parser("report", help="gather, select and rebuild the report of a run, or of several runs at once",
+                       description="Rebuild results/rows.csv, the selection and report/ of RUN_DIR from its trials' "
+                                   "files. Given several runs of one config (only name, seeds or variants differ), one "
+                                   "report over all their finished trials, in a directory of its own (--out); "
+                                   "the runs are only read.")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="+")
+    p.add_argument("--out", metavar="DIR", help="with several runs: where the merged report goes (default "
+                                               "<runs dir of the first run>/<name>-merged-<hash>)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report on the sweep's MLflow parent run")
     return ap
 
@@ -187,8 +195,15 @@ def cmd_run(a) -> int:
 
 def cmd_resume(a) -> int:
     from orchestration.sweep import plan_from_run_dir, resume_sweep
-    plan_from_run_dir(a.run_dir)        # input errors before Ray starts
-    out = resume_sweep(a.run_dir, address=a.address, mlflow_uri=a.mlflow_uri, progress=not a.quiet, verbose=a.verbose)
+    seeds = None
+    if a.add_seeds is not None:
+        from orchestration.merge import extend_plan, parse_seeds
+        seeds = parse_seeds(a.add_seeds)
+        extend_plan(a.run_dir, seeds)   # input errors before Ray starts
+    else:
+        plan_from_run_dir(a.run_dir)
+    out = resume_sweep(a.run_dir, address=a.address, mlflow_uri=a.mlflow_uri, progress=not a.quiet,
+                       verbose=a.verbose, add_seeds=seeds)
     return _outcome(out)
 
 
@@ -246,9 +261,15 @@ def cmd_ui(a) -> int:
 
 
 def cmd_report(a) -> int:
+    from orchestration import merge
     from orchestration.sweep import plan_from_run_dir, report_only
-    plan = plan_from_run_dir(a.run_dir)
-    path = report_only(plan, log_mlflow=not a.no_mlflow)
+    if len(a.run_dir) > 1 or a.out is not None or merge.is_merged(a.run_dir[0]):
+        if len(a.run_dir) == 1 and a.out is None:
+            _, path = merge.remerge(a.run_dir[0])
+        else:
+            _, path = merge.merge_report(a.run_dir, a.out)
+    else:
+        path = report_only(plan_from_run_dir(a.run_dir[0]), log_mlflow=not a.no_mlflow)
     _print_claims(path)
     print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
     return 0

@@ -4,6 +4,10 @@
 method settings, p against the candidates, file datasets exist), so bad input fails before anything
 starts; `write_plan` records config.yaml, config.input.yaml and sweep.json; `plan_from_run_dir`
 reloads the plan of an existing run directory (`poxm resume`, `poxm report`).
+
+A run directory keeps the name it was created with. `poxm resume RUN_DIR --add-seeds` (orchestration.merge)
+extends its config's `seeds`; sweep.json then records the seeds the name was hashed with (`id_seeds`),
+and the plan's `id` (storage, MLflow experiment and parent run) stays the directory's name.
 """
 from __future__ import annotations
 
@@ -24,15 +28,21 @@ class SweepPlan:
     rd: RunDir
     cache_dir: Path
     specs: list = field(default_factory=list)       # poxm_core.training.TrialSpec
+    id_seeds: list[int] | None = None               # seeds the run directory's name was hashed with, when seeds were added
 
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.specs]
 
     @property
+    def id(self) -> str:
+        """The sweep's id: its run directory's name ('<name>-<hash>'), kept when seeds are added."""
+        return self.rd.root.name
+
+    @property
     def storage(self) -> Storage | None:
         """Where nodes exchange files (resources.storage_path), None: the run directory itself."""
-        return sweep_storage(self.cfg.resources.storage_path, sweep_id(self.cfg))
+        return sweep_storage(self.cfg.resources.storage_path, self.id)
 
     def grid(self) -> list[dict]:
         """Every grid point with the trial that trains it."""
@@ -41,14 +51,16 @@ class SweepPlan:
 
 
 def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
-               cache_dir: str | os.PathLike | None = None, check_data: bool = True) -> SweepPlan:
+               cache_dir: str | os.PathLike | None = None, check_data: bool = True,
+               run_dir: RunDir | None = None) -> SweepPlan:
     """The sweep of `cfg`: run directory, cache, trials. Checks dataset/method names and settings and
-    (check_data) that file datasets exist, so bad input fails here, before Ray starts."""
+    (check_data) that file datasets exist, so bad input fails here, before Ray starts. `run_dir`: an
+    existing run directory whose config `cfg` extends (its name no longer hashes from `cfg`)."""
     from poxm_core.training import trial_specs
 
     base = Path(runs_dir if runs_dir is not None else cfg.runs_dir).expanduser().resolve()
     cfg = cfg.model_copy(update={"runs_dir": str(base)})
-    rd = RunDir.for_config(cfg, base)
+    rd = run_dir if run_dir is not None else RunDir.for_config(cfg, base)
     cache = Path(cache_dir).expanduser().resolve() if cache_dir is not None else base / "cache"
     from poxm_core.config import default_data_root
     from poxm_core.data import spec_for
@@ -65,7 +77,7 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
         get_method(name).validate(mc)
     specs = trial_specs(cfg, cfg.group_by)
     _check_p(cfg, specs)
-    store = sweep_storage(cfg.resources.storage_path, sweep_id(cfg))
+    store = sweep_storage(cfg.resources.storage_path, rd.root.name)
     if store is not None:
         store.exists("")                 # an unknown scheme or bad URI: an input error now, not in a worker
     names = [s.name for s in specs]
@@ -93,26 +105,43 @@ def _check_p(cfg: SweepConfig, specs) -> None:
 
 
 def write_plan(plan: SweepPlan) -> None:
+    """sweep.json, then config.yaml and config.input.yaml (each atomic). sweep.json goes first: with
+    added seeds it names the seeds the directory was hashed with, so a write cut short between the
+    files still reloads (the old config with the old id seeds, or the new one with them)."""
     rd = plan.rd
     rd.root.mkdir(parents=True, exist_ok=True)
     old = rd.read_sweep()
+    id_seeds = plan.id_seeds
     if old and old.get("hash") != sweep_hash(plan.cfg):
-        raise PoxmInputError(f"{rd.root}: holds sweep hash {old.get('hash')}, not {sweep_hash(plan.cfg)}")
-    write_config(rd, plan.cfg)
-    write_json(rd.sweep, {"name": plan.cfg.name, "hash": sweep_hash(plan.cfg), "id": sweep_id(plan.cfg),
+        had = old.get("seeds")
+        if id_seeds is None and old.get("id_seeds") is not None:
+            raise PoxmInputError(f"{rd.root}: seeds {[s for s in had if s not in old['id_seeds']]} were added to "
+                                 f"this sweep; continue it with `poxm resume {rd.root}`")
+        if id_seeds is None or list(plan.cfg.seeds[:len(id_seeds)]) != list(id_seeds):
+            raise PoxmInputError(f"{rd.root}: holds sweep hash {old.get('hash')}, not {sweep_hash(plan.cfg)}")
+    write_json(rd.sweep, {"name": plan.cfg.name, "hash": sweep_hash(plan.cfg), "id": plan.id,
                           "git_commit": git_commit(), "cache_dir": str(plan.cache_dir),
-                          "group_by": plan.cfg.group_by, "trials": plan.names,
-                          "grid": plan.grid(), "created": old.get("created", time.time()) if old else time.time()})
+                          "group_by": plan.cfg.group_by, "seeds": list(plan.cfg.seeds),
+                          **({"id_seeds": id_seeds} if id_seeds is not None else {}),
+                          "trials": plan.names, "grid": plan.grid(),
+                          "created": old.get("created", time.time()) if old else time.time()})
+    write_config(rd, plan.cfg)
 
 
 def plan_from_run_dir(run_dir: str | os.PathLike) -> SweepPlan:
     rd = RunDir.existing(run_dir)
     cfg = rd.load_config()
     sw = rd.read_sweep()
-    plan = plan_sweep(cfg, rd.root.parent, sw.get("cache_dir"))
-    if plan.rd.root != rd.root:
-        raise PoxmInputError(f"{run_dir}: its config.yaml hashes to {plan.rd.root.name}, not {rd.root.name} "
+    if sw.get("merged_from"):
+        raise PoxmInputError(f"{run_dir}: a report merged from {len(sw['merged_from'])} runs, not a sweep; "
+                             f"rebuild it with `poxm report {run_dir}`")
+    id_seeds = sw.get("id_seeds")
+    id_cfg = cfg if id_seeds is None else cfg.model_copy(update={"seeds": list(id_seeds)})
+    if RunDir.for_config(id_cfg, rd.root.parent).root != rd.root:
+        raise PoxmInputError(f"{run_dir}: its config.yaml hashes to {sweep_id(id_cfg)}, not {rd.root.name} "
                              "(was config.yaml edited? start a new sweep with `poxm run`)")
+    plan = plan_sweep(cfg, rd.root.parent, sw.get("cache_dir"), run_dir=rd)
+    plan.id_seeds = id_seeds
     return plan
 
 

@@ -10,7 +10,8 @@
   close     orchestration.track_stage    every MLflow run ended, the parent with the summary and artifacts
 
 `run_sweep` starts or continues the sweep of a config; `resume_sweep` continues the one in a run
-directory (Tuner.restore: unfinished and errored trials run again, finished ones are kept).
+directory (a fresh Tuner: unfinished and errored trials run again, finished ones are kept), or
+extends it with new seeds (`poxm resume RUN_DIR --add-seeds`, orchestration.merge).
 """
 from __future__ import annotations
 
@@ -144,9 +145,16 @@ def run_sweep(cfg: SweepConfig, *, runs_dir=None, cache_dir=None, address=None, 
                    progress=progress, verbose=verbose)
 
 
-def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = True,
-                 verbose: bool = False) -> SweepOutcome:
-    plan = plan_from_run_dir(run_dir)
+def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = True, verbose: bool = False,
+                 add_seeds: list[int] | None = None) -> SweepOutcome:
+    """Continue the sweep in `run_dir`; with `add_seeds`, extended in place with those seeds first
+    (orchestration.merge.extend_plan: the new seeds prepared, the old ones found in the cache; trials
+    and MLflow runs added for the new seeds; then selection and report over every seed)."""
+    if add_seeds:
+        from orchestration.merge import extend_plan
+        plan = extend_plan(run_dir, add_seeds)
+    else:
+        plan = plan_from_run_dir(run_dir)
     if mlflow_uri is None:   # keep logging where the sweep started
         mlflow_uri = tracking.stored_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
     return execute(plan, address=address, mlflow_uri=mlflow_uri, progress=progress, verbose=verbose)

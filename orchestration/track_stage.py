@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestration import tracking
 from orchestration.plan import SweepPlan
-from orchestration.rundir import git_commit, sweep_hash, sweep_id, write_json
+from orchestration.rundir import git_commit, sweep_hash, write_json
 from poxm_core.config import protocol_name, resolved_dict
 from poxm_core.errors import PoxmInputError
 
@@ -21,16 +21,16 @@ def stage_track(plan: SweepPlan, cli_uri: str | None) -> tuple[str, str, str, di
         raise PoxmInputError(f"config key 'resources.storage_path': trials then run where {uri} may not be "
                              "reachable; use an MLflow server (mlflow.tracking_uri or --mlflow-uri http://...) "
                              "or mlflow.enabled=false")
-    exp_name = cfg.mlflow.experiment or sweep_id(cfg)
+    exp_name = cfg.mlflow.experiment or plan.id
     exp_id = tracking.init_store(uri, exp_name, plan.rd.mlartifacts)
     commit = git_commit()
     tags = {"config_hash": sweep_hash(cfg), "git_commit": commit, "sweep_name": cfg.name,
             "protocol": protocol_name(cfg.training), **tracking.standard_tags(commit)}
     cfg_dict = resolved_dict(cfg)
     cfg_dict.pop("runs_dir", None)        # a machine path, and not what the sweep computes
-    note = tracking.sweep_description(cfg_dict, sweep_id(cfg), len(plan.specs), len(plan.grid()),
+    note = tracking.sweep_description(cfg_dict, plan.id, len(plan.specs), len(plan.grid()),
                                       protocol_name(cfg.training))
-    parent = tracking.ensure_parent(uri, exp_id, sweep_id(cfg), {**tags, "run_dir": plan.rd.root.name},
+    parent = tracking.ensure_parent(uri, exp_id, plan.id, {**tags, "run_dir": plan.rd.root.name},
                                     params=tracking.flat_params(cfg_dict), description=note)
     return uri, exp_id, parent, tags
 
@@ -45,7 +45,7 @@ def stage_points(plan: SweepPlan, uri: str, exp_id: str, parent: str, tags: dict
     grid = plan.grid()
     ptags = {tracking.point_key(g): {"dataset_checksum": checks[(g["dataset"], g["variant"], g["seed"])]}
              for g in grid if (g["dataset"], g["variant"], g["seed"]) in checks}
-    points = tracking.ensure_points(uri, exp_id, parent, sweep_id(plan.cfg), resolved_dict(plan.cfg),
+    points = tracking.ensure_points(uri, exp_id, parent, plan.id, resolved_dict(plan.cfg),
                                     [(g, g["trial"]) for g in grid], tags, ptags)
     runs = tracking.SweepRuns(uri, exp_id, parent, points)
     write_json(plan.rd.mlflow_runs, {**runs.to_dict(), "tracking_uri": tracking.record_uri(uri, plan.rd.root)})
