@@ -55,6 +55,7 @@ KINDS = {POXM: "phi", WPOXM: "phi", DRPOXM: "dr", DirectMethod: "logged", Bandit
          Skyline: "skyline"}
 _ORDER = {"phi": 0, "dr": 1, "logged": 2, "full": 3, "skyline": 4}
 _SPARSE = ("phi", "dr", "logged")
+_CPU_ROWS = 4096     # rows per chunk of the row-Adam step on a CPU
 
 
 def _kind(h) -> str | None:
@@ -272,10 +273,15 @@ class BatchedHeads:
                                           self._leaf_W),
                                          (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)):
                 g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                ps, ms, vs = full[rows], mom[rows], vel[rows]
-                shape = (-1,) + (1,) * (ps.dim() - 1)
-                self._update(ps, g, ms, vs, ns.view(shape), sc.view(shape))
-                full[rows], mom[rows], vel[rows] = ps, ms, vs
+                # on a CPU in chunks of rows that stay in cache through Adam's passes (the same elementwise
+                # arithmetic; the whole union of rows at once streamed each pass from memory)
+                step = _CPU_ROWS if rows.device.type == "cpu" else rows.numel()
+                for c in range(0, rows.numel(), max(1, step)):
+                    r = rows[c:c + step]
+                    ps, ms, vs = full[r], mom[r], vel[r]
+                    shape = (-1,) + (1,) * (ps.dim() - 1)
+                    self._update(ps, g[c:c + step], ms, vs, ns[c:c + step].view(shape), sc[c:c + step].view(shape))
+                    full[r], mom[r], vel[r] = ps, ms, vs
         if self._full_W is not None:
             Hs = self.Hs
             for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
