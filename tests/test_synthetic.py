@@ -147,3 +147,20 @@ def test_eurlex_preset_a_linear_model_beats_the_popularity_ranking():
     p_pop = Yte[:, popular].mean(axis=0)
     assert p_pop[0] < 0.15  # the popularity ranking's P@1 stays low
     assert p_model[0] > 3 * p_pop[0] and p_model.mean() > 2 * p_pop.mean()  # P@1 and P@5
+
+
+def test_recalibrating_a_preset_changes_the_prepare_cache_key(monkeypatch):
+    import dataclasses
+
+    from poxm_core.config import load_config
+    from poxm_core.data import synthetic
+    from poxm_core.prepare_cache import cache_keys
+    cfg = load_config(data={"name": "s", "datasets": [{"name": "synthetic", "synthetic": {"preset": "eurlex", "scale": 0.01},
+                                                       "variants": [{"name": "A", "alpha": 0.5}]}],
+                            "methods": {"dm": {}}})
+    before = cache_keys(cfg, "synthetic", 0).data[1]
+    assert cache_keys(cfg, "synthetic", 0).data[1] == before
+    moved = dict(synthetic.PRESETS, eurlex=dataclasses.replace(synthetic.PRESETS["eurlex"], signal=0.5))
+    monkeypatch.setattr(synthetic, "PRESETS", moved)
+    monkeypatch.setattr("poxm_core.prepare_cache.PRESETS", moved)
+    assert cache_keys(cfg, "synthetic", 0).data[1] != before
