@@ -2,7 +2,7 @@
 
 Generative model (all vectorised in NumPy; features generated in row chunks so memory stays bounded):
 - label frequencies follow a power law: the label of popularity rank r (ids randomly permuted) is drawn
-  with probability ∝ r^(-label_exponent);
+  with probability ∝ (r + label_offset)^(-label_exponent) (Zipf-Mandelbrot; the offset flattens the head);
 - instance i has k_i = 1 + Poisson(mean_labels - 1) distinct labels (k_i >= 1; Poisson(mean_labels) when
   mean_labels < 1), drawn from that law without repeats;
 - every label owns `topic_size` "topic" feature ids; labels fall into random clusters of ~`cluster_size`
