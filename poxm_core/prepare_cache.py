@@ -21,7 +21,7 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -31,7 +31,7 @@ import torch
 
 from poxm_core.atomic import publish
 from poxm_core.config import SweepConfig, config_hash, default_data_root
-from poxm_core.data import propensity_params, spec_for
+from poxm_core.data import PRESETS, propensity_params, spec_for
 from poxm_core.data.registry import declared_files, locate_files
 
 # Bump a level's version when the code that builds it changes its output: old entries stop matching.
@@ -85,11 +85,19 @@ def _data_identity(cfg: SweepConfig, dataset: str, seed: int) -> dict:
     if spec.reader is not None:  # generated (or a custom reader): its config and the seed decide it
         return {"name": dcfg.name, "reader": f"{spec.reader.__module__}.{spec.reader.__qualname__}",
                 "synthetic": None if dcfg.synthetic is None else dcfg.synthetic.model_dump(mode="json"),
-                "path": dcfg.path, "seed": int(seed)}
+                "path": dcfg.path, "seed": int(seed), **_preset_shape(dcfg)}
     where = Path(dcfg.path) if dcfg.path else data_root / spec.folder
     files = locate_files(spec, where)
     return {"name": dcfg.name, "layout": files.layout,
             "train": [file_sha256(p) for p in files.train], "test": [file_sha256(p) for p in files.test]}
+
+
+def _preset_shape(dcfg) -> dict:
+    """A synthetic preset's parameters, so that recalibrating a preset rebuilds its cached data."""
+    preset = None if dcfg.synthetic is None else dcfg.synthetic.preset
+    if preset is None:
+        return {}
+    return {"preset": asdict(PRESETS[preset])}
 
 
 def cache_keys(cfg: SweepConfig, dataset: str, seed: int) -> Keys:

@@ -91,7 +91,7 @@ PUBLISHED_IDS = {
     "configs/corel5k.yaml": "corel5k-a88d2a1394be", "configs/stackex-cooking.yaml": "stackex-cooking-08691350aede",
     "configs/delicious.yaml": "delicious-423deeb7def7", "configs/eurlex.yaml": "eurlex-1ada728a4653",
     "configs/gpu-smoke.yaml": "gpu-smoke-1477a310885d",
-    "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-3b68b52146c5",
+    "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-66facd660c34",
     "configs/wiki10-31k.yaml": "wiki10-31k-9c93d5bfbfc0",
     "docs/results/bibtex-legacy/config.yaml": "bibtex-legacy-429b64b7f877",
     "docs/results/bibtex-warm/config.yaml": "bibtex-warm-208295746dba",

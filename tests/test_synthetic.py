@@ -102,3 +102,69 @@ def test_bad_arguments(kw, exc, frag):
     with pytest.raises(exc) as e:
         _small(**kw)
     assert frag in str(e.value)
+
+
+# Calibration of the presets against the datasets they imitate (docs/data.md, benchmarks/synthetic_calibration.py).
+# Real EUR-Lex-4K: the most frequent label is on ~7.6% of instances, the five most frequent on ~6.1% on average.
+
+def _preset_sample(preset, scale, n_features, seed=0):
+    return synthetic_from_config(SyntheticConfig(preset=preset, scale=scale, n_features=n_features), seed=seed)
+
+
+def _head_shares(Y):
+    freq = np.sort(Y.getnnz(axis=0))[::-1]
+    return freq[0] / Y.shape[0], freq[:5].mean() / Y.shape[0]
+
+
+@pytest.fixture(scope="module")
+def eurlex_sample():
+    return _preset_sample("eurlex", 0.2, 1000)
+
+
+def test_eurlex_preset_label_statistics_match_the_real_dataset(eurlex_sample):
+    d = eurlex_sample
+    k = d.train.Y.getnnz(axis=1)
+    assert abs(k.mean() - 5.30) < 0.15 and k.min() >= 1
+    head, top5 = _head_shares(d.train.Y)
+    assert 0.04 < head < 0.12 and 0.03 < top5 < 0.10  # a plain r^-1 law over 3,956 labels gives ~0.46 / ~0.24
+    freq = d.train.Y.getnnz(axis=0)
+    assert np.median(freq) <= 3  # a long tail: half the labels on at most ~3 of 3,090 instances
+
+
+@pytest.mark.parametrize("preset, scale, band", [("wiki10", 0.1, (0.02, 0.12)), ("amazon670k", 0.01, (0.001, 0.02))])
+def test_large_presets_have_a_light_head(preset, scale, band):
+    d = _preset_sample(preset, scale, 3000)
+    head, _ = _head_shares(d.train.Y)
+    assert band[0] < head < band[1]
+    assert abs(d.train.Y.getnnz(axis=1).mean() - PRESETS[preset].mean_labels) < 0.05 * PRESETS[preset].mean_labels
+
+
+def test_eurlex_preset_a_linear_model_beats_the_popularity_ranking(eurlex_sample):
+    d = eurlex_sample
+    centroids = (d.train.Y.T @ d.train.X).toarray()  # (L, D) nearest-centroid: a linear model
+    centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+    S = d.test.X @ centroids.T
+    top5 = np.argsort(-S, axis=1, kind="stable")[:, :5]
+    Yte = d.test.Y.toarray()
+    p_model = np.take_along_axis(Yte, top5, axis=1).mean(axis=0)  # hit rate per rank position
+    popular = np.argsort(-d.train.Y.getnnz(axis=0), kind="stable")[:5]
+    p_pop = Yte[:, popular].mean(axis=0)
+    assert p_pop[0] < 0.15  # the popularity ranking's P@1 stays low
+    assert p_model[0] > 3 * p_pop[0] and p_model.mean() > 2 * p_pop.mean()  # P@1 and P@5
+
+
+def test_recalibrating_a_preset_changes_the_prepare_cache_key(monkeypatch):
+    import dataclasses
+
+    from poxm_core.config import load_config
+    from poxm_core.data import synthetic
+    from poxm_core.prepare_cache import cache_keys
+    cfg = load_config(data={"name": "s", "datasets": [{"name": "synthetic", "synthetic": {"preset": "eurlex", "scale": 0.01},
+                                                       "variants": [{"name": "A", "alpha": 0.5}]}],
+                            "methods": {"dm": {}}})
+    before = cache_keys(cfg, "synthetic", 0).data[1]
+    assert cache_keys(cfg, "synthetic", 0).data[1] == before
+    moved = dict(synthetic.PRESETS, eurlex=dataclasses.replace(synthetic.PRESETS["eurlex"], signal=0.5))
+    monkeypatch.setattr(synthetic, "PRESETS", moved)
+    monkeypatch.setattr("poxm_core.prepare_cache.PRESETS", moved)
+    assert cache_keys(cfg, "synthetic", 0).data[1] != before

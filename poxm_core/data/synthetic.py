@@ -2,7 +2,7 @@
 
 Generative model (all vectorised in NumPy; features generated in row chunks so memory stays bounded):
 - label frequencies follow a power law: the label of popularity rank r (ids randomly permuted) is drawn
-  with probability ∝ r^(-label_exponent);
+  with probability ∝ (r + label_offset)^(-label_exponent) (Zipf-Mandelbrot; the offset flattens the head);
 - instance i has k_i = 1 + Poisson(mean_labels - 1) distinct labels (k_i >= 1; Poisson(mean_labels) when
   mean_labels < 1), drawn from that law without repeats;
 - every label owns `topic_size` "topic" feature ids; labels fall into random clusters of ~`cluster_size`
@@ -29,8 +29,10 @@ _CHUNK_ROWS = 32768
 
 @dataclass(frozen=True)
 class SyntheticPreset:
-    """Sizes of a generated dataset; `mean_features` is the mean number of word tokens per instance and
-    `signal` the share of them drawn from the instance's labels' topics (sets how hard the data is)."""
+    """A generated dataset imitating a real one: its sizes, then the generator's shape parameters.
+    `mean_features` is the mean number of word tokens per instance and `signal` the share of them drawn
+    from the instance's labels' topics; `label_exponent`/`label_offset` set the label frequency curve
+    P(rank r) ∝ (r + label_offset)^-label_exponent; the rest as in `make_synthetic`."""
     n_train: int
     n_test: int
     n_features: int
@@ -38,20 +40,37 @@ class SyntheticPreset:
     mean_labels: float
     mean_features: int
     signal: float
+    label_exponent: float = 1.0
+    label_offset: float = 0.0
+    topic_size: int = 10
+    cluster_size: int = 10
+    shared_topic: float = 0.8
+
+    def generator_kwargs(self) -> dict:
+        """The shape parameters as `make_synthetic` keywords."""
+        return {k: getattr(self, k) for k in _SHAPE_KEYS}
 
 
-# Paper Table 1 shapes; mean_features approximates the nnz per row of the public BoW releases; `signal`
-# was set so that a nearest-centroid classifier reaches P@5 near published XMC figures (docs/data.md).
+_SHAPE_KEYS = ("mean_features", "signal", "label_exponent", "label_offset", "topic_size", "cluster_size",
+               "shared_topic")
+
+# Paper Table 1 sizes. The shape parameters are calibrated against the real datasets' label statistics
+# and against a supervised model vs the popularity ranking (docs/data.md, benchmarks/synthetic_calibration.py).
 PRESETS: dict[str, SyntheticPreset] = {
-    "eurlex": SyntheticPreset(15449, 3865, 186104, 3956, 5.30, 236, 0.08),
-    "wiki10": SyntheticPreset(14146, 6616, 101938, 30938, 18.64, 673, 0.025),
-    "amazon670k": SyntheticPreset(490449, 153025, 135909, 670091, 5.45, 71, 0.3),
+    "eurlex": SyntheticPreset(15449, 3865, 186104, 3956, 5.30, 236, 0.3, label_exponent=1.2, label_offset=20),
+    "wiki10": SyntheticPreset(14146, 6616, 101938, 30938, 18.64, 673, 0.6, label_exponent=0.8, label_offset=20),
+    "amazon670k": SyntheticPreset(490449, 153025, 135909, 670091, 5.45, 71, 0.9, label_exponent=0.7,
+                                  label_offset=20),
 }
 
 
-def _power_law_sampler(n_items: int, exponent: float, rng: np.random.Generator):
-    """Return draw(size) -> item ids with P(item of rank r) ∝ r^-exponent; ranks randomly assigned to ids."""
-    cdf = np.cumsum(np.arange(1, n_items + 1, dtype=np.float64) ** -exponent)
+def _power_law_sampler(n_items: int, exponent: float, rng: np.random.Generator, offset: float = 0.0):
+    """Return draw(size) -> item ids with P(item of rank r) ∝ (r + offset)^-exponent (Zipf-Mandelbrot; a
+    plain power law at offset 0); ranks randomly assigned to ids."""
+    ranks = np.arange(1, n_items + 1, dtype=np.float64)
+    if offset:
+        ranks += offset
+    cdf = np.cumsum(ranks ** -exponent)
     cdf /= cdf[-1]
     ids = rng.permutation(n_items).astype(np.int64)
 
@@ -61,9 +80,10 @@ def _power_law_sampler(n_items: int, exponent: float, rng: np.random.Generator):
     return draw
 
 
-def _label_sets(n: int, n_labels: int, mean_labels: float, exponent: float, rng: np.random.Generator) -> sp.csr_matrix:
+def _label_sets(n: int, n_labels: int, mean_labels: float, exponent: float, rng: np.random.Generator,
+                offset: float = 0.0) -> sp.csr_matrix:
     """(n, L) CSR of distinct labels per row; row sizes 1 + Poisson(mean - 1), drawn from the power law."""
-    draw = _power_law_sampler(n_labels, exponent, rng)
+    draw = _power_law_sampler(n_labels, exponent, rng, offset)
     k = 1 + rng.poisson(mean_labels - 1, n) if mean_labels >= 1 else rng.poisson(mean_labels, n)
     k = np.minimum(k, n_labels).astype(np.int64)
     rows = np.repeat(np.arange(n, dtype=np.int64), k)
@@ -143,7 +163,7 @@ def _check_int(name: str, v, low: int) -> int:
 def make_synthetic(n_train: int, n_test: int, n_features: int, n_labels: int, mean_labels: float, seed: int, *,
                    mean_features: float = 64, label_exponent: float = 1.0, feature_exponent: float = 1.0,
                    topic_size: int = 10, signal: float = 0.3, cluster_size: int = 10, shared_topic: float = 0.8,
-                   name: str = "synthetic") -> XMCData:
+                   label_offset: float = 0.0, name: str = "synthetic") -> XMCData:
     """Generate an `XMCData` (train X (n_train, D), test X (n_test, D), Y with L columns); deterministic in `seed`.
 
     See the module docstring for the generative model. Memory: O(nnz) plus one chunk of tokens.
@@ -161,13 +181,14 @@ def make_synthetic(n_train: int, n_test: int, n_features: int, n_labels: int, me
     for arg, v in (("signal", signal), ("shared_topic", shared_topic)):
         if not (0.0 <= v <= 1.0):
             raise ValueError(f"{arg}: expected a share in [0, 1], got {v}")
-    for arg, v in (("label_exponent", label_exponent), ("feature_exponent", feature_exponent)):
+    for arg, v in (("label_exponent", label_exponent), ("feature_exponent", feature_exponent),
+                   ("label_offset", label_offset)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{arg}: expected a finite number >= 0, got {v}")
 
     n = n_train + n_test
     rng = np.random.default_rng([seed, 0])
-    Y = _label_sets(n, n_labels, float(mean_labels), label_exponent, rng)
+    Y = _label_sets(n, n_labels, float(mean_labels), label_exponent, rng, float(label_offset))
     itype = np.int32 if n_features < 2**31 - 1 else np.int64
     topics = _topics(n_labels, n_features, topic_size, cluster_size, shared_topic, rng).astype(itype)
     background = _power_law_sampler(n_features, feature_exponent, rng)
@@ -194,10 +215,11 @@ def _rows(M: sp.csr_matrix, a: int, b: int) -> sp.csr_matrix:
 
 
 def synthetic_from_config(scfg, seed: int) -> XMCData:
-    """`SyntheticConfig` -> data: the preset's sizes, then the explicit sizes, then `scale` (N only)."""
+    """`SyntheticConfig` -> data: the preset's sizes and shape, then the explicit sizes, then `scale` (N only).
+    Without a preset the generator's defaults give the shape."""
     base = PRESETS[scfg.preset] if scfg.preset is not None else None
     sizes = {k: (getattr(base, k) if base else None) for k in ("n_train", "n_test", "n_features", "n_labels",
-                                                              "mean_labels", "mean_features", "signal")}
+                                                              "mean_labels")}
     for k in ("n_train", "n_test", "n_features", "n_labels", "mean_labels"):
         if getattr(scfg, k) is not None:
             sizes[k] = getattr(scfg, k)
@@ -206,9 +228,8 @@ def synthetic_from_config(scfg, seed: int) -> XMCData:
         raise PoxmInputError(f"synthetic.{missing[0]}: required without a preset (missing: {', '.join(missing)}; "
                              f"or set synthetic.preset to one of {', '.join(sorted(PRESETS))})")
     mean_labels = 5.0 if sizes["mean_labels"] is None else float(sizes["mean_labels"])
-    mean_features = 64 if sizes["mean_features"] is None else sizes["mean_features"]
-    signal = 0.3 if sizes["signal"] is None else sizes["signal"]
+    shape = base.generator_kwargs() if base else {}
     n_train = max(1, int(round(sizes["n_train"] * scfg.scale)))
     n_test = max(1, int(round(sizes["n_test"] * scfg.scale)))
     return make_synthetic(n_train, n_test, int(sizes["n_features"]), int(sizes["n_labels"]), mean_labels, seed,
-                          mean_features=mean_features, signal=signal)
+                          **shape)
