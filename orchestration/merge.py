@@ -70,6 +70,22 @@ def extend_plan(run_dir: str | os.PathLike, seeds: list[int]) -> SweepPlan:
     return new
 
 
+def tune_covers(plan: SweepPlan) -> bool:
+    """Whether the Ray Tune experiment under ray/ holds every trial of the plan, so that Tuner.restore
+    continues it. After seeds were added it does not (a restored Tuner takes no new trials): a fresh
+    Tuner then runs over every trial, and the finished ones return at once (their done.json)."""
+    covered = plan.rd.read_sweep().get("tune_trials")
+    return covered is None or set(plan.names) <= set(covered)
+
+
+def tune_caught_up(plan: SweepPlan) -> None:
+    """After a Tuner over every trial of the plan has finished: the Tune experiment covers them."""
+    sw = plan.rd.read_sweep()
+    if "tune_trials" in sw:
+        sw.pop("tune_trials")
+        write_json(plan.rd.sweep, sw)
+
+
 # --------------------------------------------------------------------------------------------
 # poxm report RUN_A RUN_B ...
 

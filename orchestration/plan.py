@@ -112,7 +112,9 @@ def write_plan(plan: SweepPlan) -> None:
     rd.root.mkdir(parents=True, exist_ok=True)
     old = rd.read_sweep()
     id_seeds = plan.id_seeds
+    tune_trials = old.get("tune_trials") if old else None    # what the Ray Tune experiment under ray/ holds
     if old and old.get("hash") != sweep_hash(plan.cfg):
+        tune_trials = tune_trials or old.get("trials", [])
         had = old.get("seeds")
         if id_seeds is None and old.get("id_seeds") is not None:
             raise PoxmInputError(f"{rd.root}: seeds {[s for s in had if s not in old['id_seeds']]} were added to "
@@ -123,6 +125,7 @@ def write_plan(plan: SweepPlan) -> None:
                           "git_commit": git_commit(), "cache_dir": str(plan.cache_dir),
                           "group_by": plan.cfg.group_by, "seeds": list(plan.cfg.seeds),
                           **({"id_seeds": id_seeds} if id_seeds is not None else {}),
+                          **({"tune_trials": tune_trials} if tune_trials is not None else {}),
                           "trials": plan.names, "grid": plan.grid(),
                           "created": old.get("created", time.time()) if old else time.time()})
     write_config(rd, plan.cfg)

@@ -10,7 +10,7 @@
   close     orchestration.track_stage    every MLflow run ended, the parent with the summary and artifacts
 
 `run_sweep` starts or continues the sweep of a config; `resume_sweep` continues the one in a run
-directory (a fresh Tuner: unfinished and errored trials run again, finished ones are kept), or
+directory (Tuner.restore: unfinished and errored trials run again, finished ones are kept), or
 extends it with new seeds (`poxm resume RUN_DIR --add-seeds`, orchestration.merge).
 """
 from __future__ import annotations

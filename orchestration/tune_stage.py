@@ -1,7 +1,6 @@
 """The trials stage of a sweep: a Ray Tune `Tuner` over jobs, each one a Ray Train job that runs one
-trial or a pack of them one after another (orchestration.trial); on resume, a fresh Tuner over the
-unfinished and errored trials, packed again (Tune's own saved state is never unpickled: a run
-directory may come from someone else).
+trial or a pack of them one after another (orchestration.trial); a restored Tuner continues
+unfinished and errored jobs (their finished trials are skipped).
 """
 from __future__ import annotations
 
@@ -97,20 +96,16 @@ def trial_context(plan: SweepPlan, prepared: dict, runs) -> dict:
 def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restore: bool):
     import ray.tune
 
-    from orchestration.trial import done_trials, drive_trial, trial_dirname
+    from orchestration.trial import drive_trial, trial_dirname
 
     # The Tune trial only drives its TorchTrainer; giving it a CPU would leave that CPU idle and can
     # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
     trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, ctx=ctx), {"memory": DRIVER_MEMORY})
     storage = ray_storage(plan)
-    # Never Tuner.restore: Tune's saved state (tuner.pkl, the trials' params.pkl, pickles inside its
-    # experiment_state JSON) would be unpickled, and a run directory is something people copy and
-    # send. A resumed sweep is a fresh Tuner over the trials without done.json, packed again; each
-    # continues from its last checkpoint (the trial folder's, torch weights-only), so nothing is lost.
-    done = done_trials(plan.rd.root, plan.names) if restore else set()
-    grid = job_grid(plan, max_concurrent, [s for s in plan.specs if s.name not in done])
-    if not grid:
-        return None, bool(done)
+    path = f"{storage}/{TUNE_NAME}"
+    if restore and ray.tune.Tuner.can_restore(path):
+        return ray.tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True), True
+    grid = job_grid(plan, max_concurrent)
     return ray.tune.Tuner(
         trainable, param_space={"trial": ray.tune.grid_search(grid)},
         tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
@@ -119,13 +114,14 @@ def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restor
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
                                       callbacks=[progress] + ([StorageSync(plan)] if plan.storage else []),
                                       verbose=0),
-    ), bool(done)
+    ), False
 
 
 def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, say) -> tuple[list, list, set, float]:
     """Fit (or continue) the Tuner; (done, errored, done before this call, seconds)."""
     import time
 
+    from orchestration.merge import tune_caught_up, tune_covers
     from orchestration.progress import SweepProgress
     from orchestration.rundir import trial_state
     from orchestration.trial import done_trials
@@ -133,9 +129,9 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     rd = plan.rd
     before = done_trials(rd.root, plan.names)
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
-    tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=True)
-    n_jobs = len(job_grid(plan, max_concurrent, [s for s in plan.specs if s.name not in before]))
-    jobs = f"; {n_jobs} Ray Train job(s)" if n_jobs else ""
+    # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.merge)
+    tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=tune_covers(plan))
+    jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()
     from orchestration.ray_setup import secrets_withheld
@@ -143,8 +139,8 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
         # Ray Tune copies AWS_* credentials from this process's environment into every trial's
         # runtime_env, which Ray's runtime-env agent logs in plain text: hold secrets back while it runs.
         with secrets_withheld():
-            if tuner is not None:       # None: every trial is done already
-                tuner.fit()
+            tuner.fit()
+        tune_caught_up(plan)
     except KeyboardInterrupt:
         say(f"poxm: interrupted; continue with `poxm resume {rd.root}`")
         raise

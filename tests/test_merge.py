@@ -90,6 +90,7 @@ def test_extended_plan_keeps_the_run_directory_and_reloads(tmp_path):
     write_plan(plan)
     sw = json.loads((root / "sweep.json").read_text())
     assert sw["id"] == root.name and sw["id_seeds"] == [0] and sw["seeds"] == [0, 3, 1]
+    assert sw["tune_trials"] == [n for n in plan.names if "-s0-" in n]    # what the Ray Tune experiment holds
     again = plan_from_run_dir(root)
     assert again.cfg.seeds == [0, 3, 1] and again.names == plan.names and again.id == root.name
     # seeds added twice, then the original config again: refused (it would drop the added seeds)

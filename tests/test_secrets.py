@@ -1,11 +1,8 @@
-"""What poxm does not trust: secrets in the shell never reach the Ray that poxm starts (its logs are
-readable by anyone on the machine) nor the run directory, while the driver keeps them (an MLflow
-server may need them); and a received run directory's Ray pickles are never unpickled on resume."""
+"""Secrets in the shell never reach the Ray that poxm starts (its logs are readable by anyone on the
+machine) nor the run directory, while the driver keeps them (an MLflow server may need them)."""
 from __future__ import annotations
 
 import json
-import os
-import pickle
 import shutil
 import subprocess
 import tempfile
@@ -44,7 +41,7 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)   # two sweeps through real Ray: ~2 min alone, far longer on a loaded machine
+@pytest.mark.timeout(1200)   # one sweep through real Ray: ~1 min alone, far longer on a loaded machine
 def test_tiny_sweep_leaves_no_secret_in_run_dir_or_ray_logs(tmp_path, request):
     from test_sweep_e2e import TINY
     cfg = json.loads(json.dumps(TINY))
@@ -65,22 +62,3 @@ def test_tiny_sweep_leaves_no_secret_in_run_dir_or_ray_logs(tmp_path, request):
     assert any(p.suffix in (".log", ".out", ".err") for p in ray_tmp.rglob("*")), "Ray wrote no logs there"
     hits = _files_containing(tmp_path, CANARY.encode()) + _files_containing(ray_tmp, CANARY.encode())
     assert hits == [], hits
-
-    # The same run directory, "received": Tune's pickles replaced by payloads, one trial unfinished.
-    # `poxm resume` finishes the sweep and the payloads never run.
-    run_dir = next((tmp_path / "runs").iterdir())
-    marker = tmp_path / "payload-ran"
-
-    class Payload:
-        def __reduce__(self):
-            return (os.system, (f"touch {marker}",))
-    tune_dir = run_dir / "ray" / "tune"
-    planted = [tune_dir / "tuner.pkl", *tune_dir.glob("*/params.pkl")]
-    assert len(planted) >= 2
-    for f in planted:
-        f.write_bytes(pickle.dumps(Payload()))
-    (next((run_dir / "trials").iterdir()) / "done.json").unlink()
-    r = subprocess.run([*POXM, "resume", str(run_dir)], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert not marker.exists(), "a planted pickle ran on resume"
-    assert all((t / "done.json").is_file() for t in (run_dir / "trials").iterdir())
