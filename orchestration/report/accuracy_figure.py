@@ -41,17 +41,21 @@ def estimator_error_data(rows: pd.DataFrame, dataset: str, variant: str,
 
 def bias_trend(data: pd.DataFrame, order: list[str]) -> str:
     """What the figure shows about bias against p, read from the data: per estimator, its bias at
-    the smallest and the largest p."""
-    parts, ps = [], None
+    the smallest and the largest p (named once when every estimator spans the same p)."""
+    ends = []
     for e in order:
         d = data[data["estimator"] == e].sort_values("p")
         d = d[np.isfinite(d["bias"].to_numpy(dtype=float))]
-        if len(d) < 2:
-            continue
-        a, b = d.iloc[0], d.iloc[-1]
-        ps = ps or (int(a.p), int(b.p))
-        parts.append(f"{e} {a.bias:+.2f} → {b.bias:+.2f}")
-    return (f"Bias at p = {ps[0]} → {ps[1]}: " + ", ".join(parts) + ". ") if parts else ""
+        if len(d) >= 2:
+            ends.append((e, d.iloc[0], d.iloc[-1]))
+    if not ends:
+        return ""
+    spans = {(int(a.p), int(b.p)) for _, a, b in ends}
+    if len(spans) == 1:
+        lo, hi = spans.pop()
+        return f"Bias at p = {lo} → {hi}: " + ", ".join(f"{e} {a.bias:+.2f} → {b.bias:+.2f}" for e, a, b in ends) + ". "
+    return "Bias from the smallest to the largest p: " + ", ".join(
+        f"{e} {a.bias:+.2f} (p = {int(a.p)}) → {b.bias:+.2f} (p = {int(b.p)})" for e, a, b in ends) + ". "
 
 
 def _and_list(names: list[str]) -> str:
