@@ -105,8 +105,7 @@ def test_estimator_caption_reads_the_bias_direction_from_the_data():
                                            "rmse": 0.0, "n": 2})])
     assert "PIS +0.00 (p = 5) → +0.20 (p = 20)" in bias_trend(other, ["IS", "sIS", "PIS"])  # spans differ
     note = target_note(["IS", "sIS", "PIS"])
-    assert note == "IS, sIS target a prefix-from-ρ slate, not V_true (part of their bias need not shrink with p); " \
-                   "PIS targets V_true. "
+    assert note == "IS, sIS target a prefix-from-ρ slate, not V_true; PIS targets V_true. "
 
 
 # ---- self-contained HTML ------------------------------------------------------------------------

@@ -68,8 +68,7 @@ def target_note(order: list[str]) -> str:
     pruned = [e for e in order if e in PRUNED_ESTIMATORS]
     out = ""
     if pruned:
-        out += (f"{', '.join(pruned)} target a prefix-from-ρ slate, not V_true (part of their bias need not "
-                "shrink with p)")
+        out += f"{', '.join(pruned)} target a prefix-from-ρ slate, not V_true"
     if "PIS" in order:
         out += ("; " if out else "") + "PIS targets V_true"
     if "SNIS-LB" in order:
@@ -114,5 +113,5 @@ def estimator_figure(rows: pd.DataFrame, dataset: str, variant: str, out_dir, me
                f"{'/'.join(methods)} head (λ, seed) against p: bias (mean error, ±1 s.e.), spread, RMSE. "
                + bias_trend(data, order) + target_note(order)
                + spread_note(data["n"], "heads", "±1 standard error of the mean error")
-               + " Lines are offset slightly along p so coinciding estimators stay visible.")
+               + " Lines offset along p so that coinciding ones stay visible.")
     return Figure(name, f"Estimator accuracy — {dataset}, {variant}", caption, save(fig, out_dir, name))

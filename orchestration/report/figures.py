@@ -87,7 +87,7 @@ def covering_caption(curve: pd.DataFrame, groups: list[list[str]]) -> str:
     same = [g for g in groups if len(g) > 1]
     if same:
         out += (" Lines coincide for " + "; ".join(", ".join(g) for g in same)
-                + " (the same ranking of ρ: β = 0 variants differ only in T, which does not reorder).")
+                + " (the same ranking of ρ, e.g. β = 0 variants: T does not reorder).")
     return out
 
 
@@ -131,7 +131,7 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
     fig.tight_layout()
     name = f"covering_{dataset}"
     caption = (f"{dataset} (paper Fig. 1). Left: share of the test instances' true labels inside the top-k of "
-               f"the logging policy ρ, against k. {covering_caption(curve, groups)} Right, own axis (per slate position): "
+               f"ρ against k. {covering_caption(curve, groups)} Right, own axis (per slate position): "
                "ρ's expected test R@5. " + spread_note(list(curve["n"]) + list(r5["n"]), "seeds", "±1 std"))
     return Figure(name, f"Covering — {dataset}", caption, save(fig, out_dir, name))
 
