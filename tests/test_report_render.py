@@ -104,6 +104,8 @@ def test_estimator_caption_reads_the_bias_direction_from_the_data():
     other = pd.concat([data, pd.DataFrame({"estimator": ["PIS"], "p": [20], "bias": [0.2], "sd": 0.0,
                                            "rmse": 0.0, "n": 2})])
     assert "PIS +0.00 (p = 5) → +0.20 (p = 20)" in bias_trend(other, ["IS", "sIS", "PIS"])  # spans differ
+    same = data.assign(bias=[0.1, 0.4, 0.1, 0.4, 0.0])
+    assert bias_trend(same, ["IS", "sIS"]) == "Bias at p = 5 → 50: IS = sIS +0.10 → +0.40. "   # equal: named together
     note = target_note(["IS", "sIS", "PIS"])
     assert note == "IS, sIS target a prefix-from-ρ slate, not V_true; PIS targets V_true. "
 

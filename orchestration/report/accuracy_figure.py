@@ -51,9 +51,12 @@ def bias_trend(data: pd.DataFrame, order: list[str]) -> str:
     if not ends:
         return ""
     spans = {(int(a.p), int(b.p)) for _, a, b in ends}
-    if len(spans) == 1:
+    if len(spans) == 1:   # estimators with the same displayed values are named together ("IS = sIS")
         lo, hi = spans.pop()
-        return f"Bias at p = {lo} → {hi}: " + ", ".join(f"{e} {a.bias:+.2f} → {b.bias:+.2f}" for e, a, b in ends) + ". "
+        shown: dict[str, list[str]] = {}
+        for e, a, b in ends:
+            shown.setdefault(f"{a.bias:+.2f} → {b.bias:+.2f}", []).append(e)
+        return f"Bias at p = {lo} → {hi}: " + ", ".join(f"{' = '.join(es)} {v}" for v, es in shown.items()) + ". "
     return "Bias from the smallest to the largest p: " + ", ".join(
         f"{e} {a.bias:+.2f} (p = {int(a.p)}) → {b.bias:+.2f} (p = {int(b.p)})" for e, a, b in ends) + ". "
 
