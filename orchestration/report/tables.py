@@ -132,7 +132,7 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
         if m in FULL_INFORMATION:
             italic.add(i)
         rec = {"dataset": dataset, "variant": variant, "source": "ours", "method": m,
-               "method_name": method_name(m), "greedy_twin": m in twinned}
+               "method_name": name.rstrip(DAGGER), "greedy_twin": m in twinned}
         for k in metrics:
             c = cells[(m, k)]
             rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_ci_lo": 100 * c.ci_lo,
