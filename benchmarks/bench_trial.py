@@ -1,4 +1,4 @@
-"""Trial-level GPU figures of issue 9 (docs/performance.md): P3 trial, 16-head grid, trial vs step, L = 3M.
+"""Trial-level GPU figures (docs/performance.md): P3 trial, 16-head grid, trial vs step, L = 3M.
 
 Parts (each writes <out>/<part>.json; `--merge` folds them into docs/benchmarks/perf.json):
 

@@ -1,4 +1,4 @@
-"""GPU checks of the fast paths of issue 9 (run on the GPU machine; the CPU tests cover the rest).
+"""GPU checks of the fast paths (run on the GPU machine; the CPU tests cover the rest).
 
 1. The stack's fused Triton Adam (`NetworkStack.step_static`) against its eager `step` on the same
    gradients: the parameters and moments after several steps agree within float tolerance; the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sweep throughput on one GPU vs all N GPUs of a node (issue 9 item 2), in one go on one machine.
+# Sweep throughput on one GPU vs all N GPUs of a node, in one go on one machine.
 #
 # The same Amazon-670K-shaped synthetic sweep (preset amazon670k: 490,449 train instances, L 670,091,
 # D 135,909; dim 256, K 100, slates of 5, one POXM head p=100 lam=0.9 per trial) with T trials (T

@@ -1,4 +1,4 @@
-"""Where a P3 trial's time goes on the GPU (issue 9): training batches (torch.profiler) and evaluation stages.
+"""Where a P3 trial's time goes on the GPU: training batches (torch.profiler) and evaluation stages.
 
 Builds the Amazon-670K-shaped data of bench_trial.py (prepare not timed), then for the single-head trial
 (poxm p 100, lam 0.9, plus the hidden DM reward head) and the 16-head grid:

@@ -1,4 +1,4 @@
-"""Aggregation, tables, figure data and build_report on hand-built rows (DESIGN.md section 10)."""
+"""Aggregation, tables, figure data and build_report on hand-built rows (docs/report.md)."""
 from __future__ import annotations
 
 import json
@@ -401,9 +401,8 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
     assert not (out / "figures" / "sharpness_toy.png").exists()
     assert "figures/sharpness_eurlex-4k.png" in index
     # estimator figure: every criterion present, and what each one targets
-    assert "IS, sIS, SNIS, DR and PIS estimates" in index and "mixed slate" in index
-    assert "different quantity than the deployed slate value" in index and "Measured bias" in index
-    assert "PIS (prefix-product" in index
+    assert "Bias at p = 10 → 20: IS " in index and ", PIS " in index
+    assert "IS, sIS, SNIS, DR target a prefix-from-ρ slate, not V_true" in index and "PIS targets V_true" in index
 
 
 @pytest.mark.slow

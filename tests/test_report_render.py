@@ -1,4 +1,4 @@
-"""The report renders everywhere (issue 10 item 3) and its aggregates (issue 11 item 5): bootstrap
+"""The report renders everywhere (MLflow's sandboxed frame included) and its aggregates: bootstrap
 interval over seeds, bold rules, counts, error-bar captions, the estimator caption read from the data,
 a self-contained index.html; and, where Debian's chromium is installed, the page rendered headless."""
 from __future__ import annotations
@@ -99,11 +99,15 @@ def test_estimator_caption_reads_the_bias_direction_from_the_data():
     data = pd.DataFrame({"estimator": ["IS", "IS", "sIS", "sIS", "PIS"], "p": [5, 50, 5, 50, 5],
                          "bias": [0.1, 0.4, -0.3, 0.1, 0.0], "sd": 0.0, "rmse": 0.0, "n": 2})
     txt = bias_trend(data, ["IS", "sIS", "PIS"])
-    assert "IS +0.1 at p = 5 → +0.4 at p = 50 (|bias| grows)" in txt
-    assert "sIS -0.3 at p = 5 → +0.1 at p = 50 (|bias| shrinks)" in txt
+    assert txt == "Bias at p = 5 → 50: IS +0.10 → +0.40, sIS -0.30 → +0.10. "
     assert "PIS" not in txt   # one p only: no trend claimed
+    other = pd.concat([data, pd.DataFrame({"estimator": ["PIS"], "p": [20], "bias": [0.2], "sd": 0.0,
+                                           "rmse": 0.0, "n": 2})])
+    assert "PIS +0.00 (p = 5) → +0.20 (p = 20)" in bias_trend(other, ["IS", "sIS", "PIS"])  # spans differ
+    same = data.assign(bias=[0.1, 0.4, 0.1, 0.4, 0.0])
+    assert bias_trend(same, ["IS", "sIS"]) == "Bias at p = 5 → 50: IS = sIS +0.10 → +0.40. "   # equal: named together
     note = target_note(["IS", "sIS", "PIS"])
-    assert "different quantity than the deployed slate value" in note and "(IS, sIS)" in note
+    assert note == "IS, sIS target a prefix-from-ρ slate, not V_true; PIS targets V_true. "
 
 
 # ---- self-contained HTML ------------------------------------------------------------------------

@@ -41,17 +41,24 @@ def estimator_error_data(rows: pd.DataFrame, dataset: str, variant: str,
 
 def bias_trend(data: pd.DataFrame, order: list[str]) -> str:
     """What the figure shows about bias against p, read from the data: per estimator, its bias at
-    the smallest and the largest p, and whether |bias| grows or shrinks between them."""
-    parts = []
+    the smallest and the largest p (named once when every estimator spans the same p)."""
+    ends = []
     for e in order:
         d = data[data["estimator"] == e].sort_values("p")
         d = d[np.isfinite(d["bias"].to_numpy(dtype=float))]
-        if len(d) < 2:
-            continue
-        a, b = d.iloc[0], d.iloc[-1]
-        move = ("grows" if abs(b.bias) > abs(a.bias) else "shrinks" if abs(b.bias) < abs(a.bias) else "stays")
-        parts.append(f"{e} {a.bias:+.3g} at p = {int(a.p)} → {b.bias:+.3g} at p = {int(b.p)} (|bias| {move})")
-    return ("Measured bias from the smallest to the largest p: " + "; ".join(parts) + ". ") if parts else ""
+        if len(d) >= 2:
+            ends.append((e, d.iloc[0], d.iloc[-1]))
+    if not ends:
+        return ""
+    spans = {(int(a.p), int(b.p)) for _, a, b in ends}
+    if len(spans) == 1:   # estimators with the same displayed values are named together ("IS = sIS")
+        lo, hi = spans.pop()
+        shown: dict[str, list[str]] = {}
+        for e, a, b in ends:
+            shown.setdefault(f"{a.bias:+.2f} → {b.bias:+.2f}", []).append(e)
+        return f"Bias at p = {lo} → {hi}: " + ", ".join(f"{' = '.join(es)} {v}" for v, es in shown.items()) + ". "
+    return "Bias from the smallest to the largest p: " + ", ".join(
+        f"{e} {a.bias:+.2f} (p = {int(a.p)}) → {b.bias:+.2f} (p = {int(b.p)})" for e, a, b in ends) + ". "
 
 
 def _and_list(names: list[str]) -> str:
@@ -60,21 +67,16 @@ def _and_list(names: list[str]) -> str:
 
 
 def target_note(order: list[str]) -> str:
-    """What each estimator targets (DESIGN §5): the pruned ones are not estimates of V_true, PIS is."""
+    """What each estimator targets (docs/estimators.md): the pruned ones are not estimates of V_true, PIS is."""
     pruned = [e for e in order if e in PRUNED_ESTIMATORS]
     out = ""
     if pruned:
-        out += (f"The pruned estimators ({', '.join(pruned)}) weight the j-th pick alone, so they target a "
-                "different quantity than the deployed slate value V_true — a mixed slate whose prefix is drawn from "
-                "the logging policy ρ and only its j-th pick from π, which exceeds the deployed value when ρ is flat "
-                "(DESIGN §5): part of their error here is that gap in target, not noise, and it need not shrink "
-                "as p grows. ")
+        out += f"{', '.join(pruned)} target a prefix-from-ρ slate, not V_true"
     if "PIS" in order:
-        out += ("PIS (prefix-product weights over the whole prefix) targets the deployed slate value itself and is "
-                "unbiased for it where ρ covers π's support. ")
+        out += ("; " if out else "") + "PIS targets V_true"
     if "SNIS-LB" in order:
-        out += ("SNIS-LB is a selection criterion, SNIS less a width z/(2√ESS) per position, biased low by design. ")
-    return out
+        out += ("; " if out else "") + "SNIS-LB is low by design"
+    return (out + ". ") if out else ""
 
 
 def estimator_figure(rows: pd.DataFrame, dataset: str, variant: str, out_dir, methods: tuple[str, ...] = ("poxm",)
@@ -103,18 +105,16 @@ def estimator_figure(rows: pd.DataFrame, dataset: str, variant: str, out_dir, me
         ax.set_ylabel(yl)
         ax.set_title(t, fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
     fig.suptitle(f"Estimator accuracy on the validation log — {dataset}, variant {variant} "
                  f"({'/'.join(methods)} heads)", y=1.02)
     fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 8),
+               fontsize=8, frameon=False)   # below the panels, never over the data
     name = f"estimators_{dataset}_{variant}"
-    caption = (f"{dataset}, variant {variant}: {_and_list(order)} estimates of each trained {'/'.join(methods)} "
-               "head's value on the validation log, against its true deployed slate value on the same validation "
-               "instances (split val_truth, V_true = expected reward of the slates π deploys, computed from their "
-               "labels — used for this figure only). Each head (λ, seed) at a given p is one sample: left the mean "
-               "error, middle the spread over heads, right the root mean squared error. "
-               + spread_note(data["n"], "heads", "±1 standard error of the mean error") + " "
-               "Lines are offset slightly along p and styled apart so that coinciding estimators (IS and sIS "
-               "once Φ^p holds the whole support) stay visible. " + bias_trend(data, order)
-               + target_note(order)).rstrip()
+    caption = (f"{dataset}, variant {variant}: validation estimate minus the true deployed value V_true of each "
+               f"{'/'.join(methods)} head (λ, seed) against p: bias (mean error, ±1 s.e.), spread, RMSE. "
+               + bias_trend(data, order) + target_note(order)
+               + spread_note(data["n"], "heads", "±1 standard error of the mean error")
+               + " Lines offset along p so that coinciding ones stay visible.")
     return Figure(name, f"Estimator accuracy — {dataset}, {variant}", caption, save(fig, out_dir, name))

@@ -7,7 +7,9 @@ Reads (layout written by orchestration):
                         selection.criterion, training.protocol), optional
   sweep.json            expected grid: list of {dataset, variant, method, p, lam, seed}, optional
 Writes run_dir/report/ atomically (built in a temporary sibling, then swapped in):
-  tables/*.{csv,md,tex} (claims first), figures/*.{png,pdf}, selection.csv, index.md, index.html
+  tables/*.{csv,md,tex}, figures/*.{png,pdf}, selection.csv, index.md, index.html
+index order: title, claims table, headline R@5 table, the paper's figures (covering, robustness), then
+the run header, coverage, per-dataset tables and other figures, selection.
 The run's criterion (IS by default) selects; SNIS, the paper's criterion, is selected beside it, so its
 tables and claims are always there.
 """
@@ -263,14 +265,17 @@ def _write_report(run_dir: Path, out: Path) -> None:
               f"Selection criterion: **{criterion}** (validation log); "
               + (f"protocol: **{protocol}**. " if protocol else "protocol: not recorded in config.yaml. ")
               + f"Regenerate with `poxm report {_shown(run_dir)}`.")
+    # Order: title, claims, headline R@5 table, the paper's figures (covering, robustness), then the rest.
     blocks: list[tuple] = [("h1", f"poxm report — {name}")]
     blocks += _claims_blocks(claim_frame, shown, tdir, out, protocol)
-    blocks.append(("p", header))
+    rest: list[tuple] = [("h2", "Run"), ("p", header)]
     if criteria and criterion not in criteria and (rows["final"] & (rows["split"] == "val")).any():
-        blocks.append(("p", f"**The selection criterion {criterion} has no validation rows** (present: "
-                            f"{', '.join(criteria)}): methods with several grid points are not selected."))
-    blocks += [("h2", "Coverage of the sweep"),
-               ("ul", coverage_notes(rows, selection, expected, grid, source, criterion=criterion))]
+        warn = ("p", f"**The selection criterion {criterion} has no validation rows** (present: "
+                     f"{', '.join(criteria)}): methods with several grid points are not selected.")
+        blocks.append(warn)
+        rest.append(warn)
+    rest += [("h2", "Coverage of the sweep"),
+             ("ul", coverage_notes(rows, selection, expected, grid, source, criterion=criterion))]
 
     def links(paths: dict[str, Path]) -> list[tuple[str, str]]:
         return [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()]
@@ -286,32 +291,41 @@ def _write_report(run_dir: Path, out: Path) -> None:
         return [("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
                  [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths])]
 
+    variants_of = {d: [v for (dd, v) in dv if dd == d] for d in datasets}
+    blocks.append(("h2", "Headline: test R@5"))
+    for d in datasets:
+        if variants_of[d]:
+            blocks += table(T.headline_table(d, variants_of[d], stats, expected, criterion, params))
+    blocks.append(("h2", "The paper's figures"))
+    for d in datasets:
+        for fig in (F.covering_figure(prepare, rows, d, fdir),
+                    F.robustness_figure(rows, selection, prepare, d, fdir, criterion=criterion)):
+            blocks += figure(fig)
+    blocks += rest
     for d in datasets:
         blocks.append(("h2", f"Dataset {d}"))
-        for (dd, v) in [x for x in dv if x[0] == d]:
+        for v in variants_of[d]:
             blocks.append(("h3", f"{d}, variant {v}"))
             show_paper = paper.matches_paper(d, v, params.get((d, v)))
             if d in paper.TABLE2 and not show_paper:
                 blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
                                     f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
             for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
-                      T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion),
+                      T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion,
+                                     params=params.get((d, v))),
                       T.selection_table(d, v, selection, expected, criterion=criterion)):
                 blocks += table(t)
             if paper_sel is not None:
                 blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
-                for t in _paper_tables(d, v, paper_stats, paper_sel, expected, show_paper):
+                for t in _paper_tables(d, v, paper_stats, paper_sel, expected, show_paper, params.get((d, v))):
                     blocks += table(t)
             blocks += figure(F.estimator_figure(rows, d, v, fdir))
         sp = T.spearman_data(rows, d)
         if len(sp):
             blocks += [("h3", f"{d}: selection criteria against test R@5")] + table(T.spearman_table(d, sp, criterion))
         if (prepare["dataset"] == d).any():
-            blocks += [("h3", f"{d}: logging policy")] + table(T.logging_stats_table(d, prepare))
-        for fig in (F.covering_figure(prepare, rows, d, fdir),
-                    F.robustness_figure(rows, selection, prepare, d, fdir, criterion=criterion),
-                    F.sharpness_figure(chosen_test, params, d, fdir, criterion=criterion)):
-            blocks += figure(fig)
+            blocks += [("h3", f"{d}: logging policy")] + table(T.logging_stats_table(d, prepare, rows))
+        blocks += figure(F.sharpness_figure(chosen_test, params, d, fdir, criterion=criterion))
     blocks += [("h2", "Selection"),
                ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
                      f"validation log (selection='{label}'; criterion from config.yaml `selection.criterion`, "
@@ -342,10 +356,10 @@ def _claims_blocks(frame: pd.DataFrame, criteria: list[str], tdir: Path, out: Pa
 
 
 def _paper_tables(d: str, v: str, stats: pd.DataFrame, paper_sel: pd.DataFrame, expected: pd.DataFrame,
-                  show_paper: bool) -> list[T.Table]:
+                  show_paper: bool, params: dict | None = None) -> list[T.Table]:
     """The results, greedy and selection tables of (d, v) under SNIS, named *_snis_<d>_<v>."""
     out = [T.metric_table("results", d, v, stats, expected, paper_sel, show_paper, criterion=PAPER_CRITERION),
-           T.metric_table("greedy", d, v, stats, expected, paper_sel, criterion=PAPER_CRITERION),
+           T.metric_table("greedy", d, v, stats, expected, paper_sel, criterion=PAPER_CRITERION, params=params),
            T.selection_table(d, v, paper_sel, expected, criterion=PAPER_CRITERION)]
     for t in out:
         kind, rest = t.name.split("_", 1)

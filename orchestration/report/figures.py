@@ -1,7 +1,7 @@
 """Report figures (matplotlib Agg), each written as PNG and PDF with a caption for the index.
 
   covering_<d>          paper Fig. 1: left, the share of true labels inside the top-k of rho vs k, per
-                        variant; right (its own axis: a different denominator), the logging policy's
+                        variant (identical curves drawn once, labelled with every variant); right (its own axis: a different denominator), the logging policy's
                         expected R@5 per variant
   robustness_<d>        paper Fig. 2: the logging policy's expected R@5 per variant; POXM test R@5 per p;
                         the validation criterion (IS by default) per p that selection used; the
@@ -39,19 +39,56 @@ SHARPNESS_METHODS = ("logging", "dm", "banditnet", "poxm", "dr_poxm")
 
 def covering_data(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(curve, r5): curve has variant, k, mean, sd, n of covering@k over seeds; r5 has variant,
-    mean, sd, n of the logging policy's expected R@5 (prepare's 'logging_policy/R@5', else the
-    test R@5 of method 'logging')."""
+    mean, sd, n of the logging policy's expected test R@5: the logging method's final test R@5 (the
+    value the results tables show), else prepare's 'logging_policy/R@5'."""
     sub = prepare[(prepare["dataset"] == dataset) & prepare["metric"].str.startswith("covering@")]
     sub = sub.assign(k=sub["metric"].str.slice(len("covering@")).astype(int))
     curve = (sub.groupby(["variant", "k"])["value"].apply(mean_sd).unstack().reset_index()
              if not sub.empty else pd.DataFrame(columns=["variant", "k", "mean", "sd", "n"]))
-    r5 = prepare[(prepare["dataset"] == dataset) & (prepare["metric"] == "logging_policy/R@5")]
+    r5 = rows[(rows["dataset"] == dataset) & (rows["method"] == "logging") & rows["final"]
+              & (rows["split"] == "test") & (rows["metric"] == "R@5")]
+    r5 = r5.sort_values("epoch", kind="stable").drop_duplicates(["variant", "seed"], keep="last")
     if r5.empty:
-        r5 = rows[(rows["dataset"] == dataset) & (rows["method"] == "logging") & rows["final"]
-                  & (rows["split"] == "test") & (rows["metric"] == "R@5")]
+        r5 = prepare[(prepare["dataset"] == dataset) & (prepare["metric"] == "logging_policy/R@5")]
     r5s = (r5.groupby("variant")["value"].apply(mean_sd).unstack().reset_index()
            if not r5.empty else pd.DataFrame(columns=["variant", "mean", "sd", "n"]))
     return curve, r5s
+
+
+def coinciding_groups(curve: pd.DataFrame, tol: float = 1e-9) -> list[list[str]]:
+    """Variants whose covering curves are identical (same k, means within `tol`), in variant order:
+    variants that share rho's ranking (e.g. beta = 0 variants, whose order does not depend on T)."""
+    groups: list[tuple[pd.Series, list[str]]] = []
+    for v, c in curve.groupby("variant", sort=True):
+        m = c.set_index("k")["mean"].astype(float).sort_index()
+        for ref, names in groups:
+            if ref.index.equals(m.index) and np.allclose(ref.to_numpy(), m.to_numpy(), atol=tol, rtol=0):
+                names.append(str(v))
+                break
+        else:
+            groups.append((m, [str(v)]))
+    return [names for _, names in groups]
+
+
+def _at(curve: pd.DataFrame, variant: str, k: int) -> float:
+    c = curve[(curve["variant"] == variant) & (curve["k"] == k)]
+    return float(c["mean"].iloc[0]) if len(c) else math.nan
+
+
+def covering_caption(curve: pd.DataFrame, groups: list[list[str]]) -> str:
+    """What the left panel shows, read from the data: covering at k = 10 and 50 per line, and which
+    variants' lines coincide."""
+    ks = [k for k in (10, 50) if k in set(curve["k"])] or [int(curve["k"].max())]
+    parts = []
+    for names in groups:
+        vals = " / ".join(f"{100 * _at(curve, names[0], k):.0f} %" for k in ks)
+        parts.append(f"{' = '.join(names)} {vals}")
+    out = f"At k = {' / '.join(map(str, ks))}: " + "; ".join(parts) + "."
+    same = [g for g in groups if len(g) > 1]
+    if same:
+        out += (" Lines coincide for " + "; ".join(", ".join(g) for g in same)
+                + " (the same ranking of ρ, e.g. β = 0 variants: T does not reorder).")
+    return out
 
 
 def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out_dir: Path) -> Figure | None:
@@ -61,12 +98,14 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9.5, 3.8), gridspec_kw={"width_ratios": [2.2, 1]})
     variants = sorted(set(curve["variant"]) | set(r5["variant"]))
     color = {v: f"C{i}" for i, v in enumerate(variants)}
-    for v, c in curve.groupby("variant", sort=True):
-        c = c.sort_values("k")
-        ax.plot(c["k"], 100 * c["mean"], color=color[v], marker="." if len(c) <= 30 else None, label=f"variant {v}")
+    groups = coinciding_groups(curve)
+    for names in groups:   # one line per group of identical curves, labelled with every variant in it
+        c = curve[curve["variant"] == names[0]].sort_values("k")
+        ax.plot(c["k"], 100 * c["mean"], color=color[names[0]], marker="." if len(c) <= 30 else None,
+                label=" = ".join(names))
         if (c["n"] > 1).any():
             ax.fill_between(c["k"], 100 * (c["mean"] - c["sd"].fillna(0)), 100 * (c["mean"] + c["sd"].fillna(0)),
-                            color=color[v], alpha=0.2, linewidth=0)
+                            color=color[names[0]], alpha=0.2, linewidth=0)
     kmax = int(curve["k"].max())
     ax.set_xscale("log")
     ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= kmax] or [kmax]
@@ -78,24 +117,22 @@ def covering_figure(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str, out
     ax.set_ylabel("true labels inside the top-k of ρ\n(% of all true labels)")
     ax.set_title("Covering of true labels by the top-k of ρ", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, title="variant", title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=min(len(groups), 4), frameon=False)
     if not r5.empty:
         _logging_r5_bars(bx, r5, color)
     else:
         bx.text(0.5, 0.5, "no logging R@5", ha="center", va="center", transform=bx.transAxes)
     bx.set_xlabel("variant")
-    bx.set_ylabel("expected R@5 of ρ (%)\n(relevant labels per slate position)")
+    bx.set_ylabel("expected test R@5 of ρ (%)")
     bx.set_title("Logging policy's own slates", fontsize=10)
     bx.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"Covering — {dataset}", y=1.02)
     fig.tight_layout()
     name = f"covering_{dataset}"
-    caption = (f"{dataset} (paper Fig. 1). Left: share of the test instances' true labels that lie inside the "
-               "top-k actions of the logging policy ρ, as k grows (a CDF over rank, one line per variant; its "
-               "denominator is the number of true labels). Right, on its own axis because its denominator "
-               "differs (slate positions, not true labels): the logging policy's expected R@5, the reward of its "
-               "own slates. A small p covers most of what ρ can find. "
-               + spread_note(list(curve["n"]) + list(r5["n"]), "seeds", "±1 std"))
+    caption = (f"{dataset} (paper Fig. 1). Left: share of the test instances' true labels inside the top-k of "
+               f"ρ against k. {covering_caption(curve, groups)} Right, own axis (per slate position): "
+               "ρ's expected test R@5. " + spread_note(list(curve["n"]) + list(r5["n"]), "seeds", "±1 std"))
     return Figure(name, f"Covering — {dataset}", caption, save(fig, out_dir, name))
 
 
@@ -179,19 +216,20 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
                 starred = True
         if not per_p.empty:
             p_axis(ax, per_p["p"])
-            ax.legend(fontsize=8)
         ax.set_xlabel(r"p (size of the action selector $\Phi^p$, log scale)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"Robustness of p selection — {dataset}", y=1.02)
     fig.tight_layout()
+    handles, labels = axes[1].get_legend_handles_labels()
+    if handles:   # one legend for the line panels, below them: never over the data
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 8),
+                   fontsize=8, frameon=False)
     name = f"robustness_{dataset}"
-    caption = (f"{dataset} (paper Fig. 2). Left: the logging policy's expected test R@5 per variant (how sharp "
-               "the log is; its other statistics are in the logging table). Middle: "
-               f"{method} test R@5 for each p; at each p, λ is the one the validation {criterion} picks (test labels "
-               f"never choose). Right: that validation {criterion} estimate, the quantity selection maximises. Star: "
-               f"the p the {criterion} selection chose (most frequent over seeds). "
+    caption = (f"{dataset} (paper Fig. 2). Left: ρ's expected test R@5 per variant. Middle: {method} test R@5 "
+               f"against p, λ chosen at each p by validation {criterion}. Right: that validation {criterion}. "
+               f"Star: the p selection chose (most seeds). "
                + spread_note(list(per_p["R5_n"]) + list(per_p["val_n"]) + list(r5["n"]), "seeds", "±1 std"))
     return Figure(name, f"Robustness — {dataset}", caption, save(fig, out_dir, name))
 
@@ -267,27 +305,27 @@ def sharpness_figure(selected: pd.DataFrame, params: dict, dataset: str, out_dir
     ax.set_ylabel("test R@5 (%)")
     ax.set_title(f"Logging sharpness — {dataset} (β = 0)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     name = f"sharpness_{dataset}"
     vs = data.drop_duplicates("variant").sort_values("T")
     var_txt = ", ".join(f"{r.variant} (α={r.alpha:g}, T={r.T:g})" for r in vs.itertuples())
-    caption = (f"{dataset}: test R@5 ×100 of the policy each method selects (by the validation-log {criterion}; "
-               f"methods with one grid point as they are) against the logging temperature T, for the variants "
-               f"with β = 0: {var_txt}. Mean over seeds; " + spread_note(data["n"], "seeds", "±1 std")
-               + " A greedy method without stochastic rows shows P@5 (= R@5 for a deterministic slate).")
+    caption = (f"{dataset}: test R@5 of each method's {criterion}-selected policy against the logging "
+               f"temperature T, β = 0 variants: {var_txt}. Mean over seeds; "
+               + spread_note(data["n"], "seeds", "±1 std")
+               + (" (P@5): a greedy method, P@5 = R@5 for a deterministic slate." if data["greedy"].any() else ""))
     return Figure(name, f"Logging sharpness — {dataset}", caption, save(fig, out_dir, name))
 
 
 def _logging_r5_bars(ax, r5, color: dict) -> None:
     """Bars of the logging policy's expected R@5 per variant (mean over seeds x100, error bars only
-    where n >= 2 seeds), each labelled with its value."""
+    where n >= 2 seeds), each labelled with its value at the tables' precision (two decimals)."""
     r5 = r5.sort_values("variant")
     x = np.arange(len(r5))
     mean = 100 * r5["mean"].astype(float)
     sd = np.where(r5["n"].astype(float) > 1, 100 * r5["sd"].astype(float).fillna(0), 0.0)
     ax.bar(x, mean, color=[color.get(v, "k") for v in r5["variant"]], yerr=sd if np.any(sd > 0) else None, capsize=3)
     for xi, m in zip(x, mean):
-        ax.annotate(f"{m:.1f}", (xi, m), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.annotate(f"{m:.2f}", (xi, m), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x)
     ax.set_xticklabels([str(v) for v in r5["variant"]], fontsize=8, rotation=30, ha="right")
     ax.set_ylim(0, max(5.0, 1.2 * float(mean.max())))

@@ -1,5 +1,7 @@
-"""Report tables per (dataset, variant): CSV, Markdown and LaTeX (booktabs). DESIGN.md section 10.
+"""Report tables per (dataset, variant): CSV, Markdown and LaTeX (booktabs).
 
+  headline_<d>       test R@5 per method x variant under the run's criterion (the report's first table
+                     after the claims)
   results_<d>_<v>    stochastic metrics R@k, nDCR@k, PSR@k (k = 3, 5) like the paper's Table 2,
                      with the paper's numbers as a second block where the logging policy matches
   greedy_<d>_<v>     greedy top-k metrics P@k, nDCG@k, PSP@k (k = 1, 3, 5)
@@ -74,8 +76,26 @@ def _selected_pl(selection: pd.DataFrame, dataset: str, variant: str, method: st
     return p_set(s["p"]), lam_set(s["lam"])
 
 
+def greedy_logging_name(params: dict | None) -> str:
+    """What the greedy table's logging row is: the top-k of rho. With beta = 0 rho keeps the logging
+    model's order (only T changes, and T does not reorder), so the row is the logging model's ranking;
+    with beta > 0 the frozen Gumbel noise reorders it, so the row is the policy's own ranking."""
+    beta = math.nan
+    if isinstance(params, dict):
+        try:
+            beta = float(params.get("beta"))
+        except (TypeError, ValueError):
+            pass
+    if beta == 0.0:
+        return "Logging model (ρ's top-k = the model's ranking, β = 0)"
+    if math.isfinite(beta):
+        return f"Logging policy ρ (its top-k, reordered by noise, β = {beta:g})"
+    return "Logging policy ρ (its top-k)"
+
+
 def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, expected: pd.DataFrame,
-                 selection: pd.DataFrame, show_paper: bool = False, criterion: str = DEFAULT_CRITERION) -> Table:
+                 selection: pd.DataFrame, show_paper: bool = False, criterion: str = DEFAULT_CRITERION,
+                 params: dict | None = None) -> Table:
     """Table (a) kind='results' (stochastic metrics) or (b) kind='greedy' for one (dataset, variant).
 
     `stats` from ``aggregate.seed_stats`` of the criterion-selected test rows; `expected` the expected
@@ -105,12 +125,14 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
     for i, m in enumerate(methods):
         p_txt, lam_txt = _selected_pl(selection, dataset, variant, m, label)
         name = method_name(m) + (DAGGER if m in twinned else "")
+        if kind == "greedy" and m == "logging":
+            name = greedy_logging_name(params)
         rows.append([name] + [cells[(m, k)].text() for k in metrics] + [p_txt, lam_txt])
         bold |= {(i, 1 + j) for j, k in enumerate(metrics) if (m, k) in best}
         if m in FULL_INFORMATION:
             italic.add(i)
         rec = {"dataset": dataset, "variant": variant, "source": "ours", "method": m,
-               "method_name": method_name(m), "greedy_twin": m in twinned}
+               "method_name": name.rstrip(DAGGER), "greedy_twin": m in twinned}
         for k in metrics:
             c = cells[(m, k)]
             rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_ci_lo": 100 * c.ci_lo,
@@ -153,6 +175,59 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
                  title=f"{title_kind} — {dataset}, variant {variant}; (p, λ) by {criterion_title(criterion)}",
                  columns=columns, rows=rows, bold=bold, italic_rows=italic, sections=sections,
                  notes=notes, frame=pd.DataFrame(recs))
+
+
+HEADLINE_METRIC = "R@5"
+
+
+def headline_table(dataset: str, variants: list[str], stats: pd.DataFrame, expected: pd.DataFrame,
+                   criterion: str = DEFAULT_CRITERION, params: dict | None = None) -> Table:
+    """The report's headline: test R@5 (x100, mean ± std over seeds) per method (rows) and variant
+    (columns) at the (p, λ) the run's criterion selected, the same cells as the results tables.
+    A greedy method without stochastic rows shows P@5 (= R@5 for a deterministic slate), marked †.
+    Bold: best trained bandit-feedback method per variant (as in the results tables)."""
+    k, twin = HEADLINE_METRIC, _twin(HEADLINE_METRIC)
+    here = stats[stats["dataset"] == dataset]
+    exp_here = expected[expected["dataset"] == dataset]
+    methods = method_list(list(here["method"].unique()) + list(exp_here["method"].unique()))
+    cells: dict[tuple[str, str], Cell] = {}
+    twinned: set[str] = set()
+    for v in variants:
+        g = cell_grid(stats, expected, dataset, v, methods, [k, twin])
+        for m in methods:
+            c = g[(m, k)]
+            if c.n == 0 and g[(m, twin)].n > 0:
+                c = g[(m, twin)]
+                twinned.add(m)
+            # the headline shows mean ± std only (the results tables carry the intervals)
+            cells[(m, v)] = Cell(c.mean, c.std, c.n, c.n_expected)
+    eligible = [m for m in methods if m not in FULL_INFORMATION and m not in NOT_TRAINED]
+    best = best_cells(cells, variants, eligible)
+    rows, bold, italic, recs = [], set(), set(), []
+    for i, m in enumerate(methods):
+        rows.append([method_name(m) + (DAGGER if m in twinned else "")] + [cells[(m, v)].text() for v in variants])
+        bold |= {(i, 1 + j) for j, v in enumerate(variants) if (m, v) in best}
+        if m in FULL_INFORMATION:
+            italic.add(i)
+        for v in variants:
+            c = cells[(m, v)]
+            recs.append({"dataset": dataset, "variant": v, "method": m, "metric": twin if m in twinned else k,
+                         "mean": 100 * c.mean, "std": 100 * c.std, "n": c.n, "n_expected": c.n_expected,
+                         "best": (m, v) in best})
+    prm = params or {}
+    described = [f"{v} (α {prm[(dataset, v)].get('alpha')}, β {prm[(dataset, v)].get('beta')}, "
+                 f"T {prm[(dataset, v)].get('T')})" for v in variants if isinstance(prm.get((dataset, v)), dict)]
+    notes = [f"Test R@5 ×100, mean ± std over seeds, at the (p, λ) selected by the validation-log {criterion} "
+             "estimate (intervals: the results tables below). Bold: best trained bandit-feedback method per "
+             "variant; the supervised skylines (full labels) are italic. “—”: no result."]
+    if twinned:
+        notes.append(f"{DAGGER} greedy policy: P@5, equal to R@5 for a deterministic slate.")
+    if described:
+        notes.append("Logging policy of each variant: " + ", ".join(described) + ".")
+    return Table(name=f"headline_{dataset}",
+                 title=f"Test R@5 per method and variant — {dataset}; (p, λ) by {criterion_title(criterion)}",
+                 columns=["Method"] + [f"variant {v}" for v in variants], rows=rows, bold=bold,
+                 italic_rows=italic, notes=notes, frame=pd.DataFrame(recs))
 
 
 def _mean_std_text(vals: np.ndarray, n_expected: int) -> str:
@@ -325,10 +400,41 @@ def _stat_text(vals: np.ndarray, scale: float, counts: bool) -> str:
     return f"{mean:.2f}" + (f" ± {sd:.2f}" if len(vals) > 1 else "")
 
 
-def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
+LOGGING_POLICY_PREFIX = "logging_policy/"
+
+
+def logging_policy_values(prepare: pd.DataFrame, rows: pd.DataFrame | None) -> pd.DataFrame:
+    """prepare.csv with its 'logging_policy/<metric>' values replaced, per (dataset, variant, seed),
+    by the logging method's final test row of that metric where one exists.
+
+    Both are the expected test reward of rho's slates, but computed by two evaluations (the prepare
+    stage's and the logging trial's); they can differ (e.g. an exact value against a Monte-Carlo one
+    from a cache written by an older evaluation). The results tables show the trial's, so every place
+    of the report shows that one value."""
+    if rows is None or rows.empty or prepare.empty:
+        return prepare
+    lg = rows[(rows["method"] == "logging") & rows["final"] & (rows["split"] == "test")]
+    if lg.empty:
+        return prepare
+    lg = lg.sort_values("epoch", kind="stable").drop_duplicates(["dataset", "variant", "seed", "metric"], keep="last")
+    lg = lg.assign(metric=LOGGING_POLICY_PREFIX + lg["metric"].astype(str), seed=lg["seed"].astype("int64"))
+    keys = ["dataset", "variant", "seed", "metric"]
+    base = prepare.assign(seed=pd.to_numeric(prepare["seed"], errors="coerce"))
+    is_lp = base["metric"].str.startswith(LOGGING_POLICY_PREFIX)
+    ours = lg[lg["metric"].isin(set(base.loc[is_lp, "metric"]))][keys + ["value"]]
+    merged = base.merge(ours.rename(columns={"value": "_trial"}), on=keys, how="left")
+    merged["value"] = merged["_trial"].where(merged["_trial"].notna(), merged["value"])
+    extra = ours.merge(base[keys], on=keys, how="left", indicator=True)
+    extra = extra[extra["_merge"] == "left_only"].drop(columns="_merge")
+    return pd.concat([merged.drop(columns="_trial"), extra], ignore_index=True)[list(prepare.columns)]
+
+
+def logging_stats_table(dataset: str, prepare: pd.DataFrame, rows: pd.DataFrame | None = None) -> Table:
     """Logging-policy statistics (prepare.csv) per variant: every metric, mean ± std over seeds.
 
-    Values in [0, 1] are shown x100; others (e.g. entropies) as they are."""
+    Values in [0, 1] are shown x100; others (e.g. entropies) as they are. With `rows`, the
+    logging_policy/* metrics are the logging method's test rows (``logging_policy_values``)."""
+    prepare = logging_policy_values(prepare[prepare["dataset"] == dataset], rows)
     sub = prepare[prepare["dataset"] == dataset]
     variants = sorted(sub["variant"].unique())
     cov = sub[sub["metric"].str.startswith("covering@")]
@@ -357,7 +463,8 @@ def logging_stats_table(dataset: str, prepare: pd.DataFrame) -> Table:
         rows.append(row)
     notes = ["Rates and fractions ×100, dataset facts (data/*) as they are, counts as integers (mean ± std over "
              "seeds where there are several); covering@k: share of test instances' true labels "
-             "inside the top-k of ρ. “—”: not recorded for that variant. Full covering curve: the covering figure "
-             "and the CSV."]
+             "inside the top-k of ρ; logging_model/*: greedy ranking of the logging model; logging_policy/*: "
+             "expected test reward of ρ's slates, the logging trial's values (as in the results tables) where it "
+             "ran. “—”: not recorded for that variant. Full covering curve: the covering figure and the CSV."]
     return Table(name=f"logging_{dataset}", title=f"Logging policy statistics — {dataset}",
                  columns=columns, rows=rows, notes=notes, frame=pd.DataFrame(recs))
