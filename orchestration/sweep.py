@@ -133,8 +133,8 @@ def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
         c = tracking.client(tracking.stored_uri(rd.root, ml))
         c.log_artifacts(ml["parent_run_id"], str(report), "report")
         c.log_artifacts(ml["parent_run_id"], str(rd.results), "results")
-        from orchestration.track_stage import claim_metrics
-        tracking.log_metrics(c, ml["parent_run_id"], claim_metrics(report))
+        from orchestration.track_stage import claim_metrics, result_metrics
+        tracking.log_metrics(c, ml["parent_run_id"], {**result_metrics(rd.root), **claim_metrics(report)})
     return report
 
 

@@ -154,7 +154,7 @@ def worker_loop(tlc: dict) -> None:
     if logger is not None:
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
                   zip(tlc["spec"]["heads"], (tlc["mlflow"]["heads"][k] for k in tlc["head_keys"]))}
-        logger.log_final(df, points)
+        logger.log_final(df, points, seconds=compute_s)
     files.publish(out_dir)
     timing = files.read_json("timing.json", {"attempts": []})
     timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
