@@ -105,8 +105,6 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
             f"compute {summary['trial_compute_s']:.1f} s ({100 * summary['share_outside_trial_compute']:.0f}% "
             "of the wall time had no trial computing)")
-        if report is not None:
-            say(f"  report   {report / 'index.md'}")
         return SweepOutcome(rd.root, len(plan.specs), done, errored, summary, report)
     finally:
         abort_tracking(plan, runs, parent_open)

@@ -2,9 +2,16 @@
 
 The server is `mlflow server` with one uvicorn worker, no job execution (MLflow 3 otherwise starts a
 huey job runner and its workers), no access log, logging at warning level. It runs in its own process
-group, which is taken down as a whole on Ctrl-C or SIGTERM. `poxm ui` waits until the server answers
-/health, then prints the URL of the experiment's runs table in model-training mode
-(`#/experiments/<id>/runs?workflowType=machine_learning`; MLflow 3.17's UI routes).
+group, which is taken down as a whole on Ctrl-C or SIGTERM (SIGTERM, then SIGKILL after a second:
+uvicorn's own graceful shutdown takes ~20 s). `poxm ui` waits until the server answers /health, then
+prints one line, the URL of the experiment's runs table in model-training mode
+(`#/experiments/<id>/runs?workflowType=machine_learning`; MLflow 3.17's UI routes). The server's
+own output (its security banner, warnings) goes to a temporary log, shown only if it fails.
+
+MLflow 3.17's UI picks the experiment page's mode (GenAI or model training) from the URL's
+`workflowType` or else the browser's last choice, default GenAI; the experiment tag
+`mlflow.experimentKind` is no longer read (a feature flag in its JavaScript bundle that returns
+true routes the kind through the workflow type). Hence the printed URL carries the parameter.
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -40,6 +48,9 @@ def server_command(uri: str, host: str, port: int, artifacts: Path | None = None
 def server_env() -> dict:
     env = dict(os.environ)
     env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"   # no huey job runner: the UI needs none
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")        # no usage telemetry (and no UI banner asking)
+    env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning,ignore::FutureWarning")
     env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
@@ -60,9 +71,12 @@ def wait_until_up(proc: subprocess.Popen, base: str, timeout_s: float = START_TI
         time.sleep(0.3)
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+STOP_GRACE_S = 1.0   # SIGTERM, then SIGKILL: the server holds no state the store needs flushed
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the server's process group, then SIGKILL what is left (uvicorn workers included)."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -91,22 +105,31 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
         return 0
     if check_port is not None:
         check_port(host, port)          # a busy or invalid port: one line, exit 2 (orchestration.cli)
+    log = tempfile.TemporaryFile(mode="w+", prefix="poxm-ui-")   # the server's banner and warnings
     proc = subprocess.Popen(server_command(uri, host, port, rd.mlartifacts), env=server_env(),
-                            start_new_session=True, stdout=subprocess.DEVNULL)
-    signal.signal(signal.SIGTERM, lambda *_: (stop_group(proc), sys.exit(0)))
+                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+    def on_term(*_):
+        stop_group(proc)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     base = f"http://{host}:{port}"
     try:
-        say(f"poxm: starting the MLflow UI for {rd.root.name} on {base} ...", flush=True)
         try:
             wait_until_up(proc, base)
         except RuntimeError as exc:
-            print(f"poxm: error: {exc}", file=sys.stderr)
             stop_group(proc)
+            log.seek(0)
+            tail = log.read().strip().splitlines()[-15:]
+            print(f"poxm: error: {exc}" + "".join(f"\n  {line}" for line in tail), file=sys.stderr)
             return 1
         url = runs_url(base, exp_id) if exp_id else base
-        say(f"MLflow UI: {url}\n  (the sweep's runs table; Ctrl-C stops the server)", flush=True)
+        say(f"MLflow UI: {url}", flush=True)
         rc = proc.wait()
         return 0 if rc in (0, -signal.SIGTERM) else 1
     except KeyboardInterrupt:
         stop_group(proc)
         return 0
+    finally:
+        log.close()
