@@ -212,3 +212,27 @@ def test_tag_selected(store):
     c = tracking.client(uri)
     tag = lambda g: c.get_run(ids[tracking.point_key(g)]).data.tags.get("poxm.selected")   # noqa: E731
     assert (tag(GRID[0]), tag(GRID[1]), tag(GRID[2])) == (None, "oracle,snis", "snis")
+
+
+def test_parent_results_and_timing_names(tmp_path):
+    """The parent run's headline: the selected point's test R@5/nDCR@5/PSR@5, mean over seeds; timings
+    as timing/... (after result/ and claims/ in an alphabetical list)."""
+    from orchestration.track_stage import result_metrics, timing_metrics
+    res = tmp_path / "results"
+    res.mkdir()
+    sel = [{"dataset": "d", "variant": "A", "method": "poxm", "seed": s, "selection": sl, "criterion": "IS",
+            "p": p, "lam": 0.9} for s, sl, p in ((0, "is", 5), (1, "is", 10), (0, "oracle", 10))]
+    sel.append({"dataset": "d", "variant": "A", "method": "dm", "seed": 0, "selection": "is", "criterion": "IS",
+                "p": -1, "lam": math.nan})
+    pd.DataFrame(sel).to_csv(res / "selection.csv", index=False)
+    rows = [make_row(dataset="d", variant="A", method="poxm", p=p, lam=0.9, seed=s, split=sp, metric=k,
+                     value=0.1 * p + s + (0.5 if sp == "val" else 0), stderr=math.nan, epoch=2, final=True)
+            for p in (5, 10) for s in (0, 1) for sp in ("test", "val") for k in ("R@5", "PSR@5")]
+    rows.append(make_row(dataset="d", variant="A", method="dm", p=None, lam=None, seed=0, split="test", metric="R@5",
+                         value=0.25, stderr=math.nan, epoch=2, final=True))
+    to_frame(rows).to_csv(res / "rows.csv", index=False)
+    got = result_metrics(tmp_path)
+    # seed 0 chose p=5 (0.5), seed 1 p=10 (1 + 1.0): mean 1.25; the oracle row and val rows play no part
+    assert got == {"result/d/A/poxm/test_R_at_5": pytest.approx(1.25), "result/d/A/poxm/test_PSR_at_5": pytest.approx(1.25),
+                   "result/d/A/dm/test_R_at_5": pytest.approx(0.25)}
+    assert timing_metrics({"wall_s": 3.0, "finished_at": 1e9, "ok": True, "note": "x"}) == {"timing/wall_s": 3.0}
