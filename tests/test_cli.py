@@ -175,6 +175,10 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
                 assert proc.poll() is None and time.time() < deadline, "poxm ui did not come up"
                 time.sleep(0.5)
         assert "cli-ui" in [e["name"] for e in json.loads(body)["experiments"]]
+        # the UI's page, through poxm ui's proxy, sets the browser's view to model training (MLflow 3.17
+        # ignores the experiment tag); the rest passes through unchanged
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
+        assert page.index("mlflow.workflowType_v1") < page.index("<script", page.index("</script>"))
         while not out.read_text().strip() and time.time() < deadline:    # the URL follows /health
             time.sleep(0.2)
         # one line, the URL; nothing of MLflow's (security banner, warnings) on either stream
@@ -282,3 +286,11 @@ def test_no_mlflow_info_lines_and_no_stray_escape_code(tmp_path):
     text = b"".join(chunks).decode(errors="replace")
     assert proc.returncode == 2 and "poxm: error:" in text, text
     assert "INFO" not in text and "\x1b[0m" not in text, repr(text)
+
+
+def test_mode_script_goes_first_in_head():
+    from orchestration.ui import MODE_SCRIPT, with_mode_script
+    html = b"<!doctype html><html><head><script src=main.js></script></head></html>"
+    out = with_mode_script(html).decode()
+    assert out.startswith("<!doctype html><html><head>" + MODE_SCRIPT) and out.endswith("<script src=main.js></script></head></html>")
+    assert 'localStorage.getItem("mlflow.workflowType_v1")' in MODE_SCRIPT and '"machine_learning"' in MODE_SCRIPT
