@@ -178,7 +178,8 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
         # the UI's page, through poxm ui's proxy, sets the browser's view to model training (MLflow 3.17
         # ignores the experiment tag); the rest passes through unchanged
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
-        assert page.index("mlflow.workflowType_v1") < page.index("<script", page.index("</script>"))
+        from orchestration.ui import MODE_SCRIPT
+        assert MODE_SCRIPT in page and page.index(MODE_SCRIPT) < page.index("static-files")   # before MLflow's own
         while not out.read_text().strip() and time.time() < deadline:    # the URL follows /health
             time.sleep(0.2)
         # one line, the URL; nothing of MLflow's (security banner, warnings) on either stream
