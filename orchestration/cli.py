@@ -228,8 +228,9 @@ def poxm_command() -> str:
     if Path(argv0).name == "poxm":
         if on_path and Path(on_path).resolve() == Path(argv0).resolve():
             return "poxm"
-        rel = os.path.relpath(Path(argv0).resolve())
-        return rel if rel.startswith("..") or "/" in rel else "./" + rel
+        full = str(Path(argv0).absolute())
+        rel = os.path.relpath(full)
+        return full if rel.startswith("..") else (rel if "/" in rel else "./" + rel)
     if on_path and not argv0.endswith(("cli.py", "__main__.py")):
         return "poxm"
     exe = os.path.relpath(sys.executable) if not os.path.relpath(sys.executable).startswith("../..") else sys.executable
