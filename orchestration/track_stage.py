@@ -71,12 +71,12 @@ def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errore
         + ([(report, "report")] if report is not None else []))
 
 
-TIMING = "timing/"     # after 'claims/' and 'result/' in the UI's alphabetical metric lists
+TIMING = "sweep/"      # counts and timings of the sweep: after "claims/" and "result/" in a sorted list
 HEADLINE = ("R@5", "nDCR@5", "PSR@5")
 
 
 def timing_metrics(summary: dict) -> dict[str, float]:
-    """The sweep summary's numbers (wall time, trial compute, ...) as 'timing/<key>'."""
+    """The sweep summary's numbers (wall time, trial compute, trial counts, ...) as 'sweep/<key>'."""
     return {f"{TIMING}{k}": v for k, v in summary.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "finished_at"}
 

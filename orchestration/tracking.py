@@ -7,7 +7,7 @@ Layout (docs/orchestration.md, "MLflow"):
                standard mlflow.source.name / mlflow.user / mlflow.source.git.commit, and a description
                (mlflow.note.content); params: the resolved config, flattened ('training.epochs',
                'datasets.0.variants.1.T'); metrics 'result/<dataset>/<variant>/<method>/test_R_at_5' ...,
-               'claims/...', 'timing/wall_s' ...; artifacts: config.yaml, sweep.json, results/*.csv, report/
+               'claims/...', 'sweep/wall_s' ...; artifacts: config.yaml, sweep.json, results/*.csv, report/
   point runs   one per grid point (dataset, variant, method, p, lam, seed), tag mlflow.parentRunId,
                named by what differs first: 'A s0 poxm p10 λ.9' (+ dataset if several); params: every grid
                coordinate and training setting; per-epoch metrics (step = epoch): 'train/loss',
@@ -268,7 +268,7 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
             "`val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch); `test/<metric>` "
             "(R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) once at the end (step 0: one bar per run). "
             "This run's metrics: `result/<dataset>/<variant>/<method>/test_R_at_5` ... (the selected (p, λ), "
-            "mean over seeds), `claims/...`, then `timing/...`. The parameters of this run are the "
+            "mean over seeds), `claims/...`, then `sweep/...` (counts, timings). The parameters of this run are the "
             "resolved config; the report is in its artifacts (`report/`).")
 
 

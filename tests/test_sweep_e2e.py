@@ -157,7 +157,7 @@ def test_sweep_layout_mlflow_and_selection(reference):
     pr = parents[0].data
     assert pr.params["training.epochs"] == "2" and pr.params["datasets.0.variants.1.T"] == "4.0"
     assert pr.params["methods.poxm.p"] == "[5, 10]" and "runs_dir" not in pr.params
-    assert "finished_at" not in pr.metrics and "timing/wall_s" in pr.metrics
+    assert "finished_at" not in pr.metrics and "sweep/wall_s" in pr.metrics
     # the headline results: the selected point's test metrics, here one seed, so equal to that run's
     for v in ("A", "B"):
         chosen = sel[(sel.variant == v) & (sel.method == "poxm") & (sel.selection == "is")].iloc[0]
@@ -165,8 +165,8 @@ def test_sweep_layout_mlflow_and_selection(reference):
                    and int(r.data.tags["p"]) == int(chosen.p) and np.isclose(float(r.data.tags["lam"]), chosen.lam))
         for k in ("R_at_5", "nDCR_at_5", "PSR_at_5"):
             assert pr.metrics[f"result/synthetic/{v}/poxm/test_{k}"] == pytest.approx(run.data.metrics[f"test/{k}"])
-    # the metric list reads results, claims, then timings
-    assert sorted(pr.metrics)[-1].startswith("timing/") and sorted(pr.metrics)[0].startswith("claims/")
+    # a sorted metric list reads claims, results, then the sweep's counts and timings
+    assert sorted(pr.metrics)[-1].startswith("sweep/") and sorted(pr.metrics)[0].startswith("claims/")
     # the claims, under IS and the paper's SNIS: one seed, so a difference and an undecided verdict, no interval
     for crit in ("IS", "SNIS"):
         for v in ("A", "B"):

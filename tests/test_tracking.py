@@ -216,7 +216,7 @@ def test_tag_selected(store):
 
 def test_parent_results_and_timing_names(tmp_path):
     """The parent run's headline: the selected point's test R@5/nDCR@5/PSR@5, mean over seeds; timings
-    as timing/... (after result/ and claims/ in an alphabetical list)."""
+    as sweep/... (after result/ and claims/ in a sorted list)."""
     from orchestration.track_stage import result_metrics, timing_metrics
     res = tmp_path / "results"
     res.mkdir()
@@ -235,4 +235,4 @@ def test_parent_results_and_timing_names(tmp_path):
     # seed 0 chose p=5 (0.5), seed 1 p=10 (1 + 1.0): mean 1.25; the oracle row and val rows play no part
     assert got == {"result/d/A/poxm/test_R_at_5": pytest.approx(1.25), "result/d/A/poxm/test_PSR_at_5": pytest.approx(1.25),
                    "result/d/A/dm/test_R_at_5": pytest.approx(0.25)}
-    assert timing_metrics({"wall_s": 3.0, "finished_at": 1e9, "ok": True, "note": "x"}) == {"timing/wall_s": 3.0}
+    assert timing_metrics({"wall_s": 3.0, "finished_at": 1e9, "ok": True, "note": "x"}) == {"sweep/wall_s": 3.0}
