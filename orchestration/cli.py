@@ -208,9 +208,12 @@ def cmd_resume(a) -> int:
 
 
 def headline(run_dir: Path) -> str | None:
-    """The end-of-run table: test R@5 of the (p, lambda) each method's selection criterion chose on
-    validation, mean over seeds, one row per dataset x method, one column per variant."""
+    """The end-of-run table, in the report's units and order: test R@5 x100 of the (p, lambda) each
+    method's selection criterion chose on validation, mean over seeds, one row per dataset x method
+    (the report's method order and names), one column per variant."""
     import pandas as pd
+
+    from orchestration.report.tables import method_list, method_name
     f = Path(run_dir) / "results" / "selection.csv"
     if not f.is_file():
         return None
@@ -218,11 +221,35 @@ def headline(run_dir: Path) -> str | None:
     sel = sel[sel["selection"] != "oracle"]
     if sel.empty or "test_R@5" not in sel:
         return None
-    t = sel.pivot_table(index=["dataset", "method"], columns="variant", values="test_R@5", aggfunc="mean")
+    t = sel.pivot_table(index=["dataset", "method"], columns="variant", values="test_R@5", aggfunc="mean") * 100
+    order = method_list(sorted(sel["method"].astype(str).unique()))
+    t = t.reindex(sorted(((d, m) for d in t.index.get_level_values(0).unique() for m in order if (d, m) in t.index),
+                         key=lambda dm: (dm[0], order.index(dm[1]))))
+    t.index = [f"{d}  {method_name(m)}" for d, m in t.index]
+    t.columns.name = None
     crit = ", ".join(sorted(sel["criterion"].astype(str).unique()))
     n = sel["seed"].nunique()
-    return (f"test R@5 of the selected (p, lambda) (by {crit} on validation; mean of {n} seed(s)):\n"
-            + t.to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
+    return (f"test R@5 (x100) of the selected (p, lambda) (by {crit} on validation; mean of {n} seed(s)):\n"
+            + t.to_string(float_format=lambda v: f"{v:.2f}", na_rep="-"))
+
+
+def poxm_command() -> str:
+    """How to call poxm again from this shell: 'poxm' when that is what PATH finds, else the path
+    this process was started by ('.venv/bin/poxm'), else the interpreter with -m."""
+    import os
+    import shutil
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    on_path = shutil.which("poxm")
+    if Path(argv0).name == "poxm":
+        if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+            return "poxm"
+        full = str(Path(argv0).absolute())
+        rel = os.path.relpath(full)
+        return full if rel.startswith("..") else (rel if "/" in rel else "./" + rel)
+    if on_path and not argv0.endswith(("cli.py", "__main__.py")):
+        return "poxm"
+    exe = os.path.relpath(sys.executable) if not os.path.relpath(sys.executable).startswith("../..") else sys.executable
+    return f"{exe} -m orchestration.cli"
 
 
 def _print_claims(report) -> None:
@@ -240,12 +267,12 @@ def _outcome(out) -> int:
     _print_claims(out.report)
     if out.report is not None:
         print(f"report:  {Path(out.report) / 'index.md'}")
-    print(f"browse:  poxm ui {out.run_dir}")
-    print(f"run dir: {out.run_dir}")
+    cmd = poxm_command()
+    print(f"browse:  {cmd} ui {out.run_dir}")
     if out.ok:
         return 0
     print(f"poxm: {len(out.errored)} trial(s) errored, {out.n_trials - len(out.done)} not done; "
-          f"see `poxm status {out.run_dir}`, fix, then `poxm resume {out.run_dir}`", file=sys.stderr)
+          f"see `{cmd} status {out.run_dir}`, fix, then `{cmd} resume {out.run_dir}`", file=sys.stderr)
     return EXIT_TRIALS_FAILED
 
 
@@ -320,6 +347,17 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (free some space, then `poxm resume RUN_DIR` continues)" if exc.errno == errno.ENOSPC else ""
         print(f"poxm: error: {where}{': ' if where else ''}{exc.strerror or exc}{hint}", file=sys.stderr)
         return EXIT_INPUT
+    finally:
+        _no_colour_reset_at_exit()
+
+
+def _no_colour_reset_at_exit() -> None:
+    """Ray imports colorama and calls colorama.init(), which registers an exit hook writing ESC[0m to a
+    terminal's stdout: a stray code after poxm's last line. poxm leaves no colour on, so drop the hook."""
+    import atexit
+    for name, mod in list(sys.modules.items()):
+        if name.endswith("colorama.initialise") and hasattr(mod, "reset_all"):
+            atexit.unregister(mod.reset_all)
 
 
 # OS errors that come from what the user gave (paths, names) or from their machine (disk space)

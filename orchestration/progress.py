@@ -1,15 +1,16 @@
-"""The sweep's progress view: a Tune callback on the driver with one tqdm bar in head-epochs.
+"""The sweep's progress view: a Tune callback on the driver with one tqdm bar in head-steps.
 
-A trial trains several heads (grid points) together and reports once per epoch through Tune, so
-the unit of work is the head-epoch: the bar counts heads x epochs done of the sweep's total (a trial
-at epoch e of E with h heads has done h*e of h*E), which moves every epoch instead of sitting at 0 %
-until the first trial ends; tqdm's rate over head-epochs done *in this session* gives the ETA (work
-finished before a resume is the bar's `initial`, not counted in the rate). The postfix shows the
-trial counts (done / running / pending / errored) and the running trials' epochs; one line is
-written per finished or failed trial. A Tune trial is a job: one trial or a pack of trials run one
-after another (config 'members'); the bar and the counts are per trial, from the job's reports
-('member', 'member_finished', 'head_epochs'). Not on a terminal (a log file, CI): no bar and no ANSI codes,
-the per-trial lines only.
+A trial trains several heads (grid points) together and reports once per epoch through Tune, then
+evaluates every head on the test set and reports once more ('finished'). So the unit of work is the
+head-step, a step being one epoch or the final evaluation: a trial with h heads and E epochs has
+h*(E+1) of them; at epoch e it has done h*e, and the last h only when its evaluation is over. The
+bar therefore stays short of 100 % while the last trials evaluate instead of sitting at 100 % with
+ETA 0. tqdm's rate over head-steps done *in this session* gives the ETA (work finished before a
+resume is the bar's `initial`, not counted in the rate). The postfix shows the trial counts; one
+line is written per finished or failed trial. The line fits 80 columns with a bar of ~25 characters
+(no rate, the ETA only, short trial counts: 'trials 3/8 done 2 run 1 err'). A Tune trial is a job: one trial or a pack of trials run one after another (config 'members'); the
+bar and the counts are per trial, from the job's reports ('member', 'member_finished', 'head_epochs').
+Not on a terminal (a log file, CI): no bar and no ANSI codes, the per-trial lines only.
 """
 from __future__ import annotations
 
@@ -20,13 +21,22 @@ from typing import Sequence
 from ray.tune import Callback
 
 
-def head_epochs_done(status: str, heads: int, epoch: int, epochs: int) -> int:
-    """Head-epochs a trial has done: all of them once it terminated, else heads x its last epoch."""
-    return heads * epochs if status == "TERMINATED" else heads * min(max(epoch, 0), epochs)
+def head_epochs_done(status: str, heads: int, epoch: int, epochs: int, finished: bool = False) -> int:
+    """Head-steps a trial has done (a step: an epoch, or the final evaluation): all heads*(epochs+1)
+    once it terminated or reported 'finished', else heads x its last epoch."""
+    if status == "TERMINATED" or finished:
+        return heads * (epochs + 1)
+    return heads * min(max(epoch, 0), epochs)
+
+
+BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} eta {remaining}{postfix}"
+
+
+BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} eta {remaining}{postfix}"
 
 
 class SweepProgress(Callback):
-    """tqdm bar over the sweep's head-epochs.
+    """tqdm bar over the sweep's head-steps (epochs and the final evaluation of each head).
 
     total: trials in the sweep; already_done: trials finished before a resume (they count as done);
     epochs: epochs per trial; heads: heads of each trial, in any order (when None, read from each
@@ -45,6 +55,7 @@ class SweepProgress(Callback):
         self._members_done: dict[str, int] = {}   # job -> trials of it finished
         self._head_epochs: dict[str, int] = {}    # job -> head-epochs it reported
         self._said: set[str] = set()              # trials with a 'done' line
+        self._finished: set[str] = set()          # jobs that reported 'finished' (evaluation over)
 
     def __getstate__(self):        # pickled into Tune's experiment state: drop the live bar
         d = dict(self.__dict__)
@@ -91,22 +102,25 @@ class SweepProgress(Callback):
         return c
 
     def work(self, trials) -> tuple[int, int]:
-        """(head-epochs done, head-epochs in the sweep)."""
-        E = max(1, int(self.epochs or 1))
+        """(head-steps done, head-steps in the sweep); a head's steps: its epochs + its evaluation."""
+        E = max(0, int(self.epochs or 0))
         seen = [self._heads_of(t) for t in trials]
         n_seen = sum(len(self._members(t)) for t in trials)
         if self.heads is not None:
-            total = sum(self.heads) * E
+            total = sum(self.heads) * (E + 1)
         else:
             mean = sum(seen) / n_seen if n_seen else 1.0
-            total = int(round((sum(seen) + mean * max(0, self.total - n_seen)) * E))
+            total = int(round((sum(seen) + mean * max(0, self.total - n_seen)) * (E + 1)))
         done = 0
         for t, h in zip(trials, seen):
             name = self._name(t)
             if t.status != "TERMINATED" and name in self._head_epochs:
-                done += min(self._head_epochs[name], h * E)
+                # a job's reported head-epochs, plus one evaluation step per head of its finished trials
+                member_heads = (getattr(t, "config", None) or {}).get("trial", {}).get("member_heads") or []
+                evaluated = sum(member_heads[:self._members_done.get(name, 0)])
+                done += min(self._head_epochs[name] + evaluated, h * (E + 1))
             else:
-                done += head_epochs_done(t.status, h, self._epoch.get(name, 0), E)
+                done += head_epochs_done(t.status, h, self._epoch.get(name, 0), E, name in self._finished)
         return min(done, total), max(total, 1)
 
     def _refresh(self, trials, note: str | None = None) -> None:
@@ -114,20 +128,19 @@ class SweepProgress(Callback):
             return
         done, total = self.work(trials)
         if self._bar is None:
+            import shutil
+
             from tqdm.auto import tqdm
             # not a terminal (a log file, CI): no bar and no ANSI codes; the done/ERROR lines still come
-            self._bar = tqdm(total=total, initial=done, desc="head-epochs", unit="head-epoch", file=sys.stderr,
-                             dynamic_ncols=True, disable=not sys.stderr.isatty())
+            self._bar = tqdm(total=total, initial=done, desc="sweep", unit="step", file=sys.stderr,
+                             bar_format=BAR_FORMAT, ncols=min(shutil.get_terminal_size((80, 24)).columns, 120),
+                             disable=not sys.stderr.isatty())
         self._bar.total = total
         if done > self._bar.n:
             self._bar.update(done - self._bar.n)   # update(), not n=: tqdm's rate (the ETA) follows it
         c = self._counts(trials)
-        running = [f"{self._members(t)[min(self._member.get(self._name(t), 0), len(self._members(t)) - 1)]}"
-                   f"@{self._epoch.get(self._name(t), 0)}/{self.epochs or '?'}" for t in trials if t.status == "RUNNING"]
-        self._bar.set_postfix_str(f"trials done={c['done']}/{self.total} running={c['running']} "
-                                  f"pending={c['pending']} errored={c['errored']}"
-                                  + (f" [{', '.join(running[:3])}{', ...' if len(running) > 3 else ''}]" if running else ""),
-                                  refresh=False)
+        self._bar.set_postfix_str(f"trials {c['done']}/{self.total} done {c['running']} run"
+                                  + (f" {c['errored']} err" if c["errored"] else ""), refresh=False)
         self._bar.refresh()
         if note:
             self._bar.write(note, file=sys.stderr)
@@ -147,6 +160,8 @@ class SweepProgress(Callback):
             self._epoch[job] = int(result["epoch"])
         if "head_epochs" in result:
             self._head_epochs[job] = int(result["head_epochs"])
+        if result.get("finished"):
+            self._finished.add(job)
         note = None
         if result.get("member_finished"):
             i = self._member.get(job, 0)

@@ -80,6 +80,8 @@ def quiet_libraries() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")   # its FutureWarning on every worker
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")   # MLflow resets its loggers on import
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if not sys.stderr.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")            # no ANSI codes in log files
         os.environ.setdefault("NO_COLOR", "1")

@@ -106,8 +106,6 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
             f"compute {summary['trial_compute_s']:.1f} s ({100 * summary['share_outside_trial_compute']:.0f}% "
             "of the wall time had no trial computing)")
-        if report is not None:
-            say(f"  report   {report / 'index.md'}")
         return SweepOutcome(rd.root, len(plan.specs), done, errored, summary, report)
     finally:
         abort_tracking(plan, runs, parent_open)
@@ -134,8 +132,8 @@ def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
         c = tracking.client(tracking.stored_uri(rd.root, ml))
         c.log_artifacts(ml["parent_run_id"], str(report), "report")
         c.log_artifacts(ml["parent_run_id"], str(rd.results), "results")
-        from orchestration.track_stage import claim_metrics
-        tracking.log_metrics(c, ml["parent_run_id"], claim_metrics(report))
+        from orchestration.track_stage import claim_metrics, result_metrics
+        tracking.log_metrics(c, ml["parent_run_id"], {**result_metrics(rd.root), **claim_metrics(report)})
     return report
 
 

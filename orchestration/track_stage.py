@@ -65,11 +65,46 @@ def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errore
         import pandas as pd
         tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
     ok = not errored and len(done) == len(plan.specs)
-    metrics = {f"sweep/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "finished_at"}
     tracking.finish_parent(
-        runs, ok, {**metrics, **claim_metrics(report)},
+        runs, ok, {**result_metrics(rd.root), **claim_metrics(report), **timing_metrics(summary)},
         [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
         + ([(report, "report")] if report is not None else []))
+
+
+TIMING = "sweep/"      # counts and timings of the sweep: after "claims/" and "result/" in a sorted list
+HEADLINE = ("R@5", "nDCR@5", "PSR@5")
+
+
+def timing_metrics(summary: dict) -> dict[str, float]:
+    """The sweep summary's numbers (wall time, trial compute, trial counts, ...) as 'sweep/<key>'."""
+    return {f"{TIMING}{k}": v for k, v in summary.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "finished_at"}
+
+
+def result_metrics(run_root: Path) -> dict[str, float]:
+    """The headline results on the parent run: for each dataset, variant and method, the test R@5,
+    nDCR@5 and PSR@5 of the (p, λ) the sweep's criterion chose on validation, mean over seeds:
+    'result/<dataset>/<variant>/<method>/test_R_at_5' (from results/selection.csv and rows.csv)."""
+    import pandas as pd
+    from poxm_core.results import mlflow_name
+    res = Path(run_root) / "results"
+    if not (res / "selection.csv").is_file() or not (res / "rows.csv").is_file():
+        return {}
+    sel = pd.read_csv(res / "selection.csv")
+    sel = sel[sel["selection"] != "oracle"]
+    rows = pd.read_csv(res / "rows.csv")
+    rows = rows[(rows["split"] == "test") & rows["final"].astype(bool) & rows["metric"].isin(HEADLINE)]
+    if sel.empty or rows.empty:
+        return {}
+    keys = ["dataset", "variant", "method", "seed", "p", "lam"]
+    for f in (sel, rows):
+        f["lam"] = f["lam"].astype(float).fillna(-1.0)
+        f["p"] = f["p"].astype(int)
+    got = sel[keys].merge(rows[keys + ["metric", "value"]], on=keys)
+    out = {}
+    for (d, v, m, metric), g in got.groupby(["dataset", "variant", "method", "metric"]):
+        out[f"result/{d}/{v}/{m}/test_{mlflow_name(metric)}"] = float(g["value"].mean())
+    return out
 
 
 def claim_metrics(report: Path | None) -> dict[str, float]:

@@ -2,14 +2,14 @@
 
 Layout (docs/orchestration.md, "MLflow"):
   experiment   cfg.mlflow.experiment, default '<name>-<hash>' (the run directory's name)
-  experiment   tag mlflow.experimentKind=custom_model_development (the UI opens the runs table)
+  experiment   tag mlflow.experimentKind=custom_model_development; the store's empty 'Default' deleted
   parent run   name '<name>-<hash>', tags poxm.role=sweep, poxm.sweep, config_hash, git_commit, the
                standard mlflow.source.name / mlflow.user / mlflow.source.git.commit, and a description
                (mlflow.note.content); params: the resolved config, flattened ('training.epochs',
-               'datasets.0.variants.1.T'); metrics 'sweep/wall_s' ...; artifacts: config.yaml,
-               sweep.json, results/*.csv, report/
+               'datasets.0.variants.1.T'); metrics 'result/<dataset>/<variant>/<method>/test_R_at_5' ...,
+               'claims/...', 'sweep/wall_s' ...; artifacts: config.yaml, sweep.json, results/*.csv, report/
   point runs   one per grid point (dataset, variant, method, p, lam, seed), tag mlflow.parentRunId,
-               named by what differs first: 'poxm p=10 λ=0.9 · A · bibtex · s0'; params: every grid
+               named by what differs first: 'A s0 poxm p10 λ.9' (+ dataset if several); params: every grid
                coordinate and training setting; per-epoch metrics (step = epoch): 'train/loss',
                'val/IS', 'val/sIS', 'val/SNIS', 'val/ESS' (+ '_se'); final metrics: 'test/R_at_5' ...
                (poxm_core.results.mlflow_name: MLflow rejects '@'), 'val/<estimator>' of untrained heads
@@ -56,15 +56,27 @@ def point_key(p: Mapping) -> str:
     return "|".join([str(p["dataset"]), str(p["variant"]), str(p["method"]), f(p["p"]), f(p["lam"]), str(p["seed"])])
 
 
-def point_name(p: Mapping) -> str:
-    """What differs between the runs of a sweep comes first (the UI cuts long names at the end):
-    'poxm p=10 λ=0.9 · A · bibtex · s0'."""
-    head = [str(p["method"])]
+def _short(v) -> str:
+    """A number as short as it reads: 0.9 -> '.9', 0.05 -> '.05', 1.0 -> '1', 50 -> '50'."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    t = f"{v:g}" if isinstance(v, float) else str(v)
+    return t[1:] if t.startswith("0.") else ("-" + t[2:] if t.startswith("-0.") else t)
+
+
+def point_name(p: Mapping, with_dataset: bool = True) -> str:
+    """A run's name, short enough for the UI's run-name column (~25 characters) and leading with
+    what differs between the runs of a sweep: variant, seed, method, p, λ, then the dataset
+    ('A s0 poxm p50 λ.9 bibtex'; 'B s1 dm bibtex'). `with_dataset=False` (a one-dataset sweep)
+    leaves the dataset out: it is in the run's tags and params anyway."""
+    parts = [str(p["variant"]), f"s{p['seed']}", str(p["method"])]
     if p["p"] is not None:
-        head.append(f"p={p['p']}")
+        parts.append(f"p{p['p']}")
     if p["lam"] is not None and not (isinstance(p["lam"], float) and math.isnan(p["lam"])):
-        head.append(f"λ={p['lam']}")
-    return " · ".join([" ".join(head), str(p["variant"]), str(p["dataset"]), f"s{p['seed']}"])
+        parts.append(f"λ{_short(p['lam'])}")
+    if with_dataset:
+        parts.append(str(p["dataset"]))
+    return " ".join(parts)
 
 
 def metric_name(key: str, split: str | None = None) -> str:
@@ -185,9 +197,29 @@ def init_store(uri: str, experiment: str, artifact_root: Path | None) -> str:
 
 
 def _mark_model_training(c, exp_id: str) -> str:
-    # MLflow 3's UI opens an experiment without this tag on its GenAI (traces) page
+    # The experiment's kind for MLflow 3's UI. MLflow 3.17's UI no longer reads it (its experiment
+    # page follows the URL's ?workflowType= or the browser's last choice, default GenAI; see ui.py),
+    # but other versions and `mlflow.search_experiments` do; and the empty "Default" experiment that
+    # a fresh SQLite store creates is deleted, so the UI lists only the sweep's.
     c.set_experiment_tag(exp_id, "mlflow.experimentKind", "custom_model_development")
+    if is_local_store(str(c.tracking_uri)):
+        drop_empty_default(c)
     return exp_id
+
+
+def drop_empty_default(c) -> bool:
+    """Delete (soft: the store does not recreate it) the store's 'Default' experiment when it has no
+    runs; True if it did."""
+    try:
+        exp = c.get_experiment("0")
+    except Exception:  # noqa: BLE001  no default experiment in this store
+        return False
+    if exp is None or exp.name != "Default" or exp.lifecycle_stage != "active":
+        return False
+    if c.search_runs(["0"], max_results=1, run_view_type=3):   # ViewType.ALL
+        return False
+    c.delete_experiment("0")
+    return True
 
 
 def _search_all(c, exp_id: str, filter_string: str) -> list:
@@ -231,9 +263,12 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
             f"- datasets (variants): {ds}\n- methods: {methods}\n"
             f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'IS')}; "
             f"epochs: {cfg_dict['training']['epochs']}\n\n"
-            "Child runs are named `method p λ · variant · dataset · seed`. Metrics: `train/loss` and "
+            "Child runs are named `variant seed method p λ` (+ dataset when there are several: "
+            "`A s0 poxm p10 λ.9`). Metrics: `train/loss` and "
             "`val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch); `test/<metric>` "
-            "(R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) at the end. The parameters of this run are the "
+            "(R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) once at the end (step 0: one bar per run). "
+            "This run's metrics: `result/<dataset>/<variant>/<method>/test_R_at_5` ... (the selected (p, λ), "
+            "mean over seeds), `claims/...`, then `sweep/...` (counts, timings). The parameters of this run are the "
             "resolved config; the report is in its artifacts (`report/`).")
 
 
@@ -260,7 +295,8 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
             continue
         ptags = {ROLE_TAG: "point", SWEEP_TAG: sweep, POINT_TAG: key, TRIAL_TAG: trial, PARENT_TAG: parent,
                  **{k: "none" if point[k] is None else str(point[k]) for k in GRID}, **tags, **extra}
-        run = c.create_run(exp_id, run_name=point_name(point), tags=ptags)
+        run = c.create_run(exp_id, run_name=point_name(point, with_dataset=len(cfg_dict["datasets"]) > 1),
+                           tags=ptags)
         params = [Param(k, v) for k, v in point_params(cfg_dict, point, trial).items()]
         for i in range(0, len(params), _BATCH):
             c.log_batch(run.info.run_id, params=params[i:i + _BATCH])
@@ -369,11 +405,16 @@ class PointLogger:
             self.c.log_batch(rid, metrics=ms)
             self.logged[rid] = epoch
 
-    def log_final(self, df, head_runs_by_point: Mapping[tuple, str]) -> None:
-        """Final rows by split: 'test/R_at_5' (+ '_se'), 'val/SNIS' ..., then FINISHED. A final value
-        at an epoch whose per-epoch value of that name was logged already is not logged twice."""
-        from mlflow.entities import Metric
+    def log_final(self, df, head_runs_by_point: Mapping[tuple, str], seconds: float | None = None) -> None:
+        """Final rows by split: 'test/R_at_5' (+ '_se'), 'val/SNIS' ..., then FINISHED. Test metrics
+        are logged once at step 0, so MLflow's charts draw them as one bar per run (a metric with no
+        value at step >= 1 gets a bar chart); a final validation value keeps its epoch, and one whose
+        per-epoch value was logged already is not logged twice. `seconds` (the trial's compute time)
+        becomes the tags trial_seconds, trial_heads and head_seconds: the heads of a trial train
+        batched together, so head_seconds is the trial's time shared evenly among its heads."""
+        from mlflow.entities import Metric, RunTag
         now = int(time.time() * 1000)
+        n_heads = max(1, len(head_runs_by_point))
         fin = df[df["final"]]
         for pt, rid in head_runs_by_point.items():
             method, p, lam = pt
@@ -385,12 +426,17 @@ class PointLogger:
                 name = metric_name(r.metric, r.split)
                 if name in per_epoch and int(r.epoch) <= self.logged.get(rid, 0):
                     continue
+                step = 0 if r.split == "test" else int(r.epoch)
                 if math.isfinite(r.value):
-                    ms.append(Metric(name, float(r.value), now, int(r.epoch)))
+                    ms.append(Metric(name, float(r.value), now, step))
                 if math.isfinite(r.stderr) and r.stderr > 0:
-                    ms.append(Metric(name + "_se", float(r.stderr), now, int(r.epoch)))
+                    ms.append(Metric(name + "_se", float(r.stderr), now, step))
             for i in range(0, len(ms), 1000):
                 self.c.log_batch(rid, metrics=ms[i:i + 1000])
+            if seconds is not None:
+                self.c.log_batch(rid, tags=[RunTag("trial_seconds", f"{seconds:.1f}"),
+                                            RunTag("trial_heads", str(n_heads)),
+                                            RunTag("head_seconds", f"{seconds / n_heads:.1f}")])
             self.c.set_terminated(rid, "FINISHED")
 
     def fail(self) -> None:

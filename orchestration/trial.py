@@ -193,7 +193,7 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
     if logger is not None:
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
                   zip(m["spec"]["heads"], (m["mlflow"]["heads"][k] for k in m["head_keys"]))}
-        logger.log_final(df, points)
+        logger.log_final(df, points, seconds=compute_s)
     files.publish(out_dir)
     timing = files.read_json("timing.json", {"attempts": []})
     timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),

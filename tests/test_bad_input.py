@@ -271,7 +271,7 @@ def test_end_of_run_headline(tmp_path):
                                                     ("B", "poxm", 0, "snis", 0.1), ("A", "poxm", 0, "oracle", 0.9)]]
     pd.DataFrame(rows).to_csv(tmp_path / "results" / "selection.csv", index=False)
     text = headline(tmp_path)
-    assert "by SNIS" in text and "0.3000" in text and "0.1000" in text and "0.9" not in text
+    assert "by SNIS" in text and "30.00" in text and "10.00" in text and "90.00" not in text   # x100, as the report
 
 
 # ------------------------------------------------------------------------ values that would fail late

@@ -159,8 +159,9 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    out, err = tmp_path / "ui.out", tmp_path / "ui.err"
     proc = subprocess.Popen(POXM + ["ui", str(run), "--port", str(port)], cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=out.open("w"), stderr=err.open("w"))
     try:
         deadline = time.time() + 180   # a loaded 2-core machine has taken > 90 s
         while True:
@@ -174,8 +175,21 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
                 assert proc.poll() is None and time.time() < deadline, "poxm ui did not come up"
                 time.sleep(0.5)
         assert "cli-ui" in [e["name"] for e in json.loads(body)["experiments"]]
+        # the UI's page, through poxm ui's proxy, sets the browser's view to model training (MLflow 3.17
+        # ignores the experiment tag); the rest passes through unchanged
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
+        from orchestration.ui import MODE_SCRIPT
+        assert MODE_SCRIPT in page and page.index(MODE_SCRIPT) < page.index("static-files")   # before MLflow's own
+        while not out.read_text().strip() and time.time() < deadline:    # the URL follows /health
+            time.sleep(0.2)
+        # one line, the URL; nothing of MLflow's (security banner, warnings) on either stream
+        # (no mlflow_runs.json here, so no experiment to point at: the server's address)
+        assert out.read_text().strip().splitlines() == [f"MLflow UI: http://127.0.0.1:{port}"], out.read_text()
+        assert err.read_text() == ""
+        t0 = time.time()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=40) == 0
+        assert time.time() - t0 < 2.0      # uvicorn's graceful shutdown alone took ~20 s
         assert _processes_mentioning(str(run), within_s=10) == []   # no server or worker left behind
     finally:
         try:
@@ -205,3 +219,79 @@ def _processes_mentioning(text: str, within_s: float) -> list[int]:
         if not found or time.time() > deadline:
             return found
         time.sleep(0.5)
+
+
+def test_headline_is_x100_in_the_report_method_order(tmp_path):
+    import pandas as pd
+
+    from orchestration.cli import headline
+    (tmp_path / "results").mkdir()
+    rows = [("synthetic", v, m, seed, r5) for v in ("A", "B") for seed in (0, 1)
+            for m, r5 in (("wpoxm", 0.30), ("dm", 0.20), ("poxm", 0.25 + 0.01 * seed), ("logging", 0.1))]
+    pd.DataFrame([{"dataset": d, "variant": v, "method": m, "seed": s, "selection": "is", "criterion": "IS",
+                   "test_R@5": r} for d, v, m, s, r in rows]
+                 + [{"dataset": "synthetic", "variant": "A", "method": "poxm", "seed": 0, "selection": "oracle",
+                     "criterion": "IS", "test_R@5": 0.9}]).to_csv(tmp_path / "results" / "selection.csv", index=False)
+    text = headline(tmp_path)
+    lines = text.splitlines()
+    assert "(x100)" in lines[0]
+    body = [ln.split() for ln in lines[2:]]
+    # the report's order (logging, DM, POXM, wPOXM) and names, not the keys alphabetically; x100, mean over seeds
+    assert [b[1:-2] for b in body] == [["Logging", "policy"], ["Direct", "Method"], ["POXM"], ["wPOXM"]]
+    assert body[2][-2:] == ["25.50", "25.50"] and body[0][-1] == "10.00"
+
+
+def test_poxm_command_is_the_one_that_works(tmp_path, monkeypatch):
+    from orchestration import cli
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    exe = venv / "poxm"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(exe), "run"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")                 # the venv is not on PATH
+    assert cli.poxm_command() == ".venv/bin/poxm"
+    monkeypatch.setenv("PATH", f"{venv}:/usr/bin:/bin")         # activated: plain 'poxm' works
+    assert cli.poxm_command() == "poxm"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(sys, "argv", [str(REPO / "orchestration" / "cli.py")])     # python -m orchestration.cli
+    assert cli.poxm_command().endswith(" -m orchestration.cli")
+
+
+@pytest.mark.slow
+def test_no_mlflow_info_lines_and_no_stray_escape_code(tmp_path):
+    """With Ray imported (it calls colorama.init()) and a fresh MLflow store opened, a poxm command on a
+    terminal writes no 'INFO mlflow...' line and no ESC[0m at exit."""
+    import os
+    import pty
+    code = ("import sys; from orchestration.ray_setup import quiet_libraries; quiet_libraries(); "
+            "import ray.autoscaler._private.cli_logger; import mlflow; "
+            f"mlflow.MlflowClient('sqlite:///{tmp_path}/m.db').search_experiments(); "
+            "from orchestration.cli import main; sys.exit(main(['status', '/nonexistent/run']))")
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=follower, stdout=follower,
+                            stderr=follower, env={**env, "PYTHONPATH": str(REPO)})
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            b = os.read(leader, 4096)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    proc.wait(timeout=60)
+    text = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 2 and "poxm: error:" in text, text
+    assert "INFO" not in text and "\x1b[0m" not in text, repr(text)
+
+
+def test_mode_script_goes_first_in_head():
+    from orchestration.ui import MODE_SCRIPT, with_mode_script
+    html = b"<!doctype html><html><head><script src=main.js></script></head></html>"
+    out = with_mode_script(html).decode()
+    assert out.startswith("<!doctype html><html><head>" + MODE_SCRIPT) and out.endswith("<script src=main.js></script></head></html>")
+    assert 'localStorage.getItem("mlflow.workflowType_v1")' in MODE_SCRIPT and '"machine_learning"' in MODE_SCRIPT

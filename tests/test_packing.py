@@ -119,7 +119,8 @@ def test_progress_counts_trials_inside_jobs(monkeypatch):
     p.on_trial_start(0, jobs, jobs[0])
     p.on_trial_result(0, jobs, jobs[0], {"epoch": 1, "member": 0, "head_epochs": 2})
     assert p._counts(jobs) == {"done": 0, "running": 1, "pending": 4, "errored": 0}
-    assert p.work(jobs) == (2, (6 + 2 + 2) * 2)    # heads: 6 + 2 seen over 4 trials, 'e' taken as the mean (2)
+    # heads: 6 + 2 seen over 4 trials, 'e' taken as the mean (2); each head: 2 epochs + its evaluation
+    assert p.work(jobs) == (2, (6 + 2 + 2) * (2 + 1))
     p.on_trial_result(0, jobs, jobs[0], {"member_finished": 1, "member": 0, "head_epochs": 4})
     p.on_trial_result(0, jobs, jobs[0], {"epoch": 1, "member": 1, "head_epochs": 6})
     assert p._counts(jobs) == {"done": 1, "running": 1, "pending": 3, "errored": 0}

@@ -1,4 +1,5 @@
-"""The sweep bar counts head-epochs (issue 10 item 4) and writes no ANSI codes off a terminal."""
+"""The sweep bar counts head-steps (epochs + the final evaluation), fits 80 columns and writes no ANSI
+codes off a terminal."""
 from __future__ import annotations
 
 import io
@@ -15,21 +16,33 @@ def _trial(name, status, heads):
 
 
 def test_head_epochs_done_hand_values():
-    assert head_epochs_done("TERMINATED", 4, 0, 10) == 40
+    # a trial of 4 heads and 10 epochs has 4 x (10 + 1) head-steps: its epochs and its final evaluation
+    assert head_epochs_done("TERMINATED", 4, 0, 10) == 44
     assert head_epochs_done("RUNNING", 4, 3, 10) == 12
+    assert head_epochs_done("RUNNING", 4, 10, 10) == 40          # last epoch reported, evaluation running
+    assert head_epochs_done("RUNNING", 4, 10, 10, finished=True) == 44
     assert head_epochs_done("PENDING", 4, 0, 10) == 0
-    assert head_epochs_done("ERROR", 2, 12, 10) == 20   # never more than the trial's work
+    assert head_epochs_done("ERROR", 2, 12, 10) == 20   # never more than the trial's epochs
 
 
-def test_work_counts_heads_times_epochs_and_estimates_unseen_trials():
+def test_work_counts_heads_times_steps_and_estimates_unseen_trials():
     p = SweepProgress(total=3, epochs=10)
     trials = [_trial("a", "TERMINATED", 4), _trial("b", "RUNNING", 2)]
     p._epoch["b"] = 3
-    # seen 4 + 2 heads, one unseen trial taken as the mean (3): 9 heads x 10 epochs
-    assert p.work(trials) == (40 + 6, 90)
+    # seen 4 + 2 heads, one unseen trial taken as the mean (3): 9 heads x 11 steps
+    assert p.work(trials) == (44 + 6, 99)
     exact = SweepProgress(total=3, epochs=10, heads=[4, 2, 1])
     exact._epoch["b"] = 3
-    assert exact.work(trials) == (46, 70)
+    assert exact.work(trials) == (50, 77)
+
+
+def test_bar_is_not_full_while_the_last_trial_evaluates():
+    p = SweepProgress(total=1, epochs=2, enabled=False)
+    t = [_trial("a", "RUNNING", 3)]
+    p.on_trial_result(0, t, t[0], {"epoch": 2})          # last epoch reported; the test evaluation follows
+    assert p.work(t) == (6, 9)
+    p.on_trial_result(0, t, t[0], {"epoch": 2, "finished": 1})
+    assert p.work(t) == (9, 9)
 
 
 class _NotATTY(io.StringIO):
@@ -63,7 +76,25 @@ def test_bar_on_a_terminal_shows_head_epochs(monkeypatch, heads):
     t = [_trial("a", "RUNNING", 3), _trial("b", "PENDING", 1)]
     p.on_trial_start(0, t, t[0])
     p.on_trial_result(0, t, t[0], {"epoch": 1})
-    assert p._bar.n == 3 and p._bar.total == 8   # 3 heads x epoch 1 of 4 x 2 head-epochs
+    assert p._bar.n == 3 and p._bar.total == 12   # 3 heads x epoch 1 of 4 x (2 epochs + evaluation)
     out = buf.getvalue()
-    assert "3/8" in out and "trials done=0/2" in out and "<" in out   # tqdm's elapsed<remaining (the ETA)
+    assert "3/12" in out and "trials 0/2 done 1 run" in out and "eta " in out
+    p.on_experiment_end(t)
+
+
+def test_bar_is_readable_in_80_columns(monkeypatch):
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+    buf = TTY()
+    monkeypatch.setattr(sys, "stderr", buf)
+    monkeypatch.setenv("COLUMNS", "80")
+    p = SweepProgress(total=120, epochs=20)
+    t = [_trial(f"t{i:03d}", "RUNNING", 8) for i in range(4)] + [_trial("t9", "ERROR", 8)]
+    p.on_trial_start(0, t, t[0])
+    p.on_trial_result(0, t, t[0], {"epoch": 13})
+    line = buf.getvalue().split("\r")[-1]
+    assert len(line) <= 80
+    bar = line[line.index("|") + 1:line.rindex("|")]
+    assert len(bar) >= 15, line          # the old postfix left the bar 1 character at 110 columns
     p.on_experiment_end(t)

@@ -126,6 +126,10 @@ def test_sweep_layout_mlflow_and_selection(reference):
         pt = pt[pt.lam.isna()] if t["lam"] == "none" else pt[np.isclose(pt.lam, float(t["lam"]))]
         r5 = pt[(pt.split == "test") & (pt.metric == "R@5")]["value"]
         assert len(r5) == 1 and m["test/R_at_5"] == pytest.approx(float(r5.iloc[0]), rel=1e-12)
+        # final test metrics at step 0: MLflow's charts show one bar per run
+        assert [h.step for h in c.get_metric_history(r.info.run_id, "test/R_at_5")] == [0]
+        assert float(t["head_seconds"]) == pytest.approx(float(t["trial_seconds"]) / int(t["trial_heads"]), abs=0.051)
+        assert r.info.run_name.startswith(f"{t['variant']} s{t['seed']} {t['method']}") and len(r.info.run_name) <= 25
         assert all(k.split("/")[0] in ("train", "val", "test", "val_truth") for k in m), sorted(m)
         if t["method"] in ("dm", "poxm"):    # trained heads: per-epoch curves, step = epoch
             hist = c.get_metric_history(r.info.run_id, "val/SNIS")
@@ -154,6 +158,15 @@ def test_sweep_layout_mlflow_and_selection(reference):
     assert pr.params["training.epochs"] == "2" and pr.params["datasets.0.variants.1.T"] == "4.0"
     assert pr.params["methods.poxm.p"] == "[5, 10]" and "runs_dir" not in pr.params
     assert "finished_at" not in pr.metrics and "sweep/wall_s" in pr.metrics
+    # the headline results: the selected point's test metrics, here one seed, so equal to that run's
+    for v in ("A", "B"):
+        chosen = sel[(sel.variant == v) & (sel.method == "poxm") & (sel.selection == "is")].iloc[0]
+        run = next(r for r in points if r.data.tags["variant"] == v and r.data.tags["method"] == "poxm"
+                   and int(r.data.tags["p"]) == int(chosen.p) and np.isclose(float(r.data.tags["lam"]), chosen.lam))
+        for k in ("R_at_5", "nDCR_at_5", "PSR_at_5"):
+            assert pr.metrics[f"result/synthetic/{v}/poxm/test_{k}"] == pytest.approx(run.data.metrics[f"test/{k}"])
+    # a sorted metric list reads claims, results, then the sweep's counts and timings
+    assert sorted(pr.metrics)[-1].startswith("sweep/") and sorted(pr.metrics)[0].startswith("claims/")
     # the claims, under IS and the paper's SNIS: one seed, so a difference and an undecided verdict, no interval
     for crit in ("IS", "SNIS"):
         for v in ("A", "B"):
@@ -298,7 +311,7 @@ def test_poxm_ui_serves_the_runs_table(reference, tmp_path):
         parent = next(r for r in runs if r.data.tags.get("poxm.role") == "sweep")
         assert len(points) == N_POINTS
         names = {r.info.run_name for r in points}
-        assert "poxm p=5 λ=0.5 · A · synthetic · s0" in names and "logging · B · synthetic · s0" in names
+        assert "A s0 poxm p5 λ.5" in names and "B s0 logging" in names
         for r in points:
             assert all(k.split("/")[0] in ("train", "val", "test", "val_truth") for k in r.data.metrics)
             assert "test/R_at_5" in r.data.metrics

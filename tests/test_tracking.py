@@ -28,11 +28,16 @@ def test_resolve_uri_precedence_and_absolute(tmp_path, monkeypatch):
 def test_point_key_and_name():
     p = {"dataset": "eurlex-4k", "variant": "A", "method": "poxm", "p": 10, "lam": 0.9, "seed": 1}
     assert tracking.point_key(p) == "eurlex-4k|A|poxm|10|0.9|1"
-    assert tracking.point_name(p) == "poxm p=10 λ=0.9 · A · eurlex-4k · s1"     # what differs first
+    # what differs first, short enough for the UI's run-name column (~25 characters)
+    assert tracking.point_name(p) == "A s1 poxm p10 λ.9 eurlex-4k"
+    assert tracking.point_name(dict(p, p=50, lam=0.05), with_dataset=False) == "A s1 poxm p50 λ.05"
+    assert tracking.point_name(dict(p, lam=1.0, method="pm_banditnet"), with_dataset=False) == "A s1 pm_banditnet p10 λ1"
     q = dict(p, method="dm", p=None, lam=math.nan)
     assert tracking.point_key(q) == "eurlex-4k|A|dm|none|none|1"
-    assert tracking.point_name(dict(q, lam=None)) == "dm · A · eurlex-4k · s1"
-    assert tracking.point_name(q) == "dm · A · eurlex-4k · s1"
+    assert tracking.point_name(dict(q, lam=None)) == "A s1 dm eurlex-4k"
+    assert tracking.point_name(q, with_dataset=False) == "A s1 dm"
+    assert all(len(tracking.point_name(dict(p, p=pp, lam=lam), with_dataset=False)) <= 25
+               for pp in (5, 10, 20, 50, 100) for lam in (0.0, 0.1, 0.5, 0.9, 0.99, 0.999))
 
 
 def test_metric_names_carry_their_split():
@@ -118,6 +123,9 @@ def test_runs_created_once_and_found_again(store, tmp_path):
     pr = tracking.client(uri).get_run(parent)
     assert pr.data.params == {"training.epochs": "3", "seeds": "[0]"} and pr.data.tags["mlflow.note.content"] == "the sweep"
     assert tracking.client(uri).get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
+    # the empty 'Default' experiment of a fresh store is gone from the UI's list (deleted, not recreated)
+    assert "Default" not in [e.name for e in tracking.client(uri).search_experiments()]
+    assert tracking.client(uri).get_experiment("0").lifecycle_stage == "deleted"
     again = tracking.ensure_points(uri, exp, parent, "sweep-x", CFG, pts, {"config_hash": "h"})
     assert again == first and len(set(first.values())) == 3
     c = tracking.client(uri)
@@ -156,9 +164,14 @@ def test_worker_logger_dedupes_epochs_and_finishes(store):
                               value=v, stderr=se, epoch=3, final=True)
                      for p in (5, 10) for s, k, v, se in (("test", "R@5", 0.1 * p, 0.01), ("val", "SNIS", 0.3, math.nan),
                                                           ("val", "DR", 0.2, math.nan))])
-    log.log_final(rows, {("poxm", 5, 0.9): heads["poxm/p=5/lam=0.9"], ("poxm", 10, 0.9): r10})
+    log.log_final(rows, {("poxm", 5, 0.9): heads["poxm/p=5/lam=0.9"], ("poxm", 10, 0.9): r10}, seconds=30.0)
     got = c.get_run(r10)
     assert got.info.status == "FINISHED"
+    # test metrics once at step 0 (MLflow charts a metric with no step >= 1 as one bar per run)
+    assert [(h.step, h.value) for h in c.get_metric_history(r10, "test/R_at_5")] == [(0, pytest.approx(1.0))]
+    assert [h.step for h in c.get_metric_history(r10, "val/DR")] == [3]          # validation keeps its epoch
+    # the trial's 30 s shared by its 2 heads
+    assert (got.data.tags["trial_seconds"], got.data.tags["trial_heads"], got.data.tags["head_seconds"]) == ("30.0", "2", "15.0")
     assert got.data.metrics["test/R_at_5"] == pytest.approx(1.0) and got.data.metrics["test/R_at_5_se"] == pytest.approx(0.01)
     assert got.data.metrics["val/DR"] == pytest.approx(0.2) and "val/DR_se" not in got.data.metrics
     # the final SNIS at epoch 3 was logged per epoch already: not a second point at step 3
@@ -199,3 +212,27 @@ def test_tag_selected(store):
     c = tracking.client(uri)
     tag = lambda g: c.get_run(ids[tracking.point_key(g)]).data.tags.get("poxm.selected")   # noqa: E731
     assert (tag(GRID[0]), tag(GRID[1]), tag(GRID[2])) == (None, "oracle,snis", "snis")
+
+
+def test_parent_results_and_timing_names(tmp_path):
+    """The parent run's headline: the selected point's test R@5/nDCR@5/PSR@5, mean over seeds; timings
+    as sweep/... (after result/ and claims/ in a sorted list)."""
+    from orchestration.track_stage import result_metrics, timing_metrics
+    res = tmp_path / "results"
+    res.mkdir()
+    sel = [{"dataset": "d", "variant": "A", "method": "poxm", "seed": s, "selection": sl, "criterion": "IS",
+            "p": p, "lam": 0.9} for s, sl, p in ((0, "is", 5), (1, "is", 10), (0, "oracle", 10))]
+    sel.append({"dataset": "d", "variant": "A", "method": "dm", "seed": 0, "selection": "is", "criterion": "IS",
+                "p": -1, "lam": math.nan})
+    pd.DataFrame(sel).to_csv(res / "selection.csv", index=False)
+    rows = [make_row(dataset="d", variant="A", method="poxm", p=p, lam=0.9, seed=s, split=sp, metric=k,
+                     value=0.1 * p + s + (0.5 if sp == "val" else 0), stderr=math.nan, epoch=2, final=True)
+            for p in (5, 10) for s in (0, 1) for sp in ("test", "val") for k in ("R@5", "PSR@5")]
+    rows.append(make_row(dataset="d", variant="A", method="dm", p=None, lam=None, seed=0, split="test", metric="R@5",
+                         value=0.25, stderr=math.nan, epoch=2, final=True))
+    to_frame(rows).to_csv(res / "rows.csv", index=False)
+    got = result_metrics(tmp_path)
+    # seed 0 chose p=5 (0.5), seed 1 p=10 (1 + 1.0): mean 1.25; the oracle row and val rows play no part
+    assert got == {"result/d/A/poxm/test_R_at_5": pytest.approx(1.25), "result/d/A/poxm/test_PSR_at_5": pytest.approx(1.25),
+                   "result/d/A/dm/test_R_at_5": pytest.approx(0.25)}
+    assert timing_metrics({"wall_s": 3.0, "finished_at": 1e9, "ok": True, "note": "x"}) == {"sweep/wall_s": 3.0}
