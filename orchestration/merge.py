@@ -24,6 +24,7 @@ import pandas as pd
 
 from orchestration.plan import SweepPlan, plan_from_run_dir, plan_sweep
 from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, write_atomic, write_json)
+from poxm_core.atomic import publish
 from poxm_core.config import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
 from poxm_core.errors import PoxmInputError
 
@@ -251,8 +252,8 @@ def merge_report(given: list[str], out: str | os.PathLike | None = None, say=pri
             pd.concat(preps, ignore_index=True).to_csv(trd.prepare_csv, index=False)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.merge.old-", dir=out.parent))
-            os.replace(out, old / "out")
-        os.replace(tmp, out)
+            publish(out, old / "out")
+        publish(tmp, out)
         tmp = None
         report = select_and_report(RunDir(out), cfg.selection.criterion, rows, say)
     except BaseException:
@@ -262,7 +263,7 @@ def merge_report(given: list[str], out: str | os.PathLike | None = None, say=pri
             shutil.rmtree(out, ignore_errors=True)
         if old is not None:
             if (old / "out").exists():
-                os.replace(old / "out", out)
+                publish(old / "out", out)
             shutil.rmtree(old, ignore_errors=True)
         raise
     if old is not None:

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from poxm_core.config import MethodConfig
+from poxm_core.config import MethodConfig, load_config
 from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
@@ -126,8 +126,11 @@ def test_unknown_method_names_nearest():
 def test_bad_grid_values():
     with pytest.raises(PoxmInputError, match=r"methods\.poxm\.p"):
         get_method("poxm").validate(POXMOptions(p=[10, 10]))
+    with pytest.raises(ValueError, match="finite number"):      # refused by the schema itself
+        POXMOptions(lam=[float("nan")])
     with pytest.raises(PoxmInputError, match=r"methods\.poxm\.lam"):
-        get_method("poxm").validate(POXMOptions(lam=[float("nan")]))
+        load_config(data={"name": "x", "datasets": [{"name": "d", "synthetic": {}, "variants": [{"name": "A", "alpha": 0.5}]}],
+                          "methods": {"poxm": {"lam": [float("nan")]}}})
 
 
 def test_default_grids_are_design_grids():
