@@ -151,7 +151,7 @@ def fake_trials(root: Path, value) -> None:
         rows = [{"dataset": g["dataset"], "variant": g["variant"], "method": g["method"],
                  "p": -1 if g["p"] is None else g["p"], "lam": g["lam"], "seed": g["seed"], "split": split,
                  "metric": metric, "value": value(g, split, metric), "stderr": 0.01, "epoch": 2, "final": True}
-                for g in pts for split, metric in (("val", "SNIS"), ("test", "R@5"))]
+                for g in pts for split, metric in (("val", "IS"), ("val", "SNIS"), ("test", "R@5"))]
         d = root / "trials" / name
         d.mkdir(parents=True)
         import pandas as pd
@@ -181,11 +181,11 @@ def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
     assert out.parent == tmp_path / "runs" and out.name.startswith("merge-merged-")
     assert {r: snapshot(r) for r in (a, b)} == before
     rows = pd.read_csv(out / "results" / "rows.csv")
-    assert sorted(rows["seed"].unique()) == [0, 1, 2] and len(rows) == 3 * 2 * 3 * 2   # seeds x variants x points x rows
+    assert sorted(rows["seed"].unique()) == [0, 1, 2] and len(rows) == 3 * 2 * 3 * 3   # seeds x variants x points x rows
     sel = pd.read_csv(out / "results" / "selection.csv")
     pd.testing.assert_frame_equal(sel, select(rows).reset_index(drop=True), check_dtype=False)
-    snis = sel[(sel.selection == "snis") & (sel.method == "poxm")]
-    assert {(int(r.seed), int(r.p)) for r in snis.itertuples()} == {(0, 2), (1, 4), (2, 2)}
+    chosen = sel[(sel.selection == "is") & (sel.method == "poxm")]          # IS, the default criterion
+    assert {(int(r.seed), int(r.p)) for r in chosen.itertuples()} == {(0, 2), (1, 4), (2, 2)}
     assert yaml_seeds(out) == [0, 1, 2]
     sw = json.loads((out / "sweep.json").read_text())
     assert sw["merged_from"] == [str(a), str(b)] and len(sw["grid"]) == 3 * 2 * 3
