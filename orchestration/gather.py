@@ -30,13 +30,27 @@ def _csv_atomic(df: pd.DataFrame, path: Path, columns) -> None:
         df.to_csv(tmp, index=False, columns=columns)
 
 
+def read_trial_rows(path: Path, run_root: Path) -> pd.DataFrame:
+    """A finished trial's rows.csv, checked: every column, a complete last line. A damaged file is one
+    line naming it and how to recompute that trial (its done.json removed, `poxm resume` runs it again)."""
+    fix = (f"; remove {path.parent / 'done.json'} and run `poxm resume {run_root}` to recompute that trial")
+    try:
+        text = path.read_bytes()
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise PoxmInputError(f"{path}: unreadable result rows ({type(exc).__name__}){fix}") from None
+    if list(df.columns) != list(COLUMNS) or not text.endswith(b"\n") or df.iloc[-1:].isna()[["metric", "split"]].any(axis=None):
+        raise PoxmInputError(f"{path}: truncated or incomplete result rows{fix}")
+    return df
+
+
 def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:
     """Concatenate trials/<name>/rows.csv of the finished trials (done.json) into results/rows.csv."""
     frames = []
     for name in trial_names:
         d = rd.trial(name)
         if (d / "done.json").is_file() and (d / "rows.csv").is_file():
-            frames.append(pd.read_csv(d / "rows.csv"))
+            frames.append(read_trial_rows(d / "rows.csv", rd.root))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     _csv_atomic(df, rd.rows_csv, COLUMNS)
     return df

@@ -321,3 +321,25 @@ def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, 
         assert after == before
     finally:
         other.kill()
+
+
+def test_truncated_rows_of_a_finished_trial_are_named(tmp_path):
+    import pandas as pd
+
+    from orchestration.gather import read_trial_rows
+    from poxm_core.errors import PoxmInputError
+    from poxm_core.results import COLUMNS
+    rows = pd.DataFrame([{"dataset": "d", "variant": "A", "method": "poxm", "p": 10, "lam": 0.9, "seed": 0,
+                          "split": "test", "metric": m, "value": 0.5, "stderr": 0.01, "epoch": 2, "final": True}
+                         for m in ("R@1", "R@3", "R@5")], columns=COLUMNS)
+    f = tmp_path / "trials" / "t" / "rows.csv"
+    f.parent.mkdir(parents=True)
+    rows.to_csv(f, index=False)
+    pd.testing.assert_frame_equal(read_trial_rows(f, tmp_path), pd.read_csv(f))
+    whole = f.read_bytes()
+    for cut in (len(whole) - 7, len(whole) // 2, 10, 0):      # mid-line, mid-file, in the header, empty
+        f.write_bytes(whole[:cut])
+        with pytest.raises(PoxmInputError) as exc:
+            read_trial_rows(f, tmp_path)
+        msg = str(exc.value)
+        assert str(f) in msg and "poxm resume" in msg and "\n" not in msg, msg
