@@ -1,4 +1,4 @@
-"""Training-step cost of POXM vs BanditNet (full softmax) as L and p grow (DESIGN §11).
+"""Training-step cost of POXM vs BanditNet (full softmax) as L and p grow (docs/performance.md).
 
 Synthetic data (no dataset needed): N instances with encoder outputs z ~ N(0, 1)^d, a head (L, d),
 candidates C(x) of K labels, slates of ell logged actions among the top 50 candidates, q in (0, 1],

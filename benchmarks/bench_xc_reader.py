@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Benchmark: the strict XC reader (poxm_core.data.readers.read_xc_bow) against scikit-learn's
-`load_svmlight_file(multilabel=True)` on the XC files under a data folder (issue 11, item 4).
+`load_svmlight_file(multilabel=True)` on the XC files under a data folder.
 
     .venv/bin/python benchmarks/bench_xc_reader.py [--data DIR (default $POXM_DATA_ROOT, else ../shared/data)] [--repeat 9]
 

@@ -1,4 +1,4 @@
-"""Selection of (p, lambda): honest by construction (DESIGN.md section 7).
+"""Selection of (p, lambda): honest by construction (docs/protocol.md).
 
 For each (dataset, variant, method, seed), among the grid points (p, lambda) that finished (rows with
 ``final`` True), the chosen point is the one whose trained policy has the highest estimate, by the

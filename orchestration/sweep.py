@@ -1,4 +1,4 @@
-"""A sweep, stage by stage (DESIGN §9, docs/orchestration.md); one module per stage:
+"""A sweep, stage by stage (docs/orchestration.md); one module per stage:
 
   plan      orchestration.plan           config -> run dir <runs_dir>/<name>-<hash>, trials, grid points
   track     orchestration.track_stage    MLflow store + experiment + parent run, created once in the driver

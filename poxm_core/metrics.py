@@ -1,4 +1,4 @@
-"""Ranking metrics of DESIGN §8, every cut-off in one vectorised call, memory bounded by chunks.
+"""Ranking metrics of docs/metrics.md, every cut-off in one vectorised call, memory bounded by chunks.
 
 Inputs (no n x L array is ever built):
   Y         CSR (n, L) true labels; a stored non-zero marks y in Y*_i (explicit zeros are ignored)
@@ -66,7 +66,7 @@ def greedy_metrics(Y, ranked, inv_prop, ks=(1, 3, 5), *, chunk_rows: int = 65536
                IDCG_i@k = sum_{l<=min(k,|Y*_i|)} 1/log2(l+1); an instance with Y*_i empty adds 0
       PSP@k  = sum_i sum_{l<=k} hit_il / p_{y_il}  /  sum_i best_i@k,
                best_i@k = sum of the k largest 1/p_l over Y*_i (XC repository; napkinxc normalize=True)
-    Greedy policies of DESIGN §8 (paper §5 / Table 2). Y CSR (n, L); ranked (n, >= max(ks)) int64,
+    Greedy policies of docs/metrics.md (paper §5 / Table 2). Y CSR (n, L); ranked (n, >= max(ks)) int64,
     -1 = no prediction; inv_prop (L,).  Rows are processed `chunk_rows` at a time.
     """
     n, ks, s = _greedy_sums(Y, ranked, inv_prop, ks, chunk_rows)

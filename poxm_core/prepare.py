@@ -1,4 +1,4 @@
-"""The prepare stage (DESIGN §2, §4): dataset -> logging model -> candidates -> variants -> bandit logs,
+"""The prepare stage (docs/architecture.md, §4): dataset -> logging model -> candidates -> variants -> bandit logs,
 computed once per (dataset, core-model config, variant, seed) into the content-addressed cache of
 poxm_core.prepare_cache (docs/artifacts.md lists every file):
 

@@ -1,4 +1,4 @@
-"""The prepare cache: content-addressed, atomically published level directories (DESIGN §2, §4).
+"""The prepare cache: content-addressed, atomically published level directories (docs/architecture.md, §4).
 
 ``<cache_dir>/<level>/<hash>/`` for the levels data, model, candidates, variant (poxm_core.prepare
 builds them). hash = config_hash of exactly the pieces that determine the level (its parent's hash

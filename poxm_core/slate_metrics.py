@@ -1,9 +1,9 @@
-"""Stochastic (slate) metrics of DESIGN §8: R@k, nDCR@k, PSR@k of a Plackett-Luce policy.
+"""Stochastic (slate) metrics of docs/metrics.md: R@k, nDCR@k, PSR@k of a Plackett-Luce policy.
 
 Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without replacement
 (Gumbel-top-k). Expectations are exact where cheap — position probabilities by the exponential-race
 integral of poxm_core/plackett_luce.py, no m^k enumeration — else Monte-Carlo with S slates per
-instance and its standard error (DESIGN §8). docs/metrics.md gives the formulas.
+instance and its standard error (docs/metrics.md). docs/metrics.md gives the formulas.
 """
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     """R@k, nDCR@k, PSR@k of a stochastic policy and their Monte-Carlo standard errors "<name>_se".
 
     Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without
-    replacement (Gumbel-top-k on log probs); with hit_l = 1{y_l in Y*_i} (DESIGN §8, paper §5):
+    replacement (Gumbel-top-k on log probs); with hit_l = 1{y_l in Y*_i} (docs/metrics.md, paper §5):
       R@k    = (1/n) sum_i E[(1/k) sum_{l<=k} hit_l] = (1/n) sum_i (1/k) sum_{l<=k} sum_y hit_y P(y at l)
       nDCR@k = (1/n) sum_i E[DCG_i@k] / IDCG_i@k     (IDCG over min(k, |Y*_i|); Y*_i empty adds 0)
       PSR@k  = sum_i E[sum_{l<=k} hit_l / p_{y_l}] / sum_i best_i@k   (ratio of sums, as PSP@k)

@@ -1,6 +1,6 @@
 """Headline tables for docs/results/README.md from finished sweeps: test R@5 (x100, mean ± std over
 seeds) per method and variant, (p, lambda) chosen by each validation criterion, and greedy P@5; then
-issue 8's acceptance checks (POXM's R@5 against the logging policy's per variant and criterion, POXM's
+the protocol checks (POXM's R@5 against the logging policy's per variant and criterion, POXM's
 greedy P@5 against the logging model's on A, the skylines' P@1).
 
     .venv/bin/python scripts/headline.py RUN_DIR [RUN_DIR ...]      (prints Markdown)

@@ -1,4 +1,4 @@
-"""Estimators (DESIGN §5): hand-computed values, NumPy == Torch, stability, bad inputs.
+"""Estimators (docs/estimators.md): hand-computed values, NumPy == Torch, stability, bad inputs.
 
 The simulation tests (unbiasedness, Theorem 1) live in tests/test_estimators_simulation.py.
 """
@@ -190,7 +190,7 @@ def _random_log(rng, n=40, m=7, ell=3, pad=True):
 
 
 def _reference_logpi(scores, pos):
-    """Direct transcription of DESIGN §5 (fine for moderate logits)."""
+    """Direct transcription of docs/estimators.md (fine for moderate logits)."""
     n, ell = pos.shape
     out = np.full((n, ell), -np.inf)
     e = np.exp(scores)

@@ -1,4 +1,4 @@
-"""Methods (DESIGN §6): registry, config validation, and one gradient step on toy problems with a known
+"""Methods (docs/methods.md): registry, config validation, and one gradient step on toy problems with a known
 direction; the row scorer and the row-wise Adam that keep POXM's step independent of L."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Metrics of DESIGN §8: hand-computed values, napkinxc as an independent implementation, brute-force
+"""Metrics of docs/metrics.md: hand-computed values, napkinxc as an independent implementation, brute-force
 enumeration of Plackett-Luce slates, chunking invariance, and no n x L allocation."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Policies (DESIGN §4–6): the stacked policy networks against H plain-torch models with their own Adams,
+"""Policies (docs/protocol.md, docs/methods.md): the stacked policy networks against H plain-torch models with their own Adams,
 seeded / logging inits, POXM's row sparsity through the network policy, the reward translation, the
 DR-POXM loss against a hand-written Plackett-Luce computation, the protocol tag, and the end-to-end
 skyline's encoder. Every check is against an independent computation written here."""

@@ -1,4 +1,4 @@
-"""Prefix-product (slate-unbiased) IS, registry name 'pis' (DESIGN §5, docs/estimators.md).
+"""Prefix-product (slate-unbiased) IS, registry name 'pis' (docs/estimators.md, docs/estimators.md).
 
 (a) hand-computed values on a 3-instance, ell = 2 log; NumPy == Torch; differentiable.
 (b) seeded simulation: the prefix estimator is unbiased for the deployed slate value of a

@@ -1,5 +1,5 @@
 """Selection (SNIS, the paper's criterion, on most rows here; IS is the default) and the oracle on
-hand-built result rows (DESIGN.md section 7)."""
+hand-built result rows (docs/protocol.md)."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,6 @@
 """A small contextual slate bandit whose reward probabilities are known for every (x, y).
 
-Known-answer check for the learners (DESIGN §4-6): the true value of any policy can be computed, so
+Known-answer check for the learners (docs/protocol.md, docs/estimators.md, docs/methods.md): the true value of any policy can be computed, so
 a learner's deployed value is measured, not estimated.
 
 World (seeded by `make_world`):

@@ -1,4 +1,4 @@
-"""Logging-policy variants (alpha, beta, T) on the candidates C(x) (DESIGN §4; paper appendix, Eq. of
+"""Logging-policy variants (alpha, beta, T) on the candidates C(x) (docs/protocol.md; paper appendix, Eq. of
 E(x, y) and rho, Table logging_param):
 
     ln p_hat(y | x) = logsigmoid(s(x, y))

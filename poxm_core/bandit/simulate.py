@@ -1,4 +1,4 @@
-"""Bandit-feedback simulation (DESIGN §4): slates of ell labels drawn from rho without replacement.
+"""Bandit-feedback simulation (docs/protocol.md): slates of ell labels drawn from rho without replacement.
 
 For instance i with logging policy rho(. | x_i) on C(x_i), a slate y_1..y_ell is drawn sequentially
 without replacement. Equivalently (Gumbel-top-k, Kool et al. 2019) it is the ell largest of

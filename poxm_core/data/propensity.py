@@ -1,4 +1,4 @@
-"""Label propensities of Jain, Prabhu & Varma (KDD 2016), used by PSR@k / PSP@k and wPOXM (DESIGN §3).
+"""Label propensities of Jain, Prabhu & Varma (KDD 2016), used by PSR@k / PSP@k and wPOXM (docs/data.md).
 
     p_l = 1 / (1 + C * exp(-A * ln(N_l + B))),   C = (ln N - 1) * (B + 1)^A
 

@@ -1,4 +1,4 @@
-"""Readers for extreme multi-label data (DESIGN §3). CSR end to end: X float32 (N, D), Y float32 (N, L)
+"""Readers for extreme multi-label data (docs/data.md). CSR end to end: X float32 (N, D), Y float32 (N, L)
 with 1.0 entries.
 
 Formats:

@@ -1,4 +1,4 @@
-"""Raw text + label-name lines (AttentionXML layout) -> TF-IDF features and a label matrix (DESIGN §3).
+"""Raw text + label-name lines (AttentionXML layout) -> TF-IDF features and a label matrix (docs/data.md).
 CSR end to end: X float32 (N, D), Y float32 (N, L) with 1.0 entries."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Estimators of a ranking policy's value from logged slates (DESIGN §5); see docs/estimators.md.
+"""Estimators of a ranking policy's value from logged slates (docs/estimators.md); see docs/estimators.md.
 
 - Plackett-Luce conditionals log pi_A(y_j | x, y_<j) on a support A and importance weights
   (pruned per position, or product), NumPy + Torch twins.

@@ -1,4 +1,4 @@
-"""IS and sIS (DESIGN §5; paper Eq. obj_not_corrected): V = (1/n) sum_i sum_j w_ij r_ij.
+"""IS and sIS (docs/estimators.md; paper Eq. obj_not_corrected): V = (1/n) sum_i sum_j w_ij r_ij.
 
 The arithmetic is the same; what differs is the support A the weights were computed with:
 IS uses A = S, the policy's full support (e.g. [L] for BanditNet); sIS uses A = Phi^p(x_i), the

@@ -1,4 +1,4 @@
-"""Plackett-Luce conditionals of a softmax policy restricted to a support set A (DESIGN §5).
+"""Plackett-Luce conditionals of a softmax policy restricted to a support set A (docs/estimators.md).
 
 For logits s(x, y) on A and a logged prefix y_<j (paper Eq. no-replacement):
 
@@ -98,7 +98,7 @@ def _remaining_np(scores: np.ndarray, pos: np.ndarray, extra: np.ndarray | None 
 
 
 def pl_log_conditionals(scores, pos) -> np.ndarray:
-    """log pi_A(y_j | x, y_<j) for every logged position (DESIGN §5, paper Eq. no-replacement).
+    """log pi_A(y_j | x, y_<j) for every logged position (docs/estimators.md, paper Eq. no-replacement).
 
     scores: (n, m) float logits s(x, y) of the support A (padding columns may be -inf).
     pos:    (n, ell) int column of y_j in A, or -1 if y_j not in A. Non-negative entries of a row
@@ -124,7 +124,7 @@ def pl_log_conditionals(scores, pos) -> np.ndarray:
 
 
 def pl_expectations(scores, values, pos) -> np.ndarray:
-    """E_{y ~ pi_A(.|x, y_<j)} values(x, y) for every position j (the DM term of DR, DESIGN §5).
+    """E_{y ~ pi_A(.|x, y_<j)} values(x, y) for every position j (the DM term of DR, docs/estimators.md).
 
     scores, values: (n, m) logits and a per-label quantity (e.g. a reward model rhat) on A.
     pos: (n, ell) as in `pl_log_conditionals`.

@@ -1,4 +1,4 @@
-"""Prefix-product (slate-unbiased) IS (DESIGN §5, beyond the paper):
+"""Prefix-product (slate-unbiased) IS (docs/estimators.md, beyond the paper):
 
     V_prefix = (1/n) sum_i sum_j w_ij r_ij,   w_ij = prod_{k<=j} pi_A(y_ik | x_i, y_i,<k) / q_ik
 

@@ -1,4 +1,4 @@
-"""The action selector Phi^p (paper §4, DESIGN §4): the top-p labels of rho(. | x).
+"""The action selector Phi^p (paper §4, docs/protocol.md): the top-p labels of rho(. | x).
 
 Candidates are stored in rho order (ties by label id), so Phi^p(x) is the first p columns of the
 candidate matrix, and a logged action's rank among the candidates (cand_pos) tells whether it is in

@@ -1,4 +1,4 @@
-"""Self-normalised IS per position (DESIGN §5; Swaminathan & Joachims 2015b), used for selection:
+"""Self-normalised IS per position (docs/estimators.md; Swaminathan & Joachims 2015b), used for selection:
 
     V_SNIS = sum_j V_j,   V_j = sum_i w_ij r_ij / sum_i w_ij    (V_j := 0 when sum_i w_ij = 0)
 

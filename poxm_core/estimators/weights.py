@@ -1,4 +1,4 @@
-"""Per-position importance weights (DESIGN §5).
+"""Per-position importance weights (docs/estimators.md).
 
 pruned (the paper's Eq. obj_not_corrected, after Achiam et al. 2017):
     w_ij = pi_A(y_ij | x_i, y_i,<j) / q_ij
@@ -66,7 +66,7 @@ def importance_weights_torch(logpi: torch.Tensor, q: torch.Tensor, pruned: bool 
 
 
 def sis_weights(scores_phi, cand_pos, q, p: int, pruned: bool = True) -> np.ndarray:
-    """sIS weights w_ij(Phi^p(x_i)) (DESIGN §5, paper Eq. obj_not_corrected).
+    """sIS weights w_ij(Phi^p(x_i)) (docs/estimators.md, paper Eq. obj_not_corrected).
 
     scores_phi: (n, >= p) logits of the candidates in rho order (column k = candidate of rank k);
     only the first p columns are used. cand_pos: (n, ell) rank of y_ij among the candidates.

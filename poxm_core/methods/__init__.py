@@ -1,4 +1,4 @@
-"""Methods of DESIGN §6: one module each, registered in `registry.METHODS` (see docs/methods.md)."""
+"""Methods of docs/methods.md: one module each, registered in `registry.METHODS` (see docs/methods.md)."""
 from poxm_core.methods.base import Batch, HeadContext, Method, translated_loss
 from poxm_core.methods.registry import METHODS, get_method, head_grid, register_method
 

@@ -1,8 +1,8 @@
-"""BanditNet (Joachims et al. 2018; DESIGN §6): the translated IS objective with a softmax over all L labels.
+"""BanditNet (Joachims et al. 2018; docs/methods.md): the translated IS objective with a softmax over all L labels.
 
     loss = -(1/B) sum_i sum_j w_ij([L]) (r_ij - lam),   w_ij = pi_[L](y_ij | x_i, y_i,<j) / q_ij
 
-pi_[L] is the Plackett-Luce conditional of DESIGN §5 over every label (logits (B, L) per batch; the
+pi_[L] is the Plackett-Luce conditional of docs/estimators.md over every label (logits (B, L) per batch; the
 step costs O(B L d)). Option softmax="sampled" (for very large L): the normaliser is estimated from
 the logged actions plus n_negatives labels drawn uniformly with replacement (shared by the batch,
 a seeded generator per head), each negative logit shifted by log(L / n_negatives) (the log-Q

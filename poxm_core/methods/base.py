@@ -1,4 +1,4 @@
-"""The Method interface (DESIGN §6): what a method trains on, its loss, and its test-time policy.
+"""The Method interface (docs/methods.md): what a method trains on, its loss, and its test-time policy.
 
 A method is a small stateless object declared in one module and registered in `registry.py`:
 
@@ -39,7 +39,7 @@ from poxm_core.estimators.weights import importance_weights_torch
 
 __all__ = ["Batch", "HeadContext", "Method", "Scorer", "translated_loss", "DEFAULT_P", "DEFAULT_LAM"]
 
-# DESIGN §6 grids, used when a method that needs p or lam is given none.
+# docs/methods.md grids, used when a method that needs p or lam is given none.
 DEFAULT_P = (10, 20, 50, 100)
 DEFAULT_LAM = (0.7, 0.8, 0.9, 1.0)
 
@@ -190,7 +190,7 @@ class Method:
         return mc
 
     def grid(self, mc: MethodConfig) -> list[tuple[int | None, float | None]]:
-        """The (p, lam) grid points of this method (DESIGN §6 defaults when a used grid is absent)."""
+        """The (p, lam) grid points of this method (docs/methods.md defaults when a used grid is absent)."""
         mc = self.validate(mc)
         ps = list(mc.p if mc.p is not None else DEFAULT_P) if self.uses_p else [None]
         lams = list(mc.lam if mc.lam is not None else DEFAULT_LAM) if self.uses_lam else [None]

@@ -1,4 +1,4 @@
-"""Direct Method (DESIGN §6): a reward model fit on the logged (x, y_ij, r_ij) only.
+"""Direct Method (docs/methods.md): a reward model fit on the logged (x, y_ij, r_ij) only.
 
     loss = (1/(B ell)) sum_i sum_j BCE(s(x_i, y_ij), r_ij)      (logistic loss, logits s = W[y].z + b[y])
 

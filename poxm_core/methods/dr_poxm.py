@@ -1,4 +1,4 @@
-"""DR-POXM (the paper's future work; DESIGN §5-6): the doubly robust estimator restricted to Phi^p as
+"""DR-POXM (the paper's future work; docs/estimators.md, docs/methods.md): the doubly robust estimator restricted to Phi^p as
 the objective, with the Direct Method's reward model rhat fitted first and held fixed.
 
     loss = -(1/B) sum_i sum_j [ dm_ij + w_ij(Phi^p) (r_ij - rhat(x_i, y_ij)) ]

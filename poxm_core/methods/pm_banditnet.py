@@ -1,4 +1,4 @@
-"""PM-BanditNet (DESIGN §6): BanditNet whose positions with y_ij outside Phi^p(x_i) are dropped.
+"""PM-BanditNet (docs/methods.md): BanditNet whose positions with y_ij outside Phi^p(x_i) are dropped.
 
     loss = -(1/B) sum_i sum_j 1{y_ij in Phi^p(x_i)} w_ij([L]) (r_ij - lam)
 

@@ -1,8 +1,8 @@
-"""POXM (paper §4, Eq. obj_not_corrected; DESIGN §6): translated selective importance sampling.
+"""POXM (paper §4, Eq. obj_not_corrected; docs/methods.md): translated selective importance sampling.
 
     loss = -(1/B) sum_i sum_j w_ij(Phi^p) (r_ij - lam),   w_ij(Phi^p) = pi_Phi(y_ij | x_i, y_i,<j) / q_ij
 
-pi_Phi is the Plackett-Luce conditional (DESIGN §5) of the softmax restricted to Phi^p(x_i) =
+pi_Phi is the Plackett-Luce conditional (docs/estimators.md) of the softmax restricted to Phi^p(x_i) =
 cand[i, :p]; positions with y_ij outside Phi^p get weight 0. The loss asks the scorer for the p
 logits of Phi^p(x) only, so a step reads and updates at most B*p rows of W: its cost does not grow
 with L. Test time: pi restricted to Phi^p(x), stochastic (option support="candidates": C(x)).

@@ -1,4 +1,4 @@
-"""Supervised skyline (DESIGN §6): the head trained one-vs-all with FULL labels on every fit instance.
+"""Supervised skyline (docs/methods.md): the head trained one-vs-all with FULL labels on every fit instance.
 
     loss = (1/B) sum_i sum_{y in [L]} BCE(s(x_i, y), 1{y in Y*_i})
 

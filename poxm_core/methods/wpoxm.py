@@ -1,8 +1,8 @@
-"""wPOXM (paper appendix; DESIGN §6): POXM with each weight divided by the label propensity p_{y_ij}.
+"""wPOXM (paper appendix; docs/methods.md): POXM with each weight divided by the label propensity p_{y_ij}.
 
     loss = -(1/B) sum_i sum_j (w_ij(Phi^p) / p_{y_ij}) (r_ij - lam)
 
-(p_l of Jain et al., DESIGN §3: rare labels count more, the propensity-scored objective.) Test
+(p_l of Jain et al., docs/data.md: rare labels count more, the propensity-scored objective.) Test
 time: as POXM.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared core model (DESIGN §4): a sparse encoder g_phi(x) in R^d and a linear head over L labels.
+"""The shared core model (docs/protocol.md): a sparse encoder g_phi(x) in R^d and a linear head over L labels.
 
     g_phi(x) = LayerNorm(tanh(E^T (x / ||x||_2) + c))        E: (D, d), c: (d,)
     s_theta(x, y) = w_y . g_phi(x) + b_y                       W: (L, d), b: (L,)

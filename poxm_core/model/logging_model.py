@@ -1,4 +1,4 @@
-"""The logging model (DESIGN §4): the core model trained with full labels on a random fraction alpha
+"""The logging model (docs/protocol.md): the core model trained with full labels on a random fraction alpha
 of the training instances, one-vs-all logistic loss (BCE with logits), Adam, mini-batches.
 
     loss(batch B) = (1/|B|) sum_{i in B} sum_{y in [L]} BCE(s(x_i, y), 1{y in Y*_i})
@@ -66,7 +66,7 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
 
     X: (n, D) CSR features, Y: (n, L) CSR 0/1 labels of the training split. `rows` (optional) are the
     instances the sample may come from (prepare passes the non-validation rows, so the validation
-    slice is held out from every gradient step, DESIGN §3); alpha stays a fraction of all n.
+    slice is held out from every gradient step, docs/data.md); alpha stays a fraction of all n.
     Returns the trained CoreModel on CPU in eval mode.
     """
     check_csr("X", X)

@@ -1,4 +1,4 @@
-"""The policy interface (DESIGN §4–5): a torch module that scores given label ids for a batch.
+"""The policy interface (docs/protocol.md, docs/estimators.md): a torch module that scores given label ids for a batch.
 
 A policy is two parts with two optimisers:
 

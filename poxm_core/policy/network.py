@@ -1,4 +1,4 @@
-"""Policies built on the frozen encoder (DESIGN §4).
+"""Policies built on the frozen encoder (docs/protocol.md).
 
 linear    h(x) = z = g_phi(x): the output layer alone on the frozen features (the earlier design;
           an ablation now).

@@ -11,7 +11,7 @@ and renamed into place (poxm_core.atomic.publish), so a directory named epoch_XX
 
 Speed: state.pt is written without the zip records' CRC-32 (`torch.utils.serialization.config.save.
 compute_crc32 = False` during the save, where this torch has the setting): computing it took ~3/4 of
-the time of writing a checkpoint (issue 9: a 16-head trial writes ~20 GB of weights and Adam moments;
+the time of writing a checkpoint (measured: a 16-head trial writes ~20 GB of weights and Adam moments;
 measured 1 GB in 3.4 s with, 0.9 s without). torch.load reads such a file the same way; an incomplete
 file still cannot appear under its final name (the atomic publish above).
 

@@ -11,7 +11,7 @@ and read once at the end of the epoch (no host synchronisation per batch for the
 is reported then, naming the head.
 
 CUDA graphs (`_GraphedSteps`): on a GPU a step is hundreds of small kernels, and launching them from
-Python, not the GPU, set the pace (issue 9, docs/performance.md: 344 kernels and ~9 ms of host time
+Python, not the GPU, set the pace (docs/performance.md: 344 kernels and ~9 ms of host time
 per batch for 2 ms of GPU work). Where every trained head is graph-safe (methods POXM, wPOXM, DM; no
 dense optimiser of a policy's own; no labels or reward model read in the loss) and the deterministic
 mode is off, the epoch's full batches run as replays of ONE captured step: the batch is gathered on

@@ -7,7 +7,7 @@ Policy kinds (from the method, docs/methods.md):
   all         softmax of s over all L labels                                (BanditNet, PM-BanditNet)
   greedy      the deterministic ranking of C(x) by s (ties: smaller label id)   (DM, skyline)
 
-Validation (pruned per-position weights, DESIGN §5): for every logged (x_i, y_ij) the log conditional
+Validation (pruned per-position weights, docs/estimators.md): for every logged (x_i, y_ij) the log conditional
 log pi_A(y_ij | x_i, y_i,<j) for A = the policy's support S (IS, SNIS, DR) and for A = Phi^{p'}(x_i)
 (sIS, p' = the head's p, or K = |C(x)| for a method without p: Phi^K = C(x)). For the greedy policy,
 pi_A(. | x, y_<j) puts mass 1 on the best-scored label of A not in the logged prefix, so w_ij is

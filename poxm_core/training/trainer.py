@@ -10,7 +10,7 @@ reward model (the DM head) is fitted first, for all its epochs (phase 1), so tha
 DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
 estimates and ESS of its test-time policy on the validation log; a checkpoint is written every
 training.checkpoint_every epochs and after the last; then `on_epoch(e, metrics, ckpt_dir)` (ckpt_dir None
-after an epoch without a checkpoint). At the end: test metrics (DESIGN §8), the final validation
+after an epoch without a checkpoint). At the end: test metrics (docs/metrics.md), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
 written as long-form rows to out_dir/rows.csv with out_dir/summary.json and out_dir/config.yaml.
 
