@@ -283,13 +283,17 @@ class BatchedHeads:
                     self._update(ps, g[c:c + step], ms, vs, ns[c:c + step].view(shape), sc[c:c + step].view(shape))
                     full[r], mom[r], vel[r] = ps, ms, vs
         if self._full_W is not None:
-            Hs = self.Hs
-            for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
-                                         (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b)):
-                g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                shape = (-1,) + (1,) * (full.dim() - 1)
-                self._update(full, g, mom, vel, neg_t[Hs:].view(shape), sq_t[Hs:].view(shape))
+            self._step_full(neg_t, sq_t)
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = None
+
+    def _step_full(self, neg_t: torch.Tensor, sq_t: torch.Tensor) -> None:
+        """Dense Adam over the full-softmax heads' block (heads Hs: on), shared by `step` and `step_static`."""
+        Hs = self.Hs
+        for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
+                                     (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b)):
+            g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            shape = (-1,) + (1,) * (full.dim() - 1)
+            self._update(full, g, mom, vel, neg_t[Hs:].view(shape), sq_t[Hs:].view(shape))
 
     @torch.no_grad()
     def step_static(self) -> None:
@@ -316,12 +320,7 @@ class BatchedHeads:
                 for tgt, part in ((full, ps), (mom, ms), (vel, vs)):
                     tgt.index_copy_(0, dst, part.index_select(0, src))
         if self._full_W is not None:
-            Hs = self.Hs
-            for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
-                                         (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b)):
-                g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                shape = (-1,) + (1,) * (full.dim() - 1)
-                self._update(full, g, mom, vel, neg_t[Hs:].view(shape), sq_t[Hs:].view(shape))
+            self._step_full(neg_t, sq_t)
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = self._src = None
 
     def sync_counter(self) -> None:
