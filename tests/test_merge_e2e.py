@@ -71,14 +71,6 @@ def trial_files(run_dir: Path, trial: str) -> dict[str, tuple[int, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def runs(ray_session, tmp_path_factory):
     """The reference over seeds [0, 1] and one run each over [0] and [1], in one runs directory."""
     tmp = tmp_path_factory.mktemp("seeds")

@@ -170,15 +170,7 @@ def e2e():
 
 
 @pytest.fixture(scope="module")
-def ray2():
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def unpacked(e2e, ray2, tmp_path_factory):
+def unpacked(e2e, ray_session, tmp_path_factory):
     from orchestration.sweep import run_sweep
     tmp = tmp_path_factory.mktemp("unpacked")
     res = dict(e2e.TINY["resources"], trials_per_job=1)
@@ -206,7 +198,7 @@ def _check_mlflow(e2e, run_dir: Path, ref_dir: Path, trial_crashed: str | None =
 
 
 @pytest.mark.slow
-def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray2, unpacked, tmp_path, monkeypatch):
+def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray_session, unpacked, tmp_path, monkeypatch):
     from orchestration.sweep import run_sweep
 
     monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-B-s0-all")

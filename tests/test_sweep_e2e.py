@@ -51,14 +51,6 @@ def write_config(tmp: Path, **changes) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def reference(ray_session, tmp_path_factory):
     from orchestration.sweep import run_sweep
     from poxm_core.config import load_config

@@ -1,0 +1,13 @@
+"""Fixtures shared by test modules."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray of 2 CPUs for the module's in-process sweeps, shut down after its last test."""
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
