@@ -87,9 +87,10 @@ def test_layers_and_resolved_round_trip(tmp_path):
 # id differs between clones; it has no published results. The corel5k and stackex-cooking configs name
 # their files inside `folder` under the data root, so their ids are the same everywhere.)
 PUBLISHED_IDS = {
-    "configs/amazon-670k.yaml": "amazon-670k-ce1f107f22e8", "configs/bibtex.yaml": "bibtex-43a671178bb8",
+    "configs/amazon-670k.yaml": "amazon-670k-ce1f107f22e8", "configs/bibtex.yaml": "bibtex-9dbd3a7cb879",
     "configs/corel5k.yaml": "corel5k-a88d2a1394be", "configs/stackex-cooking.yaml": "stackex-cooking-08691350aede",
-    "configs/delicious.yaml": "delicious-423deeb7def7", "configs/eurlex.yaml": "eurlex-1ada728a4653",
+    "configs/delicious.yaml": "delicious-327a5953cbf6",
+    "configs/real-data.yaml": "real-data-cbbc65991f98", "docs/results/real-data/config.yaml": "real-data-bb064814c18e", "configs/eurlex.yaml": "eurlex-1ada728a4653",
     "configs/gpu-smoke.yaml": "gpu-smoke-1477a310885d",
     "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-66facd660c34",
     "configs/wiki10-31k.yaml": "wiki10-31k-9c93d5bfbfc0",
