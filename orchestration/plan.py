@@ -108,6 +108,8 @@ def write_plan(plan: SweepPlan) -> None:
     """sweep.json, then config.yaml and config.input.yaml (each atomic). sweep.json goes first: with
     added seeds it names the seeds the directory was hashed with, so a write cut short between the
     files still reloads (the old config with the old id seeds, or the new one with them)."""
+    from orchestration.ray_state import new_state_key
+
     rd = plan.rd
     rd.root.mkdir(parents=True, exist_ok=True)
     old = rd.read_sweep()
@@ -127,6 +129,8 @@ def write_plan(plan: SweepPlan) -> None:
                           **({"id_seeds": id_seeds} if id_seeds is not None else {}),
                           **({"tune_trials": tune_trials} if tune_trials is not None else {}),
                           "trials": plan.names, "grid": plan.grid(),
+                          # names this run's Ray state folder outside the run directory (orchestration.ray_state)
+                          "state_key": (old or {}).get("state_key") or new_state_key(),
                           "created": old.get("created", time.time()) if old else time.time()})
     write_config(rd, plan.cfg)
 

@@ -39,7 +39,19 @@ def ray_init(address: str | None, verbose: bool) -> bool:
         # are held out of that inheritance: the driver keeps them, Ray never sees them.
         with secrets_withheld():
             ray.init(**kwargs)
+    _keep_python_sigterm_handler()
     return True
+
+
+def _keep_python_sigterm_handler() -> None:
+    """ray.init installs a native failure-signal handler that also takes SIGTERM: it dumps a C++ stack and
+    kills the driver. Re-installing the Python handler that was there (poxm's: SIGTERM ends the sweep
+    like Ctrl-C, exit 130) gives SIGTERM back to it."""
+    import signal
+    import threading
+    h = signal.getsignal(signal.SIGTERM)
+    if callable(h) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, h)
 
 
 def is_secret_name(name: str) -> bool:

@@ -119,7 +119,6 @@ class RunDir:
     mlflow_db = property(lambda self: self.root / "mlflow.db")
     mlartifacts = property(lambda self: self.root / "mlartifacts")
     trials = property(lambda self: self.root / "trials")
-    ray = property(lambda self: self.root / "ray")
     results = property(lambda self: self.root / "results")
     report = property(lambda self: self.root / "report")
     rows_csv = property(lambda self: self.root / "results" / "rows.csv")

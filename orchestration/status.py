@@ -27,7 +27,8 @@ def trial_table(rd: RunDir) -> list[dict]:
         timing = read_json(rd.trial(name) / "timing.json", {"attempts": []}) or {"attempts": []}
         out.append({"trial": name, "state": state,
                     "epoch": st.get("epoch", ""), "epochs": st.get("epochs", st.get("epoch", "") if state == "done" else ""),
-                    "attempts": len(timing["attempts"]),
+                    # tries: every start of the trial, killed ones included (state.json); attempts: finished ones
+                    "attempts": max(len(timing["attempts"]), int(st.get("tries", 0) or 0)),
                     "compute_s": round(sum(a.get("run_trial_s", 0.0) for a in timing["attempts"]), 1),
                     "updated_s_ago": round(time.time() - st["updated"]) if "updated" in st else "",
                     "error": st.get("error", "") if state == "errored" else ""})

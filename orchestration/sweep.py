@@ -62,6 +62,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     if not verbose:
         quiet_libraries()           # before MLflow's store is opened and Ray starts
     rd, cfg = plan.rd, plan.cfg
+    from orchestration.ray_state import refuse_ray_state_inside
+    refuse_ray_state_inside(rd)     # before anything is written or loaded
     rd.root.mkdir(parents=True, exist_ok=True)
     # the lock first: a second driver refused here must not have rewritten the running sweep's files
     acquire_driver(rd)

@@ -139,7 +139,9 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
 
     spec = TrialSpec.from_dict(m["spec"])
     out_dir = files.work_dir(tlc["sweep_id"])
-    files.set_state("running", started=time.time(), job=tlc["job"])
+    # every start counts as a try, also one that is killed before it can record its attempt
+    tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
+    files.set_state("running", started=time.time(), job=tlc["job"], tries=tries)
     t0 = time.perf_counter()
     if m["variant_dir"] not in loaded:
         loaded.clear()
@@ -210,7 +212,7 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
     files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
                                    "fit_s": round(time.time() - tlc["fit_start"], 3), "job": tlc["job"],
                                    "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
-                                   "attempts": len(timing["attempts"])})
+                                   "attempts": len(timing["attempts"]), "tries": tries})
 
 
 def drive_trial(config: dict, ctx: dict) -> None:

@@ -13,8 +13,10 @@ TUNE_NAME = "tune"
 
 
 def ray_storage(plan: SweepPlan) -> str:
-    """Ray Tune's and Ray Train's storage_path: <run dir>/ray, or ray/ under resources.storage_path."""
-    return plan.storage.ray if plan.storage is not None else str(plan.rd.ray)
+    """Ray Tune's and Ray Train's storage_path: this user's state folder for the run (outside the run
+    directory: orchestration.ray_state), or ray/ under resources.storage_path."""
+    from orchestration.ray_state import ray_state_dir
+    return plan.storage.ray if plan.storage is not None else str(ray_state_dir(plan.rd))
 
 
 class StorageSync(Callback):

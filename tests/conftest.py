@@ -1,7 +1,14 @@
 """Fixtures shared by test modules."""
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# Ray's state of the tests' sweeps goes to a folder of this test session, not the user's own
+# (orchestration.ray_state); subprocesses (the CLI tests) inherit it.
+os.environ.setdefault("POXM_STATE_DIR", tempfile.mkdtemp(prefix="poxm-test-state-"))
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,37 @@ def test_crafted_checkpoint_is_refused_and_runs_no_code(tmp_path, capsys):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("planted", ["ray/tune/tuner.pkl", "ray/tune/experiment_state-2026.json",
+                                     "ray/train-x/error.pkl"])
+def test_run_dir_with_planted_ray_pickles_is_refused_and_runs_no_code(tmp_path, capsys, planted):
+    """A received run directory whose Ray pickles were replaced (or added): `poxm resume` refuses it in
+    one line before anything runs or is written, and the pickle is never loaded."""
+    import pickle
+
+    from orchestration.plan import plan_sweep, write_plan
+    from orchestration.ray_state import ray_state_dir
+    from poxm_core.config import load_config
+
+    marker = tmp_path / "PWNED"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    plan = plan_sweep(load_config(QUICK, []), runs_dir=tmp_path / "runs", check_data=False)
+    write_plan(plan)
+    bad = plan.rd.root / planted
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(pickle.dumps(Payload()))
+    before = {p: p.read_bytes() for p in plan.rd.root.rglob("*") if p.is_file()}
+    rc, _, err = cli(capsys, "resume", plan.rd.root)
+    assert_one_line(rc, err, str(plan.rd.root / "ray"), "does not load")
+    assert not marker.exists()
+    assert {p: p.read_bytes() for p in plan.rd.root.rglob("*") if p.is_file()} == before
+    assert str(ray_state_dir(plan.rd)).startswith(os.environ["POXM_STATE_DIR"])   # where Ray's state goes instead
+    assert not str(ray_state_dir(plan.rd)).startswith(str(plan.rd.root))
+
+
 def test_checkpoints_load_with_weights_only(tmp_path):
     import numpy as np
     import torch

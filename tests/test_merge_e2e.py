@@ -62,7 +62,9 @@ def selection(run_dir: Path) -> pd.DataFrame:
 
 def train_runs(run_dir: Path) -> set[str]:
     """The Ray Train runs the sweep started (one per trial that was computed: train-<trial>)."""
-    return {p.name for p in (run_dir / "ray").iterdir() if p.name.startswith("train-")}
+    from orchestration.ray_state import ray_state_dir
+    from orchestration.rundir import RunDir
+    return {p.name for p in ray_state_dir(RunDir(run_dir)).iterdir() if p.name.startswith("train-")}
 
 
 def trial_files(run_dir: Path, trial: str) -> dict[str, tuple[int, bytes]]:

@@ -199,14 +199,18 @@ def _check_mlflow(e2e, run_dir: Path, ref_dir: Path, trial_crashed: str | None =
 
 @pytest.mark.slow
 def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray_session, unpacked, tmp_path, monkeypatch):
+    from orchestration.ray_state import ray_state_dir
+    from orchestration.rundir import RunDir
     from orchestration.sweep import run_sweep
 
     monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-B-s0-all")
     out = run_sweep(load_config(_packed_config(e2e, tmp_path)), runs_dir=tmp_path / "runs", progress=False)
     assert out.ok, out
     rd = out.run_dir
-    assert (rd / "ray" / "train-pack000-synthetic-A-s0-all").is_dir()          # one Train job for both trials
-    assert not (rd / "ray" / "train-synthetic-B-s0-all").exists()
+    ray_dir = ray_state_dir(RunDir(rd))
+    assert not (rd / "ray").exists()                                           # Ray's state outside the run dir
+    assert (ray_dir / "train-pack000-synthetic-A-s0-all").is_dir()             # one Train job for both trials
+    assert not (ray_dir / "train-synthetic-B-s0-all").exists()
     a, b = (json.loads((rd / "trials" / t / "timing.json").read_text())["attempts"]
             for t in ("synthetic-A-s0-all", "synthetic-B-s0-all"))
     assert len(a) == 1 and a[0]["resumed_from"] is None                          # finished once, not rerun

@@ -96,11 +96,12 @@ def test_status_from_files(tmp_path):
     a, b, c, _ = plan.names
     write_json(rd.trial(a) / "done.json", {"epoch": 10})
     write_json(rd.trial(a) / "timing.json", {"attempts": [{"run_trial_s": 12.5}, {"run_trial_s": 2.0}]})
-    set_trial_state(rd.trial(b), "running", epoch=3, epochs=10)
+    set_trial_state(rd.trial(b), "running", epoch=3, epochs=10, tries=3)    # killed twice, none recorded
     set_trial_state(rd.trial(c), "errored", error="WorkerGroupError: boom")
     rows = {r["trial"]: r for r in st.trial_table(rd)}
     assert [rows[n]["state"] for n in plan.names] == ["done", "interrupted", "errored", "pending"]
     assert rows[a]["attempts"] == 2 and rows[a]["compute_s"] == 14.5
+    assert rows[b]["attempts"] == 3 and rows[c]["attempts"] == 0    # killed tries count
     text = st.status_text(rd.root)
     assert "done 1  running 0  interrupted 1  errored 1  pending 1" in text
     assert "WorkerGroupError: boom" in text and f"poxm resume {rd.root}" in text

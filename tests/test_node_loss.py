@@ -1,0 +1,100 @@
+"""A lost node: a sweep on a 2-node Ray cluster on this machine whose worker node dies mid-sweep (its
+raylet and every process of it killed with SIGKILL). The sweep must finish on the remaining node, by
+itself (Tune retries the failed jobs, resources.max_failures) or after `poxm resume`, with rows
+identical to a clean run of the same config on a local Ray.
+
+Layout: the head has 1 CPU, the worker node 2; three trials of one CPU each. The worker node is killed
+as soon as two trials are training at once, so at least one of them is on it (the head has room for
+one). Both nodes share this machine's filesystem, as nodes with a shared run directory do.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.poxm_process import POXM, REPO, poxm_env
+from tests.ray_cluster import Cluster, cluster_env
+
+CONFIG = {
+    "name": "nodeloss", "seeds": [0], "device": "cpu",
+    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 600, "n_test": 100, "n_features": 40, "n_labels": 30},
+                  "variants": [{"name": "A", "alpha": 0.5, "beta": 0.0, "T": 1.0},
+                               {"name": "B", "alpha": 0.5, "beta": 0.0, "T": 2.0},
+                               {"name": "C", "alpha": 0.5, "beta": 0.0, "T": 4.0}]}],
+    "model": {"dim": 8, "epochs": 2, "n_candidates": 10, "slate_size": 3},
+    "training": {"epochs": 6, "batch_size": 32, "hidden": 8, "mc_slates": 4},
+    "group_by": "seed",
+    "resources": {"cpus_per_trial": 1, "max_failures": 3, "trials_per_job": 1},
+    "methods": {"dm": {}, "poxm": {"p": [5], "lam": [0.9]}},
+}
+
+
+def final_rows(run_dir: Path) -> pd.DataFrame:
+    df = pd.read_csv(run_dir / "results" / "rows.csv")
+    df = df[df["final"].astype(str) == "True"].drop(columns=["stderr"], errors="ignore")
+    return df.sort_values(["dataset", "variant", "method", "p", "lam", "seed", "split", "metric"]).reset_index(drop=True)
+
+
+def training_now(runs: Path) -> int:
+    n = 0
+    for st in runs.glob("*/trials/*/state.json"):
+        try:
+            s = json.loads(st.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        n += s.get("state") == "running" and int(s.get("epoch", 0) or 0) >= 1
+    return n
+
+
+@pytest.mark.slow
+def test_sweep_survives_losing_its_worker_node(tmp_path):
+    cfg_path = tmp_path / "sweep.yaml"
+    cfg_path.write_text(yaml.safe_dump(CONFIG))
+    ref = subprocess.run(POXM + ["run", str(cfg_path), "--runs-dir", str(tmp_path / "clean"), "--quiet",
+                                 "mlflow.enabled=false"], cwd=REPO, env=poxm_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    (clean,) = [p for p in (tmp_path / "clean").iterdir() if p.name.startswith("nodeloss-")]
+
+    runs = tmp_path / "runs"
+    cl = Cluster(tmp_path / "ray")
+    env = {**poxm_env(), **cluster_env()}
+    try:
+        cl.start_head("--num-cpus", "1", "--num-gpus", "0")
+        cl.add_node("worker", "--num-cpus", "2", "--num-gpus", "0")
+        worker = cl.procs[-1]
+        proc = subprocess.Popen(POXM + ["run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
+                                        "--quiet", "mlflow.enabled=false"], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline, killed = time.time() + 400, False
+        while time.time() < deadline and proc.poll() is None:
+            if training_now(runs) >= 2:
+                os.killpg(worker.pid, signal.SIGKILL)       # the worker node's raylet, workers, object store
+                killed = True
+                break
+            time.sleep(0.2)
+        assert killed, "two trials never trained at once"
+        try:
+            out, _ = proc.communicate(timeout=500)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        (run_dir,) = [p for p in runs.iterdir() if p.name.startswith("nodeloss-")]
+        if proc.returncode != 0:      # the sweep may stop with trials errored; resume finishes it on the head
+            res = subprocess.run(POXM + ["resume", str(run_dir), "--address", cl.address, "--quiet"], cwd=REPO,
+                                 env=env, capture_output=True, text=True, timeout=500)
+            assert res.returncode == 0, out[-2000:] + res.stdout[-3000:] + res.stderr[-3000:]
+    finally:
+        cl.stop()
+    done = {t.parent.name: json.loads(t.read_text()) for t in run_dir.glob("trials/*/done.json")}
+    assert len(done) == 3
+    assert max(d["tries"] for d in done.values()) >= 2, done     # a trial on the lost node ran again
+    pd.testing.assert_frame_equal(final_rows(run_dir), final_rows(clean), check_exact=False, rtol=1e-9)
