@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"poxm: error: {exc.filename or exc}: file not found", file=sys.stderr)
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        print("poxm: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"poxm: {exc or 'interrupted'}", file=sys.stderr)
         return 130
     except BrokenPipeError:      # `poxm status RUN | head -1`: the reader left; say nothing more
         _silence_stdout()

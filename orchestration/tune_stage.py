@@ -143,9 +143,8 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
         with secrets_withheld():
             tuner.fit()
         tune_caught_up(plan)
-    except KeyboardInterrupt:
-        say(f"poxm: interrupted; continue with `poxm resume {rd.root}`")
-        raise
+    except KeyboardInterrupt:      # Ctrl-C or SIGTERM: the command line prints this one line, exit 130
+        raise KeyboardInterrupt(f"interrupted; continue with `poxm resume {rd.root}`") from None
     finally:
         if plan.storage is not None:     # whatever the callbacks missed (a driver restart, a late file)
             from orchestration.trial import fetch_trial

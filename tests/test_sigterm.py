@@ -1,0 +1,50 @@
+"""SIGTERM to a running sweep's driver (what a scheduler or `timeout` sends): the trials stop, Ray shuts
+down, exit 130 with one line saying how to continue, and no native stack dump from Ray's signal handler;
+`poxm resume` then finishes the sweep."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from tests.poxm_process import POXM, REPO, poxm_env
+
+CONFIG = {
+    "name": "sigterm", "seeds": [0], "device": "cpu",
+    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 600, "n_test": 100, "n_features": 40, "n_labels": 30},
+                  "variants": [{"name": "A", "alpha": 0.5, "beta": 0.0, "T": 1.0}]}],
+    "model": {"dim": 8, "epochs": 2, "n_candidates": 10, "slate_size": 3},
+    "training": {"epochs": 8, "batch_size": 32, "hidden": 8, "mc_slates": 4},
+    "methods": {"dm": {}, "poxm": {"p": [5], "lam": [0.9]}},
+}
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_driver_exits_130_without_a_stack_dump(tmp_path):
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(POXM + ["run", str(cfg), "--runs-dir", str(runs), "--quiet", "mlflow.enabled=false"],
+                            cwd=REPO, env=poxm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        states = [json.loads(p.read_text()) for p in runs.glob("*/trials/*/state.json")]
+        if any(s.get("state") == "running" and int(s.get("epoch", 0) or 0) >= 1 for s in states):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep ended before a trial trained"
+    proc.send_signal(signal.SIGTERM)             # the driver only, as `timeout` or a scheduler does
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, (proc.returncode, err[-3000:])
+    assert "SIGTERM received" not in err and "logging.cc" not in err, err[-3000:]
+    assert "poxm resume" in out + err
+    (run_dir,) = [p for p in runs.iterdir() if p.name.startswith("sigterm-")]
+    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
+                         text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert list(run_dir.glob("trials/*/done.json"))
