@@ -147,7 +147,7 @@ def test_translated_loss_matches_the_translated_estimator():
     q = torch.rand(7, 4, generator=g) * 0.9 + 0.1
     r = (torch.rand(7, 4, generator=g) > 0.5).float()
     w = importance_weights_torch(logpi, q)
-    ref = -get_estimator("translated", lam=0.8).value_torch(w, r)
+    ref = -get_estimator("translated", shift=0.8).value_torch(w, r)
     assert torch.allclose(translated_loss(logpi, q, r, 0.8), ref, atol=1e-6)
 
 

@@ -111,7 +111,7 @@ def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor,
     w = masked_weights(logpi, q)
     if scale is not None:
         w = w * scale
-    return -get_estimator("translated", lam=float(shift)).torch_value(w, rewards)
+    return -get_estimator("translated", shift=float(shift)).torch_value(w, rewards)
 
 
 def masked_weights(logpi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -216,11 +216,3 @@ class Method:
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
-
-
-def dense_targets(labels: sp.csr_matrix, device: torch.device) -> torch.Tensor:
-    """(B, L) float32 0/1 targets of a batch (batch-bounded memory)."""
-    t = torch.zeros(labels.shape, dtype=torch.float32, device=device)
-    rows = np.repeat(np.arange(labels.shape[0]), np.diff(labels.indptr))
-    t[torch.as_tensor(rows, device=device), torch.as_tensor(labels.indices.astype(np.int64), device=device)] = 1.0
-    return t

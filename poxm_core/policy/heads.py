@@ -25,26 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
-__all__ = ["RowScorer", "RowAdam", "HeadParams", "init_head", "static_unique"]
+__all__ = ["RowScorer", "RowAdam", "HeadParams", "static_unique"]
 
 
 @dataclass
 class HeadParams:
     W: torch.Tensor   # (L, d) float32
     b: torch.Tensor   # (L,) float32
-
-
-def init_head(W0: np.ndarray, b0: np.ndarray, init: str, seed: int, device: torch.device) -> HeadParams:
-    """Copy of the logging head (init='logging') or N(0, 0.01^2) / 0 (init='random', seeded)."""
-    if init == "logging":
-        return HeadParams(torch.tensor(W0, dtype=torch.float32, device=device),
-                          torch.tensor(b0, dtype=torch.float32, device=device))
-    g = torch.Generator().manual_seed(seed)
-    W = torch.randn(W0.shape, generator=g, dtype=torch.float32) * 0.01
-    return HeadParams(W.to(device), torch.zeros(b0.shape, dtype=torch.float32, device=device))
 
 
 def static_unique(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -38,7 +38,8 @@ import torch.nn.functional as F
 from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
 from poxm_core.methods import Batch, HeadContext
 from poxm_core.methods.banditnet import BanditNet
-from poxm_core.methods.base import dense_targets, masked_weights
+from poxm_core.methods.base import masked_weights
+from poxm_core.model.core import dense_targets
 from poxm_core.methods.dm import DirectMethod
 from poxm_core.methods.dr_poxm import DRPOXM
 from poxm_core.methods.pm_banditnet import PMBanditNet
