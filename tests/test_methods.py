@@ -334,3 +334,31 @@ def test_row_adam_dense_is_torch_adam_and_sparse_is_adam_on_the_rows():
     assert torch.allclose(P2.W[[2, 5]], sub, atol=1e-6)
     keep = [l for l in range(L) if l not in (2, 5)]
     assert torch.equal(P2.W[keep], W0[keep])
+
+
+def test_graph_safety_is_declared_by_each_class_and_a_refusal_is_logged_once(caplog):
+    """The CUDA-graph loop reads `graph_safe` from the method, not a list of names: POXM, wPOXM and DM
+    declare it; a subclass (a plugin's POXM with its own loss) does not inherit it, and a trial with
+    such a head runs without the graph and says so once in the log."""
+    import logging
+    from types import SimpleNamespace
+
+    from poxm_core.methods.poxm import POXM
+    from poxm_core.training import epoch
+
+    assert {n for n, m in METHODS.items() if get_method(n).graph_safe} == {"poxm", "wpoxm", "dm"}
+
+    class MyPOXM(POXM):
+        name = "my_poxm_plugin"
+
+    assert POXM.graph_safe and not MyPOXM.graph_safe
+
+    def head(method):
+        return SimpleNamespace(method=method, policy=SimpleNamespace(dense_opt=None, reads_sparse=False))
+    cuda = torch.device("cuda")    # only its type is read: no GPU needed
+    assert epoch._graphable([head(POXM()), head(get_method("dm"))], False, cuda)
+    with caplog.at_level(logging.WARNING, logger=epoch.__name__):
+        assert not epoch._graphable([head(POXM()), head(MyPOXM())], False, cuda)
+        assert not epoch._graphable([head(MyPOXM())], False, cuda)
+    said = [r for r in caplog.records if "my_poxm_plugin" in r.getMessage()]
+    assert len(said) == 1 and "graph_safe" in said[0].getMessage()

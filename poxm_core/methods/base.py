@@ -138,6 +138,15 @@ class Method:
     policy: ClassVar[str | None] = None
     # True: the trainer fits the reward model (DM) first and passes it as ctx.reward
     needs_reward_model: ClassVar[bool] = False
+    # True: the loss may run inside a captured CUDA graph (no host synchronisation, no host-side
+    # randomness, no labels or reward model read). Declared by each class for itself, never inherited:
+    # a subclass that changes the loss says again that it is safe (`__init_subclass__`).
+    graph_safe: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "graph_safe" not in cls.__dict__:
+            cls.graph_safe = False
 
     # ------------------------------------------------------------------ config
     def options(self, mc: MethodConfig | None = None) -> MethodConfig:

@@ -12,8 +12,8 @@ is reported then, naming the head.
 
 CUDA graphs (`_GraphedSteps`): on a GPU a step is hundreds of small kernels, and launching them from
 Python, not the GPU, set the pace (docs/performance.md: 344 kernels and ~9 ms of host time
-per batch for 2 ms of GPU work). Where every trained head is graph-safe (methods POXM, wPOXM, DM; no
-dense optimiser of a policy's own; no labels or reward model read in the loss) and the deterministic
+per batch for 2 ms of GPU work). Where every trained head is graph-safe (its method declares
+`graph_safe`; no dense optimiser of a policy's own; no labels or reward model read) and the deterministic
 mode is off, the epoch's full batches run as replays of ONE captured step: the batch is gathered on
 the device from the epoch's order by a batch counter that the graph advances itself, the sparse input
 padded to a fixed number of entries (weight 0: adds exactly 0), the output layers and the stack in
@@ -47,7 +47,7 @@ __all__ = ["train_epoch", "train_data_for", "wants_batched"]
 
 _log = logging.getLogger(__name__)
 
-_GRAPH_METHODS = frozenset({"poxm", "wpoxm", "dm"})   # losses with no host sync and no host randomness
+_SAID_NOT_GRAPHED: set[str] = set()     # methods already named in the log as not graph-safe
 
 
 def _reward_fn(reward: TrialHead, batch):
@@ -172,10 +172,16 @@ def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.devic
         return False
     if torch.are_deterministic_algorithms_enabled():
         return False
+    unsafe = sorted({h.method.name for h in trainable if not h.method.graph_safe})
+    for name in unsafe:
+        if name not in _SAID_NOT_GRAPHED:
+            _SAID_NOT_GRAPHED.add(name)
+            _log.warning("method '%s' does not declare graph_safe: trials training it run their steps "
+                         "without a CUDA graph (slower on a GPU)", name)
     if engine is not None:     # the batched step: every head in it, none that reads labels or a reward model
         return not seq and all(k in ("phi", "logged", "full") for k in engine.kinds)
-    return all(h.method.name in _GRAPH_METHODS and h.policy.dense_opt is None
-               and (hasattr(h.policy, "from_stacked") or not h.policy.reads_sparse) for h in trainable)
+    return not unsafe and all(h.policy.dense_opt is None
+                              and (hasattr(h.policy, "from_stacked") or not h.policy.reads_sparse) for h in trainable)
 
 
 class _GraphedSteps:
