@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from poxm_core.policy.adam import adam_update_, row_adam_update_
+
 __all__ = ["RowScorer", "RowAdam", "HeadParams", "static_unique"]
 
 
@@ -140,17 +142,16 @@ class RowAdam:
         self.step_count += 1
         t = self.step_count
         b1, b2 = self.betas
-        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        adam = dict(step=self.lr / (1 - b1 ** t), sqrt_c2=(1 - b2 ** t) ** 0.5, betas=self.betas, eps=self.eps,
+                    weight_decay=self.weight_decay)
         rows = scorer.rows
         for p, leaf, m, v in ((params.W, scorer.leaf_W, self.m_W, self.v_W),
                               (params.b, scorer.leaf_b, self.m_b, self.v_b)):
             g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
             if rows is None:
-                self._update(p, g, m, v, c1, c2)
+                adam_update_(p, g, m, v, **adam)
             else:
-                ps, ms, vs = p[rows], m[rows], v[rows]
-                self._update(ps, g, ms, vs, c1, c2)
-                p[rows], m[rows], v[rows] = ps, ms, vs
+                row_adam_update_(p, g, m, v, rows, **adam)
 
     @torch.no_grad()
     def step_static(self, params: HeadParams, scorer: RowScorer) -> None:
@@ -168,33 +169,15 @@ class RowAdam:
         if params.W.is_cuda and _fused_row_adam(self, params, rows, src, gW.contiguous(), gb.contiguous(),
                                                 torch.stack([step, sqrt_c2])):
             return
-        dst = rows.index_select(0, src)
         for p, g, m, v in ((params.W, gW, self.m_W, self.v_W), (params.b, gb, self.m_b, self.v_b)):
-            ps, ms, vs = p.index_select(0, rows), m.index_select(0, rows), v.index_select(0, rows)
-            if self.weight_decay:
-                g = g + self.weight_decay * ps
-            ms.lerp_(g, 1 - b1)
-            vs.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (vs.sqrt() / sqrt_c2).add_(self.eps)
-            ps.sub_(ms / denom * step)
-            for full, part in ((p, ps), (m, ms), (v, vs)):
-                full.index_copy_(0, dst, part.index_select(0, src))
+            row_adam_update_(p, g, m, v, rows, src=src, step=step, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
+                             weight_decay=self.weight_decay, scale_after_divide=True)
 
     def sync_counter(self) -> None:
         """Set the device step counter `t` (float64) to the host's step_count."""
         if getattr(self, "t", None) is None:
             self.t = torch.zeros((), dtype=torch.float64, device=self.m_W.device)
         self.t.fill_(float(self.step_count))
-
-    def _update(self, p, g, m, v, c1, c2) -> None:
-        """In place on p, m, v (torch.optim.Adam's arithmetic, non-fused)."""
-        b1, b2 = self.betas
-        if self.weight_decay:
-            g = g + self.weight_decay * p
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        denom = (v.sqrt() / (c2 ** 0.5)).add_(self.eps)
-        p.addcdiv_(m, denom, value=-self.lr / c1)
 
     def state_dict(self) -> dict:
         return {"step_count": self.step_count, "m_W": self.m_W, "v_W": self.v_W, "m_b": self.m_b, "v_b": self.v_b}

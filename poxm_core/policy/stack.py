@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from poxm_core.policy.adam import adam_update_
+
 __all__ = ["NetworkStack"]
 
 
@@ -151,13 +153,9 @@ class NetworkStack(nn.Module):
             g = p.grad
             if g is None:
                 continue
-            if self.weight_decay:
-                g = g + self.weight_decay * p
             m, v = self.moments[n]
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / (c2 ** 0.5)).add_(self.eps)
-            p.sub_(m / denom * (self.lr / c1))
+            adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=c2 ** 0.5, betas=self.betas, eps=self.eps,
+                         weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
 
     @torch.no_grad()
@@ -191,12 +189,8 @@ class NetworkStack(nn.Module):
                     warnings.warn(f"fused Adam unavailable ({type(exc).__name__}: {exc}); using torch ops",
                                   RuntimeWarning, stacklevel=2)
             if not fused:
-                if self.weight_decay:
-                    g = g + self.weight_decay * p
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / sqrt_c2).add_(self.eps)
-                p.sub_(m / denom * (self.lr / c1))
+                adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
+                             weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
 
     def sync_counter(self) -> None:
