@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from poxm_core.policy.adam import adam_update_, row_adam_update_
-from poxm_core.policy.heads import static_unique
+from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.accel.static import static_unique
 
 BETAS, EPS = (0.9, 0.999), 1e-8
 
@@ -66,3 +66,22 @@ def test_row_update_touches_only_its_rows_and_equals_dense_adam_on_them(static):
     ps, ms, vs = p[touched].clone(), m[touched].clone(), v[touched].clone()
     adam_update_(ps, g[:4], ms, vs, **kw)                      # the sorted unique rows are the first 4 slots
     assert torch.equal(P[touched], ps) and torch.equal(M[touched], ms) and torch.equal(V[touched], vs)
+
+
+def test_kernels_step_aside_for_the_plain_update():
+    """Without a GPU (or without Triton, or when a kernel fails its first-use check) the fused functions
+    do nothing and say so (False): the caller runs the plain update."""
+    from poxm_core.accel import triton_adam as T
+
+    p = torch.zeros(4, 3)
+    assert T.fused_adam(p, p, p, p, torch.ones(3), torch.ones(2), BETAS, EPS, 0.0) is False
+    assert T.fused_row_adam(p, p, p, p[:, 0], p[:, 0], p[:, 0], None, None, p, p[:, 0], None, BETAS, EPS, 0.0) is False
+    assert torch.equal(p, torch.zeros(4, 3))
+
+    def no_triton():
+        raise ImportError("No module named 'triton'")
+    with pytest.warns(RuntimeWarning, match="fused Adam unavailable .*ImportError"):
+        assert T._first_use(no_triton, lambda k, d: True, torch.device("cpu"), "fused Adam") is False
+    with pytest.warns(RuntimeWarning, match="disagrees with the torch ops"):
+        assert T._first_use(lambda: "kernel", lambda k, d: False, torch.device("cpu"), "fused Adam") is False
+    assert T._first_use(lambda: "kernel", lambda k, d: True, torch.device("cpu"), "fused Adam") == "kernel"

@@ -276,3 +276,36 @@ def test_every_dotted_name_on_the_page_exists():
         if attr not in defined:
             missing.append(name)
     assert missing == []
+
+
+# ------------------------------------------------------------------------------------ the accelerator code
+
+def _code_lines(m: str) -> list[str]:
+    """The module's source lines that are code (its docstrings and comments dropped)."""
+    tree = TREES[m]
+    doc_lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            doc_lines |= set(range(node.lineno, node.end_lineno + 1))
+    return [line.split("#")[0] for i, line in enumerate(MODULES[m].read_text().splitlines(), 1) if i not in doc_lines]
+
+
+def test_only_the_accelerator_package_uses_triton_or_captures_a_cuda_graph():
+    pat = re.compile(r"\bimport triton\b|\bfrom triton\b|torch\.cuda\.graph\(|CUDAGraph\(|\.capture_begin\(")
+    found = [m for m in MODULES if not m.startswith("poxm_core.accel")
+             and any(pat.search(line) for line in _code_lines(m))]
+    assert found == []
+    assert any(pat.search(line) for line in _code_lines("poxm_core.accel.graph"))    # the check can see one
+
+
+def test_adam_update_is_written_once_and_the_loop_names_no_method():
+    # Adam's moment update (m <- lerp(m, g, 1 - b1)) appears in poxm_core/adam.py only (the Triton
+    # kernels in the accelerator package compute it too, checked against it on first use)
+    lerp = [m for m in MODULES if not m.startswith("poxm_core.accel")
+            and any(".lerp_(" in line for line in _code_lines(m))]
+    assert lerp == ["poxm_core.adam"]
+    # the training loop and step decide by what a method declares, not by its name
+    from poxm_core.methods.registry import METHODS
+    for m in ("poxm_core.training.epoch", "poxm_core.training.step", "poxm_core.accel.graph"):
+        code = "\n".join(_code_lines(m))
+        assert [n for n in METHODS if re.search(rf"[\"']{n}[\"']", code)] == [], m

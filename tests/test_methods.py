@@ -354,7 +354,7 @@ def test_graph_safety_is_declared_by_each_class_and_a_refusal_is_logged_once(cap
     assert POXM.graph_safe and not MyPOXM.graph_safe
 
     def head(method):
-        return SimpleNamespace(method=method, policy=SimpleNamespace(dense_opt=None, reads_sparse=False))
+        return SimpleNamespace(method=method, policy=SimpleNamespace(dense_opt=None, reads_sparse=False, shared_stack=None))
     cuda = torch.device("cuda")    # only its type is read: no GPU needed
     assert epoch._graphable([head(POXM()), head(get_method("dm"))], False, cuda)
     with caplog.at_level(logging.WARNING, logger=epoch.__name__):

@@ -46,8 +46,8 @@ from poxm_core.methods.pm_banditnet import PMBanditNet
 from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline
 from poxm_core.methods.wpoxm import WPOXM
-from poxm_core.policy.adam import adam_update_, row_adam_update_
-from poxm_core.policy.heads import static_unique
+from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.accel.static import static_unique
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 
 __all__ = ["BatchedHeads", "assign", "KINDS"]

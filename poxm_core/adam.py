@@ -48,7 +48,7 @@ def row_adam_update_(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch
     the gradient of those rows, g[j] for row rows[j]; `adam` the keywords of `adam_update_`.
 
     src None: `rows` are unique; read and written back by indexing (a host synchronisation on a GPU).
-    src given (`policy.heads.static_unique`'s slots, fixed shape, sync-free): rows[j] for j < r are the
+    src given (`accel.static.static_unique`'s slots, fixed shape, sync-free): rows[j] for j < r are the
     unique rows and src[j] = j; padding slots have src[j] = 0 and write slot 0's new value to slot 0's row."""
     if src is None:
         ps, ms, vs = p[rows], m[rows], v[rows]
