@@ -212,9 +212,41 @@ def test_every_module_imports_on_its_own():
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_modules_import_in_this_process():
+def _third_party(m: str) -> tuple[set[str], set[str]]:
+    """The top-level names of what `m` imports from outside the project: (at module level, inside a function)."""
+    tree = TREES[m]
+    body = {id(n) for n in tree.body}
+    top, lazy = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            root = name.split(".")[0]
+            if root not in PACKAGES and root != "__future__":
+                (top if id(node) in body else lazy).add(root)
+    return top, lazy
+
+
+def test_library_stays_plain_and_its_heavy_optional_imports_stay_lazy():
+    """poxm_core is plain PyTorch/NumPy/SciPy: no module of it imports Ray, MLflow or the orchestration
+    layer (not even inside a function), and Triton and scikit-learn only inside the function that needs
+    them (importing the library never loads them); then every library module imports in this process."""
+    bad, eager = [], []
     for m in MODULES:
-        if not m.startswith("orchestration"):          # the library: no Ray, no MLflow, quick
+        if not m.startswith("poxm_core"):
+            continue
+        top, lazy = _third_party(m)
+        bad += [f"{m}: {r}" for r in sorted((top | lazy) & {"ray", "mlflow", "matplotlib"})]
+        bad += [f"{m}: orchestration" for d in GRAPH[m] if d.startswith("orchestration")]
+        eager += [f"{m}: {r}" for r in sorted(top & {"triton", "sklearn"})]
+    assert bad == [] and eager == []
+    assert "triton" in _third_party("poxm_core.accel.triton_adam")[1]       # the scan sees a lazy import
+    for m in MODULES:
+        if m.startswith("poxm_core"):
             importlib.import_module(m)
 
 

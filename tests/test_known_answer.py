@@ -152,6 +152,7 @@ def test_poxm_approaches_the_optimum_as_n_grows():
     assert B.value_greedy(large, ev, P, ELL) <= v_star + 1e-12
 
 
+@pytest.mark.slow
 def test_peaked_logging_dm_is_biased_poxm_gets_closer():
     world, pol, dm = _fit(0.5, N_LARGE, dm=True)
     ev = _eval_ctx(world)

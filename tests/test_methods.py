@@ -287,9 +287,32 @@ def test_skyline_raises_true_labels_and_lowers_the_rest():
         get_method("skyline").loss(RowScorer(P, b.z), toy_batch([[1]], [[1]], [[0.3]], [[0.0]], CAND), ctx())
 
 
-def test_logging_trains_nothing():
-    with pytest.raises(NotImplementedError):
-        get_method("logging").loss(None, None, None)
+def test_logging_head_is_rho_in_every_epoch_and_is_never_stepped(tmp_path):
+    """The logging 'method' is the logging policy itself: in a trial beside a trained head its rows are
+    epoch 0 and the same after 1 or 2 epochs (nothing of it trains; only its DR estimate moves, whose
+    reward model is the DM head trained beside), it has no training loss and no checkpointed
+    parameters, while the trained head's rows do move with the epochs."""
+    from tests.trial_fixtures import tiny_config, tiny_prepared
+    from poxm_core.training import run_trial, trial_specs
+    from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint
+
+    prep = tiny_prepared()
+    methods = {"logging": {}, "poxm": {"p": [4], "lam": [0.5], "lr": 0.05}}
+    out = {}
+    for E in (1, 2):
+        cfg = tiny_config(methods, epochs=E)
+        spec = trial_specs(cfg, "seed")[0]
+        df = run_trial(cfg, spec, prep, tmp_path / f"e{E}", progress=False)
+        out[E] = df[df["final"]].set_index(["method", "split", "metric"])["value"].sort_index()
+        log_rows = df[df["method"] == "logging"]
+        assert len(log_rows) and set(log_rows["epoch"]) == {0}
+        assert not ((log_rows["split"] == "train") & (log_rows["metric"] == "loss")).any()
+        state = load_checkpoint(latest_checkpoint(tmp_path / f"e{E}"), "cpu")
+        assert not [k for k in state["heads"] if k.startswith("logging/")]
+    a, b = out[1]["logging"], out[2]["logging"]
+    keep = a.index.get_level_values("metric") != "DR"
+    assert len(a[keep]) > 10 and a[keep].equals(b[keep])
+    assert not np.allclose(out[1]["poxm"].to_numpy(), out[2]["poxm"].to_numpy())
 
 
 # --------------------------------------------------------------------------------- scorer / Adam
