@@ -2,8 +2,8 @@
 
 1. The stack's fused Triton Adam (`NetworkStack.step_static`) against its eager `step` on the same
    gradients: the parameters and moments after several steps agree within float tolerance; the
-   fused row Adam of the output layers (`heads._row_adam_kernel`) passes its self-check against the
-   torch ops.
+   fused row Adam of the output layers (`accel.triton_adam`) passes its first-use check against the
+   plain update.
 2. A small Amazon-670K-like trial (synthetic preset amazon670k, cut by --n-train/--n-labels) with the
    CUDA-graph training loop (POXM_CUDA_GRAPHS=1) and without it (=0): final rows agree within a
    tolerance (atomic-add order and the Monte-Carlo metrics' draws are the only differences), the graph
@@ -29,10 +29,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def check_adam() -> dict:
     import torch
 
-    from poxm_core.policy.stack import NetworkStack, _triton_adam
+    from poxm_core.accel import triton_adam
+    from poxm_core.policy.stack import NetworkStack
 
     dev = torch.device("cuda")
-    out = {"triton": _triton_adam() is not None}
+    out = {"triton": triton_adam.dense_kernel_ok(dev)}
     stacks = [NetworkStack(5000, 16, 32, ["fresh"] * 3, [torch.Generator().manual_seed(i) for i in range(3)],
                            [5e-3, 5e-3, 1e-3], 0.0, dev) for _ in range(2)]
     g = torch.Generator(device=dev).manual_seed(0)
@@ -56,9 +57,8 @@ def check_adam() -> dict:
             for a, b in zip(stacks[0].moments[n], stacks[1].moments[n]):
                 err = max(err, float(((a - b).norm() / a.norm().clamp(min=1e-30)).item()))
     out["max_rel_err"] = err
-    from poxm_core.policy import heads
     try:
-        out["row_kernel_self_check"] = bool(heads._self_check(heads._row_adam_kernel(), dev))
+        out["row_kernel_self_check"] = bool(triton_adam.row_kernel_ok(dev))
     except Exception as exc:   # noqa: BLE001
         out["row_kernel_self_check"] = f"{type(exc).__name__}: {exc}"[:300]
     out["ok"] = err < 1e-5 and out["row_kernel_self_check"] is True

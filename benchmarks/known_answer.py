@@ -65,13 +65,13 @@ def train_poxm(log: KnownAnswerLog, p: int, lam: float, *, epochs: int = 200, lr
                weight_decay: float = 0.0, seed: int = 0) -> LinearPolicy:
     """POXM on the log: full-batch Adam on -(translated sIS over Phi^p). Parameters start at 0."""
     torch.manual_seed(seed)
-    ctx = log.ctx
-    X = torch.as_tensor(ctx.X, dtype=torch.float64)
-    cand_p = torch.as_tensor(ctx.cand[:, :p])
+    contexts = log.contexts
+    X = torch.as_tensor(contexts.X, dtype=torch.float64)
+    cand_p = torch.as_tensor(contexts.cand[:, :p])
     pos = selector_pos(torch.as_tensor(log.cand_pos), p)
     q = torch.as_tensor(log.q, dtype=torch.float64)
     r = torch.as_tensor(log.rewards, dtype=torch.float64)
-    L = ctx.probs.shape[1]
+    L = contexts.probs.shape[1]
     theta = torch.zeros((L, X.shape[1]), dtype=torch.float64, requires_grad=True)
     b = torch.zeros(L, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.Adam([theta, b], lr=lr, weight_decay=weight_decay)
@@ -89,11 +89,11 @@ def train_dm(log: KnownAnswerLog, n_features: int, *, epochs: int = 200, lr: flo
              weight_decay: float = 0.0, seed: int = 0) -> LinearPolicy:
     """Direct Method: logistic loss on the logged (x, y_ij, r_ij) with features x[:, :n_features]."""
     torch.manual_seed(seed)
-    ctx = log.ctx
-    X = torch.as_tensor(ctx.X[:, :n_features], dtype=torch.float64)
+    contexts = log.contexts
+    X = torch.as_tensor(contexts.X[:, :n_features], dtype=torch.float64)
     acts = torch.as_tensor(log.actions)
     r = torch.as_tensor(log.rewards, dtype=torch.float64)
-    L = ctx.probs.shape[1]
+    L = contexts.probs.shape[1]
     theta = torch.zeros((L, n_features), dtype=torch.float64, requires_grad=True)
     b = torch.zeros(L, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.Adam([theta, b], lr=lr, weight_decay=weight_decay)
@@ -107,18 +107,18 @@ def train_dm(log: KnownAnswerLog, n_features: int, *, epochs: int = 200, lr: flo
 
 
 # ------------------------------------------------------------------------------------ evaluation
-def phi_logits(policy: LinearPolicy, ctx: KnownAnswerContexts, p: int) -> np.ndarray:
-    return np.take_along_axis(policy.scores(ctx.X), ctx.cand[:, :p], 1)
+def phi_logits(policy: LinearPolicy, contexts: KnownAnswerContexts, p: int) -> np.ndarray:
+    return np.take_along_axis(policy.scores(contexts.X), contexts.cand[:, :p], 1)
 
 
-def value_softmax(policy: LinearPolicy, ctx: KnownAnswerContexts, p: int, ell: int) -> float:
+def value_softmax(policy: LinearPolicy, contexts: KnownAnswerContexts, p: int, ell: int) -> float:
     """True value of the PL policy of `policy`'s logits restricted to Phi^p (exact)."""
-    return pl_slate_value(phi_logits(policy, ctx, p), ctx.cand_probs[:, :p], ell)
+    return pl_slate_value(phi_logits(policy, contexts, p), contexts.cand_probs[:, :p], ell)
 
 
-def value_greedy(policy: LinearPolicy, ctx: KnownAnswerContexts, p: int, ell: int) -> float:
+def value_greedy(policy: LinearPolicy, contexts: KnownAnswerContexts, p: int, ell: int) -> float:
     """True value of the top-ell slate of `policy`'s logits within Phi^p."""
-    return greedy_slate_value(phi_logits(policy, ctx, p), ctx.cand_probs[:, :p], ell)
+    return greedy_slate_value(phi_logits(policy, contexts, p), contexts.cand_probs[:, :p], ell)
 
 
 @dataclass(frozen=True)
@@ -146,8 +146,8 @@ def run_regime(world: KnownAnswerWorld, ns, p: int, lams, dm_features, n_eval: i
     v_star = optimal_value(ev, p, ell)
     rows = []
     for n in ns:
-        ctx = sample_contexts(world, n, seed=seed * 1000 + 1)
-        log = simulate_log(world, ctx, seed=seed * 1000 + 2)
+        contexts = sample_contexts(world, n, seed=seed * 1000 + 1)
+        log = simulate_log(world, contexts, seed=seed * 1000 + 2)
         poxm = {}
         for lam in lams:
             pol = train_poxm(log, p, lam, epochs=epochs, lr=lr, seed=seed)

@@ -67,12 +67,12 @@ def train_poxm_grid(log: KnownAnswerLog, splits, p: int, shifts, *, epochs: int 
     and Adam is elementwise, so stacking them changes only the float summation order). `device`: where
     the stacked optimisation runs ("cpu", or "cuda": the same float64 arithmetic).
     """
-    ctx = log.ctx
-    L, m = ctx.probs.shape[1], ctx.X.shape[1]
+    contexts = log.contexts
+    L, m = contexts.probs.shape[1], contexts.X.shape[1]
     K = len(shifts)
     f64 = {"dtype": torch.float64, "device": device}
-    X = torch.as_tensor(ctx.X, **f64)
-    cand = torch.as_tensor(ctx.cand[:, :p], device=device)
+    X = torch.as_tensor(contexts.X, **f64)
+    cand = torch.as_tensor(contexts.cand[:, :p], device=device)
     pos_all = selector_pos(torch.as_tensor(log.cand_pos, device=device), p)
     q_all = torch.as_tensor(log.q, **f64)
     r_all = torch.as_tensor(log.rewards, **f64)
@@ -107,14 +107,14 @@ def _sigmoid(z):
 
 def head_estimates(pol: LinearPolicy, vlog: KnownAnswerLog, p: int, dm: LinearPolicy | None) -> dict:
     """Every reported estimator of `pol` (test-time support Phi^p) on the validation log `vlog`."""
-    vctx = vlog.ctx
-    s_phi = phi_logits(pol, vctx, p)
+    vcontexts = vlog.contexts
+    s_phi = phi_logits(pol, vcontexts, p)
     pos = selector_pos(vlog.cand_pos, p)
     logpi = pl_log_conditionals(s_phi, pos)
     aux = None
     if dm is not None:
-        rhat = _sigmoid(dm.scores(vctx.X))
-        aux = {"dm_term": pl_expectations(s_phi, np.take_along_axis(rhat, vctx.cand[:, :p], 1), pos),
+        rhat = _sigmoid(dm.scores(vcontexts.X))
+        aux = {"dm_term": pl_expectations(s_phi, np.take_along_axis(rhat, vcontexts.cand[:, :p], 1), pos),
                "rhat_logged": np.take_along_axis(rhat, vlog.actions, 1)}
     return validation_estimates({"policy": logpi, "selector": logpi}, vlog.q, vlog.rewards, aux)
 
@@ -124,8 +124,8 @@ def head_rows(T: float, seed: int, n: int, ps, lams, fracs, folds, epochs: int, 
     """One (T, seed): per regime and head, the true value and the validation criteria."""
     world = make_world(temperature=T, seed=seed)
     ell = world.ell
-    ctx = sample_contexts(world, n, seed=seed * 1000 + 1)
-    log = simulate_log(world, ctx, seed=seed * 1000 + 2)
+    contexts = sample_contexts(world, n, seed=seed * 1000 + 1)
+    log = simulate_log(world, contexts, seed=seed * 1000 + 2)
     ev = sample_contexts(world, n_eval, seed=10_000 + seed)
     v_rho = logging_value(ev, ell)
     shifts = [1.0 - lam for lam in lams]                                     # reward shift 1 - lambda
@@ -262,8 +262,8 @@ def main(argv=None) -> int:
             parts.append(_job(job))
             print(f"  T={job[0]} seed={job[1]}: {time.time() - t0:.0f} s", flush=True)
     else:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(a.workers, len(jobs)), mp_context=ctx) as pool:
+        contexts = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(a.workers, len(jobs)), mp_context=contexts) as pool:
             parts = list(pool.map(_job, jobs))
     rows = pd.concat(parts, ignore_index=True)
     criteria = [c for c in CRITERIA if c in rows]

@@ -93,14 +93,14 @@ def data_checksum(record: dict) -> str:
 def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Path | None:
     """results/selection.csv (honest selection on the validation log) and report/; None when the
     report cannot be built yet (said in one line)."""
-    from orchestration.selection import select
+    from orchestration.selection import select_run
 
-    sel = select(rows, criterion) if len(rows) else None
+    sel = select_run(rows, criterion) if len(rows) else None
     if sel is not None:
-        _csv_atomic(sel, rd.selection_csv, list(sel.columns))
+        _csv_atomic(sel.selection, rd.selection_csv, list(sel.selection.columns))
     try:
         from orchestration.report import build_report
-        return Path(build_report(rd.root))
+        return Path(build_report(rd.root, sel))
     except (PoxmInputError, ImportError) as exc:
         say(f"  report: not built ({exc})")
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -193,3 +194,30 @@ def selected_rows(rows: pd.DataFrame, selection: pd.DataFrame, which: str = sele
     picked = rows[rows["final"] & (rows["split"] == split)]
     # merge matches NaN lam to NaN lam (methods without lambda).
     return picked.merge(chosen, on=POINT, how="inner").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class RunSelection:
+    """A run's one selection: its criterion's choices with the oracle's (`selection`, what
+    results/selection.csv holds) and, beside them when the run's criterion is not the paper's and the
+    rows have the paper's criterion, the paper criterion's choices (`paper`, its oracle rows dropped:
+    they are the same as `selection`'s)."""
+    criterion: str
+    selection: pd.DataFrame
+    paper: pd.DataFrame | None = None
+
+    def frame(self) -> pd.DataFrame:
+        """Every choice in one frame (the report's selection.csv)."""
+        if self.paper is None:
+            return self.selection
+        return pd.concat([self.selection, self.paper[self.paper["selection"] != ORACLE]], ignore_index=True)
+
+
+def select_run(rows: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> RunSelection:
+    """The selection of a run, computed once: `select(rows, criterion)` and, beside it, the paper's
+    criterion when it differs and the rows have it (every report shows the paper's choices too)."""
+    criterion = check_criterion(criterion)
+    paper = None
+    if criterion != PAPER_CRITERION and PAPER_CRITERION in val_criteria(rows):
+        paper = select(rows, PAPER_CRITERION)
+    return RunSelection(criterion, select(rows, criterion), paper)

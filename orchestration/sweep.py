@@ -52,7 +52,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     from orchestration.prepare_stage import stage_prepare
     from orchestration.ray_setup import check_resources, ray_init
     from orchestration.track_stage import abort_tracking, close_tracking, stage_points, stage_track
-    from orchestration.tune_stage import run_trials, trial_context
+    from orchestration.tune_stage import run_trials, sweep_inputs
 
     def say(msg: str) -> None:
         if progress:
@@ -92,8 +92,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         if cfg.mlflow.enabled:
             runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
 
-        ctx = trial_context(plan, prepared, runs)
-        done, errored, before, tune_s = run_trials(plan, ctx, max_conc, progress, say)
+        inputs = sweep_inputs(plan, prepared, runs)
+        done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say)
 
         t2 = time.perf_counter()
         rows = gather_rows(rd, plan.names)

@@ -1,10 +1,13 @@
 """One trial on Ray: a Tune function trainable (the driver) that fits a Ray Train `TorchTrainer`
 whose per-worker function runs `poxm_core.training.run_trial` (Train V2 pattern).
 
-    Tuner ──> drive_trial(config, ctx)         Tune trial actor, one per job: a trial (TrialSpec, a group
+    Tuner ──> drive_trial(config, sweep)       Tune trial actor, one per job: a trial (TrialSpec, a group
                 │                              of heads) or a pack of trials (resources.trials_per_job)
                 └─ TorchTrainer(worker_loop)   Ray Train job 'train-<job name>' under run_dir/ray
-                     └─ worker_loop(tlc)       per trial: load Prepared, run_trial, report + checkpoint each epoch
+                     └─ worker_loop({'job': WorkerJob})   per trial: load Prepared, run_trial, report +
+                                                          checkpoint each epoch
+
+`sweep` (`SweepInputs`) and the job (`WorkerJob`) are the typed hand-offs of orchestration/handoff.py.
 
 Resume: the Train run name is stable, so a Train run started again with the same (storage_path,
 name), after a worker crash (Train FailureConfig) or a driver retry (Tune FailureConfig) or
@@ -18,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+from orchestration.handoff import JobMember, SweepInputs, WorkerJob, worker_job
 from orchestration.rundir import read_json, set_trial_state, write_json
 
 CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
@@ -83,12 +87,10 @@ class TrialFiles:
             self.store.put_files(work_dir, f"trials/{self.name}", skip=("done.json", "state.json", "timing.json"))
 
 
-def worker_loop(tlc: dict) -> None:
+def worker_loop(train_loop_config: dict) -> None:
     """The Ray Train worker of a job (one worker per job: no data parallelism, docs/orchestration.md):
     the job's trials one after another, in this process (imports, Ray Train's start-up and a loaded
-    prepared variant serve them all). tlc: cfg (config as given), job (name), members (per trial: name,
-    spec dict, variant_dir + levels relative to the cache, mlflow {uri, heads: {head key: run id}} or
-    None, head_keys), run_root, cache_dir, storage (URI or None), sweep_id, cpus, crash, fit_start.
+    prepared variant serve them all). train_loop_config: {'job': WorkerJob}.
 
     A trial with done.json is skipped; a trial interrupted mid-way continues from Ray's latest
     checkpoint when that checkpoint is the trial's own (its folder name says whose: 'epoch_XXXX' in
@@ -99,36 +101,37 @@ def worker_loop(tlc: dict) -> None:
 
     from poxm_core.config import SweepConfig
 
-    torch.set_num_threads(max(1, int(tlc["cpus"])))
-    cfg = SweepConfig.model_validate(tlc["cfg"])
+    job: WorkerJob = train_loop_config["job"]
+    torch.set_num_threads(max(1, int(job.cpus)))
+    cfg = SweepConfig.model_validate(job.config)
     if cfg.device != "cpu" and torch.cuda.is_available():
         # Ray gives the worker its GPU through CUDA_VISIBLE_DEVICES; get_device() is that card even
         # when several are visible, so 'cuda' means the one Ray reserved for this job.
         torch.cuda.set_device(ray.train.torch.get_device())
-    members = tlc["members"]
+    members = job.members
     E = cfg.training.epochs
     ckpt = ray.train.get_checkpoint()
     ckpt_trial = None
     if ckpt is not None:
         base = Path(ckpt.path).name
-        ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0]["name"]
+        ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0].name
     loaded: dict = {}                 # the last prepared variant loaded: {variant_dir: Prepared}
     head_epochs = 0                   # of this job, for the progress bar
     for i, m in enumerate(members):
-        files = TrialFiles(m["name"], tlc["run_root"], tlc.get("storage"))
-        n_heads = len(m["spec"]["heads"])
+        files = TrialFiles(m.name, job.run_root, job.storage)
+        n_heads = len(m.spec["heads"])
         if files.read_json("done.json") is not None:     # finished by an earlier attempt
             head_epochs += n_heads * E
             continue
-        mine = ckpt if ckpt is not None and ckpt_trial == m["name"] else None
-        _run_member(tlc, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1)
+        mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
+        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1)
         head_epochs += n_heads * E
         ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
                           **({"finished": 1} if i == len(members) - 1 else {})})
 
 
-def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, loaded: dict, base_head_epochs: int,
-                packed: bool) -> None:
+def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
+                base_head_epochs: int, packed: bool) -> None:
     """One trial of a job: load its prepared variant (kept when the previous trial used the same),
     run_trial with a report + checkpoint each epoch, its MLflow runs, timing.json, done.json."""
     import ray.train
@@ -137,30 +140,31 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
     from poxm_core.prepare import load_variant
     from poxm_core.training import TrialSpec, run_trial
 
-    spec = TrialSpec.from_dict(m["spec"])
-    out_dir = files.work_dir(tlc["sweep_id"])
+    spec = TrialSpec.from_dict(m.spec)
+    out_dir = files.work_dir(job.sweep_id)
     # every start counts as a try, also one that is killed before it can record its attempt
     tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
-    files.set_state("running", started=time.time(), job=tlc["job"], tries=tries)
+    files.set_state("running", started=time.time(), job=job.name, tries=tries)
     t0 = time.perf_counter()
-    if m["variant_dir"] not in loaded:
+    variant_dir = m.prepared.dir
+    if variant_dir not in loaded:
         loaded.clear()
         if files.store is None:
-            cache = Path(tlc["cache_dir"])
+            cache = Path(job.cache_dir)
         else:   # this node's own copy of the prepared levels, fetched from storage when missing
             cache = node_dir() / "cache"
-            for rel in m["levels"]:
+            for rel in m.prepared.levels:
                 files.store.get_level(cache, rel)
-        loaded[m["variant_dir"]] = load_variant(cache, cache / m["variant_dir"], mmap=True)
-    prepared = loaded[m["variant_dir"]]
+        loaded[variant_dir] = load_variant(cache, cache / variant_dir, mmap=True)
+    prepared = loaded[variant_dir]
     load_s = time.perf_counter() - t0
 
     logger = None
-    if m.get("mlflow"):
+    if m.runs is not None:
         from orchestration.tracking import PointLogger
-        logger = PointLogger(m["mlflow"]["uri"], m["mlflow"]["heads"])
+        logger = PointLogger(m.runs.uri, m.runs.heads)
         logger.start()
-    n_heads, E = len(m["spec"]["heads"]), cfg.training.epochs
+    n_heads, E = len(m.spec["heads"]), cfg.training.epochs
 
     def on_epoch(epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         if logger is not None:
@@ -172,7 +176,7 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
         else:
             ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
                              checkpoint_dir_name=f"{spec.name}.epoch_{epoch:04d}" if packed else f"epoch_{epoch:04d}")
-        _maybe_crash(tlc.get("crash"), spec.name, epoch, out_dir)
+        _maybe_crash(job.crash, spec.name, epoch, out_dir)
 
     if ckpt is not None:
         resumed = f"ray:{Path(ckpt.path).name}"
@@ -194,14 +198,14 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
         raise
     if logger is not None:
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
-                  zip(m["spec"]["heads"], (m["mlflow"]["heads"][k] for k in m["head_keys"]))}
+                  zip(m.spec["heads"], (m.runs.heads[k] for k in m.head_keys))}
         logger.log_final(df, points, seconds=compute_s)
     files.publish(out_dir)
     timing = files.read_json("timing.json", {"attempts": []})
     timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
                                "start": round(wall1, 3), "end": round(time.time(), 3),
-                               "resumed_from": resumed, "node": os.uname().nodename, "job": tlc["job"],
-                               "job_start": round(tlc["fit_start"], 3),   # the job's TorchTrainer.fit began
+                               "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
+                               "job_start": round(job.fit_start, 3),   # the job's TorchTrainer.fit began
                                "ray_node_id": ray.get_runtime_context().get_node_id(),
                                # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
                                "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
@@ -210,58 +214,39 @@ def _run_member(tlc: dict, cfg, m: dict, index: int, files: TrialFiles, ckpt, lo
     summary = files.read_json("summary.json", {}) or {}
     # fit_s: from the start of the job's TorchTrainer.fit to this trial's end (in a pack, earlier trials included)
     files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
-                                   "fit_s": round(time.time() - tlc["fit_start"], 3), "job": tlc["job"],
+                                   "fit_s": round(time.time() - job.fit_start, 3), "job": job.name,
                                    "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
                                    "attempts": len(timing["attempts"]), "tries": tries})
 
 
-def drive_trial(config: dict, ctx: dict) -> None:
+def drive_trial(config: dict, sweep: SweepInputs) -> None:
     """Tune function trainable: one TorchTrainer job for a job's trials (one trial, or a pack of them
     run one after another). config: {'trial': {'name': job name, 'members': [trial names], ...}};
-    ctx (tune.with_parameters): run_root, cache_dir, storage, sweep_id, cfg, specs {name: spec dict},
-    prepared {name: {dir, levels}}, resources, mlflow (uri + {point key: run id}), crash."""
+    sweep (tune.with_parameters): what every job gets (`SweepInputs`)."""
     import ray.train
     import ray.train.torch
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from orchestration.tracking import point_key
-
-    job = config["trial"]["name"]
-    names = config["trial"].get("members") or [job]
-    files = {n: TrialFiles(n, ctx["run_root"], ctx.get("storage")) for n in names}
+    name = config["trial"]["name"]
+    names = config["trial"].get("members") or [name]
+    files = {n: TrialFiles(n, sweep.run_root, sweep.storage) for n in names}
     todo = [n for n in names if files[n].read_json("done.json") is None]
     if not todo:      # finished before an interruption that Tune's state did not record
         ray.tune.report({"finished": 1, "skipped": 1, "member": len(names) - 1})
         return
-    res = ctx["resources"]
-    members = []
-    for n in names:
-        spec = ctx["specs"][n]
-        m = {"name": n, "spec": spec, "variant_dir": ctx["prepared"][n]["dir"], "levels": ctx["prepared"][n]["levels"],
-             "mlflow": None, "head_keys": [_head_key(h) for h in spec["heads"]]}
-        if ctx.get("mlflow"):
-            pts = ctx["mlflow"]["points"]
-            heads = {}
-            for h in spec["heads"]:
-                key = point_key({"dataset": spec["dataset"], "variant": spec["variant"], "method": h["method"],
-                                 "p": h["p"], "lam": h["lam"], "seed": spec["seed"]})
-                heads[_head_key(h)] = pts[key]
-            m["mlflow"] = {"uri": ctx["mlflow"]["uri"], "heads": heads}
-        members.append(m)
-    tlc = {"cfg": ctx["cfg"], "job": job, "members": members, "run_root": ctx["run_root"],
-           "cache_dir": ctx["cache_dir"], "storage": ctx.get("storage"), "sweep_id": ctx["sweep_id"],
-           "cpus": res["cpus_per_trial"], "crash": ctx.get("crash"), "fit_start": time.time()}
-    use_gpu = res["gpus_per_trial"] > 0
-    per_worker = {"CPU": res["cpus_per_trial"], **({"GPU": res["gpus_per_trial"]} if use_gpu else {})}
+    res = sweep.resources
+    job = worker_job(sweep, name, names, fit_start=time.time())
+    use_gpu = res.gpus_per_trial > 0
+    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
     trainer = ray.train.torch.TorchTrainer(
-        worker_loop, train_loop_config=tlc,
+        worker_loop, train_loop_config={"job": job},
         # one worker, no collectives: gloo is the cheapest process group to set up, on CPU and GPU alike
         torch_config=ray.train.torch.TorchConfig(backend="gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
-            name=f"train-{job}", storage_path=ctx["ray_storage"], callbacks=[TuneReportCallback()],
-            failure_config=ray.train.FailureConfig(max_failures=res["max_failures"]),
+            name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
+            failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
     try:
         trainer.fit()
@@ -280,11 +265,6 @@ def fetch_trial(rd_root: Path, name: str, storage) -> None:
     (done.json last, so a trial is done in the run directory only once its rows are there)."""
     if storage is not None:
         storage.get_files(f"trials/{name}", Path(rd_root) / "trials" / name, last=("done.json",))
-
-
-def _head_key(h: dict) -> str:
-    from poxm_core.training import HeadSpec
-    return HeadSpec(h["method"], h["p"], h["lam"]).key
 
 
 def trial_dirname(trial) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ray.tune import Callback
 
+from orchestration.handoff import PreparedAt, SweepInputs
 from orchestration.plan import SweepPlan
 
 DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see make_tuner)
@@ -79,30 +80,31 @@ def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
     return grid
 
 
-def trial_context(plan: SweepPlan, prepared: dict, runs) -> dict:
-    """What every trial gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
+def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
+    """What every job gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
     given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids."""
     from orchestration.rundir import config_input
     from orchestration.trial import crash_spec
 
     cfg = plan.cfg
-    return {"run_root": str(plan.rd.root), "cache_dir": str(plan.cache_dir), "cfg": config_input(cfg),
-            "storage": plan.storage.uri if plan.storage else None, "ray_storage": ray_storage(plan),
-            "sweep_id": plan.rd.root.name, "specs": {s.name: s.to_dict() for s in plan.specs},
-            "prepared": {s.name: {k: prepared[(s.dataset, s.seed)][s.variant][k] for k in ("dir", "levels")}
-                         for s in plan.specs},
-            "resources": cfg.resources.model_dump(), "crash": crash_spec(),
-            "mlflow": {"uri": runs.uri, "points": runs.points} if runs is not None else None}
+    at = {s.name: prepared[(s.dataset, s.seed)][s.variant] for s in plan.specs}
+    return SweepInputs(
+        run_root=str(plan.rd.root), cache_dir=str(plan.cache_dir), config=config_input(cfg),
+        storage=plan.storage.uri if plan.storage else None, ray_storage=ray_storage(plan),
+        sweep_id=plan.rd.root.name, specs={s.name: s.to_dict() for s in plan.specs},
+        prepared={n: PreparedAt(str(r["dir"]), tuple(r["levels"])) for n, r in at.items()},
+        resources=cfg.resources, crash=crash_spec(),
+        mlflow_uri=runs.uri if runs is not None else None, mlflow_points=dict(runs.points) if runs is not None else None)
 
 
-def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restore: bool):
+def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool):
     import ray.tune
 
     from orchestration.trial import drive_trial, trial_dirname
 
     # The Tune trial only drives its TorchTrainer; giving it a CPU would leave that CPU idle and can
     # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
-    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, ctx=ctx), {"memory": DRIVER_MEMORY})
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), {"memory": DRIVER_MEMORY})
     storage = ray_storage(plan)
     path = f"{storage}/{TUNE_NAME}"
     if restore and ray.tune.Tuner.can_restore(path):
@@ -119,7 +121,7 @@ def make_tuner(plan: SweepPlan, ctx: dict, max_concurrent: int, progress, restor
     ), False
 
 
-def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, say) -> tuple[list, list, set, float]:
+def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress: bool, say) -> tuple[list, list, set, float]:
     """Fit (or continue) the Tuner; (done, errored, done before this call, seconds)."""
     import time
 
@@ -132,7 +134,7 @@ def run_trials(plan: SweepPlan, ctx: dict, max_concurrent: int, progress: bool, 
     before = done_trials(rd.root, plan.names)
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
     # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.merge)
-    tuner, restored = make_tuner(plan, ctx, max_concurrent, prog, restore=tune_covers(plan))
+    tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan))
     jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # From a fresh clone: create .venv (scripts/bootstrap.sh), then run the tests (pytest).
-#   ./scripts/test.sh              the fast tier: every test not marked `slow` (measured 22 s of pytest on 2 quiet cores,
-#                                  517 tests; about 1 min when the machine is busy)
+#   ./scripts/test.sh              the fast tier: every test not marked `slow` (measured 45 s of pytest on 2 busy cores,
+#                                  about 630 tests)
 #   ./scripts/test.sh --all        everything, the slow tier included (Ray, MLflow servers, `poxm` subprocesses,
 #                                  longer training runs; measured: fast 22 s + slow 48 tests 8.5 min = 9 min on 2 cores)
 #   ./scripts/test.sh --slow       the slow tier only

@@ -212,9 +212,41 @@ def test_every_module_imports_on_its_own():
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_modules_import_in_this_process():
+def _third_party(m: str) -> tuple[set[str], set[str]]:
+    """The top-level names of what `m` imports from outside the project: (at module level, inside a function)."""
+    tree = TREES[m]
+    body = {id(n) for n in tree.body}
+    top, lazy = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            root = name.split(".")[0]
+            if root not in PACKAGES and root != "__future__":
+                (top if id(node) in body else lazy).add(root)
+    return top, lazy
+
+
+def test_library_stays_plain_and_its_heavy_optional_imports_stay_lazy():
+    """poxm_core is plain PyTorch/NumPy/SciPy: no module of it imports Ray, MLflow or the orchestration
+    layer (not even inside a function), and Triton and scikit-learn only inside the function that needs
+    them (importing the library never loads them); then every library module imports in this process."""
+    bad, eager = [], []
     for m in MODULES:
-        if not m.startswith("orchestration"):          # the library: no Ray, no MLflow, quick
+        if not m.startswith("poxm_core"):
+            continue
+        top, lazy = _third_party(m)
+        bad += [f"{m}: {r}" for r in sorted((top | lazy) & {"ray", "mlflow", "matplotlib"})]
+        bad += [f"{m}: orchestration" for d in GRAPH[m] if d.startswith("orchestration")]
+        eager += [f"{m}: {r}" for r in sorted(top & {"triton", "sklearn"})]
+    assert bad == [] and eager == []
+    assert "triton" in _third_party("poxm_core.accel.triton_adam")[1]       # the scan sees a lazy import
+    for m in MODULES:
+        if m.startswith("poxm_core"):
             importlib.import_module(m)
 
 
@@ -276,3 +308,36 @@ def test_every_dotted_name_on_the_page_exists():
         if attr not in defined:
             missing.append(name)
     assert missing == []
+
+
+# ------------------------------------------------------------------------------------ the accelerator code
+
+def _code_lines(m: str) -> list[str]:
+    """The module's source lines that are code (its docstrings and comments dropped)."""
+    tree = TREES[m]
+    doc_lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            doc_lines |= set(range(node.lineno, node.end_lineno + 1))
+    return [line.split("#")[0] for i, line in enumerate(MODULES[m].read_text().splitlines(), 1) if i not in doc_lines]
+
+
+def test_only_the_accelerator_package_uses_triton_or_captures_a_cuda_graph():
+    pat = re.compile(r"\bimport triton\b|\bfrom triton\b|torch\.cuda\.graph\(|CUDAGraph\(|\.capture_begin\(")
+    found = [m for m in MODULES if not m.startswith("poxm_core.accel")
+             and any(pat.search(line) for line in _code_lines(m))]
+    assert found == []
+    assert any(pat.search(line) for line in _code_lines("poxm_core.accel.graph"))    # the check can see one
+
+
+def test_adam_update_is_written_once_and_the_loop_names_no_method():
+    # Adam's moment update (m <- lerp(m, g, 1 - b1)) appears in poxm_core/adam.py only (the Triton
+    # kernels in the accelerator package compute it too, checked against it on first use)
+    lerp = [m for m in MODULES if not m.startswith("poxm_core.accel")
+            and any(".lerp_(" in line for line in _code_lines(m))]
+    assert lerp == ["poxm_core.adam"]
+    # the training loop and step decide by what a method declares, not by its name
+    from poxm_core.methods.registry import METHODS
+    for m in ("poxm_core.training.epoch", "poxm_core.training.step", "poxm_core.accel.graph"):
+        code = "\n".join(_code_lines(m))
+        assert [n for n in METHODS if re.search(rf"[\"']{n}[\"']", code)] == [], m

@@ -169,13 +169,13 @@ def test_static_batched_step_equals_eager(tmp_path, monkeypatch):
     spec = pick_trial(tiny_config(methods))
     eager = run_trial(tiny_config(methods, epochs=2), spec, PREP, tmp_path / "eager", progress=False)
     calls = []
-    orig = epoch_mod._GraphedSteps.run_epoch
+    orig = epoch_mod.GraphedSteps.run_epoch
 
     def counted(self, *a):
-        calls.append(self.engine is not None)
+        calls.append(self.step.engine is not None)
         return orig(self, *a)
     monkeypatch.setattr(epoch_mod, "_graphable", lambda *a: True)
-    monkeypatch.setattr(epoch_mod._GraphedSteps, "run_epoch", counted)
+    monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
     static = run_trial(tiny_config(methods, epochs=2, batched_heads=True), spec, PREP, tmp_path / "static",
                        progress=False)
     assert calls == [True, True]

@@ -146,10 +146,10 @@ def test_snis_translation_shifts_by_ell_c_exactly():
 
 
 def test_translated_by_hand():
-    # lam = 0.5: t = [1*.5 + 2*(-.5), 0 + 1*.5, 3*(-.5) + 0] = [-0.5, 0.5, -1.5] -> value -1/2
-    # (= IS - lam * sum w / n = 2/3 - 0.5*7/3). sample var = ((0)^2 + 1^2 + 1^2)/2 = 1 -> stderr 1/sqrt(3)
-    _check(Translated(lam=0.5).estimate(W, R), -0.5, 1 / math.sqrt(3))
-    _check(Translated().estimate(W, R), 2 / 3, 1 / 3)          # lam = 0 is IS
+    # shift = 0.5: t = [1*.5 + 2*(-.5), 0 + 1*.5, 3*(-.5) + 0] = [-0.5, 0.5, -1.5] -> value -1/2
+    # (= IS - shift * sum w / n = 2/3 - 0.5*7/3). sample var = ((0)^2 + 1^2 + 1^2)/2 = 1 -> stderr 1/sqrt(3)
+    _check(Translated(shift=0.5).estimate(W, R), -0.5, 1 / math.sqrt(3))
+    _check(Translated().estimate(W, R), 2 / 3, 1 / 3)          # shift = 0 is IS
 
 
 def test_dr_by_hand():
@@ -274,7 +274,7 @@ def test_every_estimator_numpy_equals_torch(name):
     w, r = rng.exponential(size=(30, 3)), rng.integers(0, 2, size=(30, 3)).astype(float)
     w[:, 1] *= rng.random(30) < 0.5
     aux = _aux(name, rng, w.shape)
-    settings = {"lam": 0.8} if name == "translated" else {}
+    settings = {"shift": 0.8} if name == "translated" else {}
     est = get_estimator(name, **settings)
     got = est.value_torch(torch.tensor(w), torch.tensor(r), **{k: torch.tensor(v) for k, v in aux.items()})
     assert got.item() == pytest.approx(est.value(w, r, **aux), rel=1e-12)
@@ -286,7 +286,7 @@ def test_every_estimator_numpy_equals_torch(name):
 
 def test_torch_value_is_differentiable_wrt_weights():
     w = torch.tensor(W, requires_grad=True)
-    Translated(lam=0.5).value_torch(w, torch.tensor(R)).backward()
+    Translated(shift=0.5).value_torch(w, torch.tensor(R)).backward()
     np.testing.assert_allclose(w.grad.numpy(), (R - 0.5) / 3)           # d/dw (1/n) sum w (r - lam)
     w.grad = None
     SNIS().value_torch(w, torch.tensor(R)).backward()
@@ -314,7 +314,7 @@ BAD = [
     (lambda: DR().estimate(W, R), "dr: expected extra arrays ['dm_term', 'rhat_logged']"),
     (lambda: IS().estimate(W, R, dm_term=W), "unexpected ['dm_term']"),
     (lambda: IS(alpha=1.5), "alpha: expected a float in (0, 1)"),
-    (lambda: Translated(lam=float("nan")), "lam: expected a finite float"),
+    (lambda: Translated(shift=float("nan")), "shift: expected a finite float"),
     (lambda: IS().estimate_bootstrap(W, R, n_boot=1), "n_boot: expected an int >= 2"),
     (lambda: ESTIMATORS["snsi"], "did you mean 'snis'"),
     (lambda: get_estimator("foo"), "valid: " + ", ".join(sorted(ESTIMATORS))),

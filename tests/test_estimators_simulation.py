@@ -114,7 +114,7 @@ def test_pruned_is_and_sis_are_unbiased_for_the_pruned_value(slate_world):
     _assert_unbiased(SIS().per_sample(w_sis, d["r"]), v_phi, "sIS pruned")
     # translated: E[w_ij] = 1 at every position (pi_A(.|x, y_<j) sums to 1 on A \ y_<j), so the
     # target is V_pruned - lam * ell
-    _assert_unbiased(Translated(lam=0.8).per_sample(w_sis, d["r"]), v_phi - 0.8 * d["ell"], "translated")
+    _assert_unbiased(Translated(shift=0.8).per_sample(w_sis, d["r"]), v_phi - 0.8 * d["ell"], "translated")
     # the pruned target is not the slate value for ell > 1 (so the test distinguishes them)
     assert abs(v_all - _value_slate(d["wd"], d["A_all"], d["ell"])) > 0.01
 

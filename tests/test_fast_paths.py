@@ -1,7 +1,8 @@
-"""The fast paths of issue 9 compute what the plain ones compute.
+"""The fast paths compute what the plain ones compute.
 
-- The sync-free training step of the CUDA-graph loop (training/epoch.py `_GraphedSteps`, static
-  RowScorer / RowAdam / NetworkStack steps): run here on CPU without a graph (the same kernels a
+- The sync-free training step of the CUDA-graph loop (accel/graph.py `GraphedSteps` running the static
+  training/step.py `TrainStep`: static RowScorer / RowAdam / NetworkStack steps): run here on CPU
+  without a graph (the same kernels a
   capture records), a trial's numbers agree with the eager loop's within float tolerance, and the
   sync-free unique is torch.unique.
 - The Monte-Carlo slate metrics' vectorised Gumbel noise is NumPy's `Generator.gumbel` to the last
@@ -16,7 +17,8 @@ import torch
 import poxm_core.training.epoch as epoch_mod
 from poxm_core.slate_metrics import _gumbel, stochastic_metrics
 from poxm_core.training.checkpoint import load_checkpoint, save_checkpoint
-from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer, static_unique
+from poxm_core.accel.static import static_unique
+from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 from poxm_core.training.command import pick_trial
 from poxm_core.training.trainer import run_trial
 from tests.trial_fixtures import tiny_config, tiny_prepared
@@ -72,13 +74,13 @@ def test_static_trial_equals_eager_trial(tmp_path, monkeypatch):
     spec = pick_trial(cfg)
     eager = run_trial(cfg, spec, prep, tmp_path / "eager", progress=False)
     calls = []
-    orig = epoch_mod._GraphedSteps.run_epoch
+    orig = epoch_mod.GraphedSteps.run_epoch
 
     def counted(self, *a):
         calls.append(1)
         return orig(self, *a)
     monkeypatch.setattr(epoch_mod, "_graphable", lambda *a: True)
-    monkeypatch.setattr(epoch_mod._GraphedSteps, "run_epoch", counted)
+    monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
     static = run_trial(cfg, spec, prep, tmp_path / "static", progress=False)
     assert len(calls) == 2
     a, b = _final(eager), _final(static)

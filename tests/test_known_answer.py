@@ -74,17 +74,17 @@ def _pl_brute(s: np.ndarray, v: np.ndarray, ell: int) -> float:
 # ------------------------------------------------------------------------------------ (i) values
 def test_optimum_matches_brute_force():
     world = make_world(seed=SEED, **WORLD)
-    ctx = sample_contexts(world, 6, seed=3)
-    per = optimal_value(ctx, P, ELL, per_context=True)
-    for i in range(ctx.n):
-        best = max(ctx.probs[i, list(S)].sum() for S in itertools.combinations(ctx.cand[i, :P], ELL))
+    contexts = sample_contexts(world, 6, seed=3)
+    per = optimal_value(contexts, P, ELL, per_context=True)
+    for i in range(contexts.n):
+        best = max(contexts.probs[i, list(S)].sum() for S in itertools.combinations(contexts.cand[i, :P], ELL))
         assert per[i] == pytest.approx(best, abs=1e-12)
     # no PL policy on Phi^p beats it, and the greedy slate of the true probabilities attains it
     g = np.random.default_rng(0)
     for scale in (0.5, 3.0, 50.0):
-        s = g.normal(size=(ctx.n, P)) * scale
-        assert np.all(pl_slate_value(s, ctx.cand_probs[:, :P], ELL, per_context=True) <= per + 1e-12)
-    assert greedy_slate_value(ctx.cand_probs[:, :P], ctx.cand_probs[:, :P], ELL) == pytest.approx(per.mean())
+        s = g.normal(size=(contexts.n, P)) * scale
+        assert np.all(pl_slate_value(s, contexts.cand_probs[:, :P], ELL, per_context=True) <= per + 1e-12)
+    assert greedy_slate_value(contexts.cand_probs[:, :P], contexts.cand_probs[:, :P], ELL) == pytest.approx(per.mean())
 
 
 def test_exact_pl_value_matches_enumeration():
@@ -105,22 +105,22 @@ def test_exact_pl_value_matches_enumeration():
 @pytest.mark.slow
 def test_log_is_consistent_with_rho():
     world = make_world(seed=SEED, **WORLD)
-    ctx = sample_contexts(world, 10000, seed=4)
-    log = simulate_log(world, ctx, seed=5)
-    rho = np.exp(ctx.log_rho)
+    contexts = sample_contexts(world, 10000, seed=4)
+    log = simulate_log(world, contexts, seed=5)
+    rho = np.exp(contexts.log_rho)
     np.testing.assert_allclose(rho.sum(axis=1), 1.0)
-    assert np.all(np.diff(ctx.log_rho, axis=1) <= 1e-12)                  # candidates in rho order
-    np.testing.assert_array_equal(np.take_along_axis(ctx.cand, log.cand_pos, 1), log.actions)
+    assert np.all(np.diff(contexts.log_rho, axis=1) <= 1e-12)                  # candidates in rho order
+    np.testing.assert_array_equal(np.take_along_axis(contexts.cand, log.cand_pos, 1), log.actions)
     rho_j = np.take_along_axis(rho, log.cand_pos, 1)
     np.testing.assert_allclose(log.rho, rho_j, rtol=1e-12)
-    naive_q = rho_j / (1.0 - np.concatenate([np.zeros((ctx.n, 1)), np.cumsum(rho_j, 1)[:, :-1]], axis=1))
+    naive_q = rho_j / (1.0 - np.concatenate([np.zeros((contexts.n, 1)), np.cumsum(rho_j, 1)[:, :-1]], axis=1))
     np.testing.assert_allclose(log.q, naive_q, rtol=1e-6)
     # the logged slates' mean true value estimates V(rho) (Monte-Carlo over the log)
-    per = np.take_along_axis(ctx.cand_probs, log.cand_pos, 1).sum(axis=1)
-    se = per.std() / np.sqrt(ctx.n)
-    assert abs(per.mean() - logging_value(ctx, ELL)) < 4 * se
+    per = np.take_along_axis(contexts.cand_probs, log.cand_pos, 1).sum(axis=1)
+    se = per.std() / np.sqrt(contexts.n)
+    assert abs(per.mean() - logging_value(contexts, ELL)) < 4 * se
     # and the rewards are Bernoulli of those probabilities
-    assert abs(log.rewards.sum(axis=1).mean() - per.mean()) < 4 * log.rewards.sum(axis=1).std() / np.sqrt(ctx.n)
+    assert abs(log.rewards.sum(axis=1).mean() - per.mean()) < 4 * log.rewards.sum(axis=1).std() / np.sqrt(contexts.n)
 
 
 # ----------------------------------------------------------------------------------- (ii), (iii)
@@ -152,6 +152,7 @@ def test_poxm_approaches_the_optimum_as_n_grows():
     assert B.value_greedy(large, ev, P, ELL) <= v_star + 1e-12
 
 
+@pytest.mark.slow
 def test_peaked_logging_dm_is_biased_poxm_gets_closer():
     world, pol, dm = _fit(0.5, N_LARGE, dm=True)
     ev = _eval_ctx(world)

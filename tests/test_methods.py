@@ -147,7 +147,7 @@ def test_translated_loss_matches_the_translated_estimator():
     q = torch.rand(7, 4, generator=g) * 0.9 + 0.1
     r = (torch.rand(7, 4, generator=g) > 0.5).float()
     w = importance_weights_torch(logpi, q)
-    ref = -get_estimator("translated", lam=0.8).value_torch(w, r)
+    ref = -get_estimator("translated", shift=0.8).value_torch(w, r)
     assert torch.allclose(translated_loss(logpi, q, r, 0.8), ref, atol=1e-6)
 
 
@@ -287,9 +287,32 @@ def test_skyline_raises_true_labels_and_lowers_the_rest():
         get_method("skyline").loss(RowScorer(P, b.z), toy_batch([[1]], [[1]], [[0.3]], [[0.0]], CAND), ctx())
 
 
-def test_logging_trains_nothing():
-    with pytest.raises(NotImplementedError):
-        get_method("logging").loss(None, None, None)
+def test_logging_head_is_rho_in_every_epoch_and_is_never_stepped(tmp_path):
+    """The logging 'method' is the logging policy itself: in a trial beside a trained head its rows are
+    epoch 0 and the same after 1 or 2 epochs (nothing of it trains; only its DR estimate moves, whose
+    reward model is the DM head trained beside), it has no training loss and no checkpointed
+    parameters, while the trained head's rows do move with the epochs."""
+    from tests.trial_fixtures import tiny_config, tiny_prepared
+    from poxm_core.training import run_trial, trial_specs
+    from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint
+
+    prep = tiny_prepared()
+    methods = {"logging": {}, "poxm": {"p": [4], "lam": [0.5], "lr": 0.05}}
+    out = {}
+    for E in (1, 2):
+        cfg = tiny_config(methods, epochs=E)
+        spec = trial_specs(cfg, "seed")[0]
+        df = run_trial(cfg, spec, prep, tmp_path / f"e{E}", progress=False)
+        out[E] = df[df["final"]].set_index(["method", "split", "metric"])["value"].sort_index()
+        log_rows = df[df["method"] == "logging"]
+        assert len(log_rows) and set(log_rows["epoch"]) == {0}
+        assert not ((log_rows["split"] == "train") & (log_rows["metric"] == "loss")).any()
+        state = load_checkpoint(latest_checkpoint(tmp_path / f"e{E}"), "cpu")
+        assert not [k for k in state["heads"] if k.startswith("logging/")]
+    a, b = out[1]["logging"], out[2]["logging"]
+    keep = a.index.get_level_values("metric") != "DR"
+    assert len(a[keep]) > 10 and a[keep].equals(b[keep])
+    assert not np.allclose(out[1]["poxm"].to_numpy(), out[2]["poxm"].to_numpy())
 
 
 # --------------------------------------------------------------------------------- scorer / Adam
@@ -334,3 +357,31 @@ def test_row_adam_dense_is_torch_adam_and_sparse_is_adam_on_the_rows():
     assert torch.allclose(P2.W[[2, 5]], sub, atol=1e-6)
     keep = [l for l in range(L) if l not in (2, 5)]
     assert torch.equal(P2.W[keep], W0[keep])
+
+
+def test_graph_safety_is_declared_by_each_class_and_a_refusal_is_logged_once(caplog):
+    """The CUDA-graph loop reads `graph_safe` from the method, not a list of names: POXM, wPOXM and DM
+    declare it; a subclass (a plugin's POXM with its own loss) does not inherit it, and a trial with
+    such a head runs without the graph and says so once in the log."""
+    import logging
+    from types import SimpleNamespace
+
+    from poxm_core.methods.poxm import POXM
+    from poxm_core.training import epoch
+
+    assert {n for n, m in METHODS.items() if get_method(n).graph_safe} == {"poxm", "wpoxm", "dm"}
+
+    class MyPOXM(POXM):
+        name = "my_poxm_plugin"
+
+    assert POXM.graph_safe and not MyPOXM.graph_safe
+
+    def head(method):
+        return SimpleNamespace(method=method, policy=SimpleNamespace(dense_opt=None, reads_sparse=False, shared_stack=None))
+    cuda = torch.device("cuda")    # only its type is read: no GPU needed
+    assert epoch._graphable([head(POXM()), head(get_method("dm"))], False, cuda)
+    with caplog.at_level(logging.WARNING, logger=epoch.__name__):
+        assert not epoch._graphable([head(POXM()), head(MyPOXM())], False, cuda)
+        assert not epoch._graphable([head(MyPOXM())], False, cuda)
+    said = [r for r in caplog.records if "my_poxm_plugin" in r.getMessage()]
+    assert len(said) == 1 and "graph_safe" in said[0].getMessage()

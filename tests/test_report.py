@@ -422,3 +422,36 @@ def test_bad_selection_criterion_in_config_is_an_input_error(tmp_path):
     run = _config_run(tmp_path, "name: tiny\nselection: {criterion: ESS}\n")
     with pytest.raises(PoxmInputError, match="selection.criterion"):
         build_report(run)
+
+
+def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypatch):
+    """The run's selection (its typed criterion, here SNIS) is the report's: the report neither selects
+    again nor reads the criterion from config.yaml (which says IS here), and results/selection.csv is
+    the run's criterion and the oracle rows of the report's selection.csv."""
+    import orchestration.report.build as B
+    from orchestration.gather import select_and_report
+    from orchestration.rundir import RunDir
+
+    run = tmp_path / "run"
+    (run / "results").mkdir(parents=True)
+    rows = []
+    for s in (0, 1):
+        for p, is_v, snis_v, r5 in ((10, 0.2, 0.9, 0.40), (20, 0.8, 0.1, 0.50)):   # IS picks 20, SNIS picks 10
+            kw = dict(dataset="d", variant="A", method="poxm", p=p, lam=0.8, seed=s, epoch=2, final=True)
+            rows += [make_row(split="test", metric=m, value=r5, **kw) for m in STOCH]
+            rows += [make_row(split="val", metric="IS", value=is_v, **kw),
+                     make_row(split="val", metric="SNIS", value=snis_v, **kw)]
+    frame = to_frame(rows)
+    frame.to_csv(run / "results" / "rows.csv", index=False)
+    (run / "config.yaml").write_text("name: tiny\nseeds: [0, 1]\nselection: {criterion: IS}\n")
+
+    def no_second_selection(*a, **k):
+        raise AssertionError("the report selected a second time")
+    monkeypatch.setattr(B, "select_run", no_second_selection)
+    out = select_and_report(RunDir(run), "SNIS", B.read_rows(run / "results" / "rows.csv"), print)
+    assert out == run / "report"
+    assert "Selection criterion: **SNIS**" in (out / "index.md").read_text()
+    rep = pd.read_csv(out / "selection.csv")
+    res = pd.read_csv(run / "results" / "selection.csv")
+    assert set(rep["selection"]) == {"snis", "oracle"} and set(rep[rep["selection"] == "snis"]["p"]) == {10}
+    pd.testing.assert_frame_equal(rep, res)

@@ -79,8 +79,8 @@ def test_subset_log_takes_the_rows():
     sub = subset_log(log, rows)
     np.testing.assert_array_equal(sub.actions, log.actions[rows])
     np.testing.assert_array_equal(sub.q, log.q[rows])
-    np.testing.assert_array_equal(sub.ctx.X, log.ctx.X[rows])
-    np.testing.assert_array_equal(sub.ctx.cand, log.ctx.cand[rows])
+    np.testing.assert_array_equal(sub.contexts.X, log.contexts.X[rows])
+    np.testing.assert_array_equal(sub.contexts.cand, log.contexts.cand[rows])
 
 
 def test_batched_heads_equal_heads_trained_one_by_one():

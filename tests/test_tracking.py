@@ -56,6 +56,7 @@ def test_flat_params_and_standard_tags():
     assert "mlflow.source.git.commit" not in tracking.standard_tags("unknown")
 
 
+@pytest.mark.slow
 def test_run_dir_store_is_recorded_relatively_and_relocated(tmp_path):
     """A copied run directory opens (and logs artifacts to) its own copy of the store."""
     import shutil

@@ -34,8 +34,8 @@ from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, e
                                             expected_from_rows, seed_stats)
 from orchestration.report.index import render_html, render_markdown
 from orchestration.report.stability import stability, stability_table
-from orchestration.selection import (DEFAULT_CRITERION, ORACLE, PAPER_CRITERION, POINT, check_criterion,
-                                     check_rows, select, selected_rows, selection_label, val_criteria)
+from orchestration.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
+                                     check_rows, select_run, selected_rows, selection_label, val_criteria)
 from poxm_core.atomic import publish
 from poxm_core.errors import PoxmInputError
 from poxm_core.results import COLUMNS
@@ -219,7 +219,7 @@ def coverage_notes(rows: pd.DataFrame, selection: pd.DataFrame, expected: pd.Dat
 # --------------------------------------------------------------------------------------------
 # build
 
-def _write_report(run_dir: Path, out: Path) -> None:
+def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) -> None:
     rows = read_rows(run_dir / "results" / "rows.csv")
     prepare = read_prepare(run_dir / "results" / "prepare.csv")
     config = read_config(run_dir / "config.yaml")
@@ -232,18 +232,19 @@ def _write_report(run_dir: Path, out: Path) -> None:
         expected, source = expected_from_rows(rows[rows["final"]]), \
             "the results themselves (no sweep.json or config.yaml: every method seen is expected for every seed seen)"
 
-    criterion = selection_criterion(config)
+    if chosen is None:    # a report built on its own (library use): select here, once
+        chosen = select_run(rows, selection_criterion(config))
+    criterion = chosen.criterion
     protocol = run_protocol(config)
     label = selection_label(criterion)
-    selection = select(rows, criterion)
+    selection = chosen.selection
     chosen_test = selected_rows(rows, selection, label)
     stats = seed_stats(chosen_test)
     params = _variant_params(config)
     criteria = val_criteria(rows)
     # the paper's criterion beside the run's: its choices, tables and claims stay in every report
-    paper_sel = None
-    if criterion != PAPER_CRITERION and PAPER_CRITERION in criteria:
-        paper_sel = select(rows, PAPER_CRITERION)
+    paper_sel = chosen.paper
+    if paper_sel is not None:
         paper_stats = seed_stats(selected_rows(rows, paper_sel, selection_label(PAPER_CRITERION)))
     shown = [criterion] + ([PAPER_CRITERION] if paper_sel is not None else [])
     claim_frames = [f for f in (C.claims(rows, s, c) for c, s in zip(shown, [selection, paper_sel])) if len(f)]
@@ -256,9 +257,7 @@ def _write_report(run_dir: Path, out: Path) -> None:
     tdir.mkdir(parents=True)
     fdir.mkdir(parents=True)
     sel_path = out / "selection.csv"
-    all_sel = selection if paper_sel is None else pd.concat(
-        [selection, paper_sel[paper_sel["selection"] != ORACLE]], ignore_index=True)
-    T.atomic_write_text(sel_path, all_sel.to_csv(index=False))
+    T.atomic_write_text(sel_path, chosen.frame().to_csv(index=False))
 
     name = str(config.get("name", run_dir.name))
     header = (f"Run directory `{run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
@@ -367,8 +366,12 @@ def _paper_tables(d: str, v: str, stats: pd.DataFrame, paper_sel: pd.DataFrame, 
     return out
 
 
-def build_report(run_dir: str | os.PathLike) -> Path:
+def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = None) -> Path:
     """Build run_dir/report/ from run_dir/results/*.csv; returns the report directory.
+
+    `selection`: the run's selection (`orchestration.selection.select_run`, computed once by the run
+    with its validated config's criterion); without it (a report built on its own) the report selects
+    with the criterion of run_dir/config.yaml.
 
     Built in a temporary directory beside it, then swapped in, so a failed build leaves the old
     report untouched and no half-written report looks complete.
@@ -379,7 +382,7 @@ def build_report(run_dir: str | os.PathLike) -> Path:
     final = run_dir / "report"
     tmp = Path(tempfile.mkdtemp(prefix=".report.tmp-", dir=run_dir))
     try:
-        _write_report(run_dir, tmp)
+        _write_report(run_dir, tmp, selection)
         old = None
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=".report.old-", dir=run_dir))

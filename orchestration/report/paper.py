@@ -46,10 +46,6 @@ TABLE2: dict[str, dict[str, tuple[float, ...]]] = {
     },
 }
 
-# Table tab:wPOXM (tex line 491): wPOXM relative to POXM on EUR-Lex, in percent.
-WPOXM_RELATIVE_EURLEX = {"R@3": -5.38, "R@5": -5.00, "nDCR@3": -4.53, "nDCR@5": -4.38,
-                         "PSR@3": +4.77, "PSR@5": +4.28, "PSnDCR@3": +5.73, "PSnDCR@5": +6.51}
-
 # The logging policy Table 2 was run with (tab:logging_param): (alpha, beta, T).
 PAPER_LOGGING = {"eurlex-4k": (0.2, 0.0, 2.0), "wiki10-31k": (0.1, 0.0, 1.0), "amazon-670k": (0.2, 0.0, 2.0)}
 # Without the variant's parameters, the variant name that is taken to be the paper's policy.

@@ -103,8 +103,8 @@ class KnownAnswerContexts:
 
 @dataclass(frozen=True)
 class KnownAnswerLog:
-    """A bandit log on the contexts `ctx` (one slate per context)."""
-    ctx: KnownAnswerContexts
+    """A bandit log on the contexts `contexts` (one slate per context)."""
+    contexts: KnownAnswerContexts
     actions: np.ndarray    # (n, ell) label ids, in slate order
     cand_pos: np.ndarray   # (n, ell) rank of actions[i, j] in rho's candidate order
     q: np.ndarray          # (n, ell) conditional propensities, in (0, 1]
@@ -154,14 +154,14 @@ def sample_contexts(world: KnownAnswerWorld, n: int, seed: int) -> KnownAnswerCo
                                cand_probs=np.take_along_axis(probs, cand, 1))
 
 
-def simulate_log(world: KnownAnswerWorld, ctx: KnownAnswerContexts, seed: int) -> KnownAnswerLog:
+def simulate_log(world: KnownAnswerWorld, contexts: KnownAnswerContexts, seed: int) -> KnownAnswerLog:
     """One slate of ell labels per context from rho (Plackett-Luce via Gumbel-top-k), Bernoulli rewards."""
     g = tagged_rng(seed, "log")
-    n, K, ell = ctx.n, world.K, world.ell
-    keys = ctx.log_rho + g.gumbel(size=(n, K))
+    n, K, ell = contexts.n, world.K, world.ell
+    keys = contexts.log_rho + g.gumbel(size=(n, K))
     pos = np.argsort(-keys, axis=1, kind="stable")[:, :ell].astype(np.int64)    # cand_pos, slate order
-    lr_j = np.take_along_axis(ctx.log_rho, pos, 1)
-    undrawn = ctx.log_rho.copy()
+    lr_j = np.take_along_axis(contexts.log_rho, pos, 1)
+    undrawn = contexts.log_rho.copy()
     np.put_along_axis(undrawn, pos, -np.inf, axis=1)
     base = _lse(undrawn, axis=1)                                                  # mass never drawn
     # log of the mass still available before position j: undrawn + rho_j + ... + rho_ell
@@ -169,25 +169,25 @@ def simulate_log(world: KnownAnswerWorld, ctx: KnownAnswerContexts, seed: int) -
     remain = _lse(np.concatenate([np.broadcast_to(base[:, None, None], (n, ell, 1)), terms], axis=2), axis=2)
     q = np.exp(np.minimum(lr_j - remain, 0.0))
     q = np.maximum(q, np.finfo(np.float64).tiny)
-    probs_j = np.take_along_axis(ctx.cand_probs, pos, 1)
+    probs_j = np.take_along_axis(contexts.cand_probs, pos, 1)
     rewards = (g.random((n, ell)) < probs_j).astype(np.float64)
-    return KnownAnswerLog(ctx=ctx, actions=np.take_along_axis(ctx.cand, pos, 1), cand_pos=pos, q=q,
+    return KnownAnswerLog(contexts=contexts, actions=np.take_along_axis(contexts.cand, pos, 1), cand_pos=pos, q=q,
                           rho=np.exp(lr_j), rewards=rewards)
 
 
 def subset_log(log: KnownAnswerLog, rows) -> KnownAnswerLog:
     """The log restricted to the instances `rows` (in that order): a validation slice or a fold."""
     rows = np.asarray(rows, dtype=np.int64)
-    c = log.ctx
-    ctx = KnownAnswerContexts(X=c.X[rows], probs=c.probs[rows], cand=c.cand[rows], log_rho=c.log_rho[rows],
+    c = log.contexts
+    contexts = KnownAnswerContexts(X=c.X[rows], probs=c.probs[rows], cand=c.cand[rows], log_rho=c.log_rho[rows],
                               cand_probs=c.cand_probs[rows])
-    return KnownAnswerLog(ctx=ctx, actions=log.actions[rows], cand_pos=log.cand_pos[rows], q=log.q[rows],
+    return KnownAnswerLog(contexts=contexts, actions=log.actions[rows], cand_pos=log.cand_pos[rows], q=log.q[rows],
                           rho=log.rho[rows], rewards=log.rewards[rows])
 
 
-def phi_scores(scores_all: np.ndarray, ctx: KnownAnswerContexts, p: int) -> np.ndarray:
+def phi_scores(scores_all: np.ndarray, contexts: KnownAnswerContexts, p: int) -> np.ndarray:
     """(n, p) logits of Phi^p(x) = cand[:, :p] picked from per-label logits (n, L)."""
-    return np.take_along_axis(np.asarray(scores_all, dtype=np.float64), ctx.cand[:, :p], 1)
+    return np.take_along_axis(np.asarray(scores_all, dtype=np.float64), contexts.cand[:, :p], 1)
 
 
 # -------------------------------------------------------------------------------------- values
@@ -337,14 +337,14 @@ def greedy_slate_value(scores, probs, ell: int, *, per_context: bool = False):
     return per if per_context else float(per.mean())
 
 
-def optimal_value(ctx: KnownAnswerContexts, p: int, ell: int, *, per_context: bool = False):
+def optimal_value(contexts: KnownAnswerContexts, p: int, ell: int, *, per_context: bool = False):
     """V* within Phi^p: mean_x of the sum of the `ell` largest true probabilities in Phi^p(x)."""
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not ell <= p <= ctx.cand.shape[1]:
-        raise PoxmInputError(f"p: expected an int in [ell={ell}, K={ctx.cand.shape[1]}], got {p!r}")
-    per = -np.sort(-ctx.cand_probs[:, :p], axis=1)[:, :ell].sum(axis=1)
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not ell <= p <= contexts.cand.shape[1]:
+        raise PoxmInputError(f"p: expected an int in [ell={ell}, K={contexts.cand.shape[1]}], got {p!r}")
+    per = -np.sort(-contexts.cand_probs[:, :p], axis=1)[:, :ell].sum(axis=1)
     return per if per_context else float(per.mean())
 
 
-def logging_value(ctx: KnownAnswerContexts, ell: int, *, per_context: bool = False, method: str = "exact"):
+def logging_value(contexts: KnownAnswerContexts, ell: int, *, per_context: bool = False, method: str = "exact"):
     """True value of the logging policy rho (PL over C(x) with logits log rho)."""
-    return pl_slate_value(ctx.log_rho, ctx.cand_probs, ell, per_context=per_context, method=method)
+    return pl_slate_value(contexts.log_rho, contexts.cand_probs, ell, per_context=per_context, method=method)

@@ -95,7 +95,7 @@ class BaseEstimator:
     # How the trainer reports it on the validation log (`estimators.validation`): the metric name of
     # its rows (`label`, e.g. "SNIS"), the support A of the policy's log pi_A: "policy" (the test-time
     # policy's own support S) or "selector" (Phi^p(x), sIS); reported=False for an objective that
-    # needs a setting the validation log does not have (translated: lam).
+    # needs a setting the validation log does not have (translated: shift).
     label: ClassVar[str] = ""
     support: ClassVar[str] = "policy"
     reported: ClassVar[bool] = True

@@ -31,7 +31,7 @@ ESTIMATORS: dict[str, type[BaseEstimator]] = _Registry(
 
 
 def get_estimator(name: str, **settings) -> BaseEstimator:
-    """An estimator instance by registry name, e.g. get_estimator('translated', lam=0.9)."""
+    """An estimator instance by registry name, e.g. get_estimator('translated', shift=0.1)."""
     return ESTIMATORS[name](**settings)
 
 

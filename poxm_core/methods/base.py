@@ -111,7 +111,7 @@ def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor,
     w = masked_weights(logpi, q)
     if scale is not None:
         w = w * scale
-    return -get_estimator("translated", lam=float(shift)).torch_value(w, rewards)
+    return -get_estimator("translated", shift=float(shift)).torch_value(w, rewards)
 
 
 def masked_weights(logpi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -138,6 +138,15 @@ class Method:
     policy: ClassVar[str | None] = None
     # True: the trainer fits the reward model (DM) first and passes it as ctx.reward
     needs_reward_model: ClassVar[bool] = False
+    # True: the loss may run inside a captured CUDA graph (no host synchronisation, no host-side
+    # randomness, no labels or reward model read). Declared by each class for itself, never inherited:
+    # a subclass that changes the loss says again that it is safe (`__init_subclass__`).
+    graph_safe: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "graph_safe" not in cls.__dict__:
+            cls.graph_safe = False
 
     # ------------------------------------------------------------------ config
     def options(self, mc: MethodConfig | None = None) -> MethodConfig:
@@ -216,11 +225,3 @@ class Method:
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"
-
-
-def dense_targets(labels: sp.csr_matrix, device: torch.device) -> torch.Tensor:
-    """(B, L) float32 0/1 targets of a batch (batch-bounded memory)."""
-    t = torch.zeros(labels.shape, dtype=torch.float32, device=device)
-    rows = np.repeat(np.arange(labels.shape[0]), np.diff(labels.indptr))
-    t[torch.as_tensor(rows, device=device), torch.as_tensor(labels.indices.astype(np.int64), device=device)] = 1.0
-    return t

@@ -19,6 +19,7 @@ class DirectMethod(Method):
     train_support = "logged"
     test_policy = "greedy"
     lr_group = "supervised"
+    graph_safe = True
 
     def initial_bias(self, prepared) -> np.ndarray:
         """The log-odds of the logged reward rate (logged data only), for every label."""

@@ -32,6 +32,7 @@ class POXM(Method):
     test_policy = "softmax"
     Options = POXMOptions
     lr_group = "is"
+    graph_safe = True
 
     def test_support(self, mc: POXMOptions) -> str:
         return mc.support   # "phi" | "candidates"

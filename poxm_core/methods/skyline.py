@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from poxm_core.errors import PoxmInputError
-from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, dense_targets
+from poxm_core.methods.base import Batch, HeadContext, Method, Scorer
+from poxm_core.model.core import dense_targets
 
 
 class Skyline(Method):

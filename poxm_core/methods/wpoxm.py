@@ -15,6 +15,7 @@ from poxm_core.methods.poxm import POXM
 
 class WPOXM(POXM):
     name = "wpoxm"
+    graph_safe = True
 
     def weight_scale(self, batch: Batch) -> torch.Tensor:
         return batch.inv_prop_actions

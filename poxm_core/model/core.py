@@ -53,6 +53,15 @@ def csr_to_bag(X: sp.csr_matrix, device: torch.device) -> tuple[torch.Tensor, to
             torch.as_tensor(w, device=device))
 
 
+def dense_targets(labels: sp.csr_matrix, device: torch.device) -> torch.Tensor:
+    """(m, L) float32 0/1 targets of a batch's CSR label rows. Only for a batch or micro-batch: m is
+    bounded by the batch size or the memory budget, never the whole data set."""
+    t = torch.zeros(labels.shape, dtype=torch.float32, device=device)
+    rows = np.repeat(np.arange(labels.shape[0]), np.diff(labels.indptr))
+    t[torch.as_tensor(rows, device=device), torch.as_tensor(labels.indices.astype(np.int64), device=device)] = 1.0
+    return t
+
+
 class SparseEncoder(nn.Module):
     """g_phi: sparse (n, D) -> dense (n, d). See the module docstring for the formula and why."""
 

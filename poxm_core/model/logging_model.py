@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from poxm_core.config import ModelConfig
 from poxm_core.csr import check_csr
-from poxm_core.model.core import CoreModel, csr_to_bag, resolve_device
+from poxm_core.model.core import CoreModel, csr_to_bag, dense_targets, resolve_device
 from poxm_core.seeds import tagged_rng
 
 _BYTES_PER_LOGIT = 16
@@ -44,14 +44,6 @@ def alpha_sample(n: int, alpha: float, seed: int, rows: np.ndarray | None = None
         raise ValueError("rows: no training instances to sample the logging model's data from")
     m = min(pool.size, max(1, int(round(alpha * n))))
     return np.sort(tagged_rng(seed, "logging-sample").choice(pool, size=m, replace=False))
-
-
-def _dense_targets(Y: sp.csr_matrix, device: torch.device) -> torch.Tensor:
-    """(m, L) float32 0/1 targets of a micro-batch (m is bounded by the memory budget)."""
-    t = torch.zeros(Y.shape, dtype=torch.float32, device=device)
-    rows = np.repeat(np.arange(Y.shape[0]), np.diff(Y.indptr))
-    t[torch.as_tensor(rows, device=device), torch.as_tensor(Y.indices.astype(np.int64), device=device)] = 1.0
-    return t
 
 
 def micro_batch_rows(n_labels: int, chunk_mb: int) -> int:
@@ -101,7 +93,7 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
             for mstart in range(0, batch.size, micro):
                 mb = batch[mstart:mstart + micro]
                 logits = model(*csr_to_bag(Xs[mb], dev))
-                loss = F.binary_cross_entropy_with_logits(logits, _dense_targets(Ys[mb], dev),
+                loss = F.binary_cross_entropy_with_logits(logits, dense_targets(Ys[mb], dev),
                                                           reduction="sum") / batch.size
                 loss.backward()
                 total += loss.detach()

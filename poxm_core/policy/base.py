@@ -61,6 +61,18 @@ class Policy(nn.Module):
     def features(self, z: torch.Tensor, bag: Bag | None) -> torch.Tensor:
         raise NotImplementedError
 
+    # ---- inside a training step -----------------------------------------------------------------
+    @property
+    def shared_stack(self) -> nn.Module | None:
+        """The module holding this policy's dense layers together with other heads' (a `NetworkStack`:
+        one forward and one optimiser step per batch for all its heads), or None."""
+        return None
+
+    def step_features(self, z: torch.Tensor, bag: Bag | None, stacked: dict) -> torch.Tensor:
+        """This head's features in a training step; `stacked` maps id(shared stack) to that stack's
+        joint forward of the batch. A policy without a shared stack computes its own."""
+        return self.features(z, bag)
+
     # ---- shared ---------------------------------------------------------------------------------
     def scorer(self, z: torch.Tensor, bag: Bag | None, grad: bool = True) -> RowScorer:
         return RowScorer(self.out, self.features(z, bag), grad=grad)

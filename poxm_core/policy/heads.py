@@ -14,55 +14,32 @@ for the bias correction and L2 weight decay added to the gradient of the touched
 "lazy" Adam of sparse embeddings (torch.optim.SparseAdam's update, plus weight decay). Rows that a
 step does not touch are left bit-identical; when every row is touched it is torch.optim.Adam.
 
-Static mode (`RowScorer(..., static=True)`, `RowAdam.step_static`; the CUDA-graph training loop of
-poxm_core/training/epoch.py): the same update without a host synchronisation or a data-dependent
+Static mode (`RowScorer(..., static=True)`, `RowAdam.step_static`; the CUDA-graph runner of
+poxm_core/accel/graph.py): the same update without a host synchronisation or a data-dependent
 shape, so that a step can be captured in a CUDA graph. The unique rows come from a sort
-(`static_unique`: B*m slots, the first r of them the sorted unique rows, the rest padding that gets no
-gradient and is never written back), the Adam bias corrections from a step counter on the device. The
+(`accel.static.static_unique`: B*m slots, the first r of them the sorted unique rows, the rest padding
+that gets no gradient and is never written back), the Adam bias corrections from a step counter on the
+device; on CUDA with Triton the update is one fused kernel (`accel.triton_adam.fused_row_adam`). The
 arithmetic is the same; only the float summation order of a row's gradient may differ (atomic adds).
+The update itself is `poxm_core.adam`'s.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
-__all__ = ["RowScorer", "RowAdam", "HeadParams", "init_head", "static_unique"]
+from poxm_core.accel.static import static_unique
+from poxm_core.accel.triton_adam import fused_row_adam
+from poxm_core.adam import adam_update_, row_adam_update_
+
+__all__ = ["RowScorer", "RowAdam", "HeadParams"]
 
 
 @dataclass
 class HeadParams:
     W: torch.Tensor   # (L, d) float32
     b: torch.Tensor   # (L,) float32
-
-
-def init_head(W0: np.ndarray, b0: np.ndarray, init: str, seed: int, device: torch.device) -> HeadParams:
-    """Copy of the logging head (init='logging') or N(0, 0.01^2) / 0 (init='random', seeded)."""
-    if init == "logging":
-        return HeadParams(torch.tensor(W0, dtype=torch.float32, device=device),
-                          torch.tensor(b0, dtype=torch.float32, device=device))
-    g = torch.Generator().manual_seed(seed)
-    W = torch.randn(W0.shape, generator=g, dtype=torch.float32) * 0.01
-    return HeadParams(W.to(device), torch.zeros(b0.shape, dtype=torch.float32, device=device))
-
-
-def static_unique(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sync-free `torch.unique(ids, return_inverse=True)` with a fixed shape: (rows (N,), inv like ids,
-    src (N,)), N = ids.numel(). rows[:r] are the r sorted unique ids (rows[r:] = 0, padding), inv maps
-    each id to its slot (so rows[inv] == ids), src[j] = j for the r real slots and 0 for the padding
-    (the slot a write-back takes instead: padding slots rewrite slot 0's row with slot 0's value)."""
-    flat = ids.reshape(-1)
-    n = flat.numel()
-    srt, order = torch.sort(flat)
-    first = torch.ones(n, dtype=torch.bool, device=flat.device)
-    first[1:] = srt[1:] != srt[:-1]
-    seg = torch.cumsum(first, 0) - 1                                  # slot of each sorted position
-    inv = torch.empty_like(seg).scatter_(0, order, seg)
-    rows = torch.zeros_like(flat).scatter_(0, seg, srt)               # duplicates write the same value
-    ar = torch.arange(n, device=flat.device)
-    src = torch.where(ar <= seg[-1], ar, torch.zeros_like(ar))
-    return rows, inv.view(ids.shape), src
 
 
 class RowScorer:
@@ -151,24 +128,23 @@ class RowAdam:
         self.step_count += 1
         t = self.step_count
         b1, b2 = self.betas
-        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        adam = dict(step=self.lr / (1 - b1 ** t), sqrt_c2=(1 - b2 ** t) ** 0.5, betas=self.betas, eps=self.eps,
+                    weight_decay=self.weight_decay)
         rows = scorer.rows
         for p, leaf, m, v in ((params.W, scorer.leaf_W, self.m_W, self.v_W),
                               (params.b, scorer.leaf_b, self.m_b, self.v_b)):
             g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
             if rows is None:
-                self._update(p, g, m, v, c1, c2)
+                adam_update_(p, g, m, v, **adam)
             else:
-                ps, ms, vs = p[rows], m[rows], v[rows]
-                self._update(ps, g, ms, vs, c1, c2)
-                p[rows], m[rows], v[rows] = ps, ms, vs
+                row_adam_update_(p, g, m, v, rows, **adam)
 
     @torch.no_grad()
     def step_static(self, params: HeadParams, scorer: RowScorer) -> None:
         """`step` for a static scorer, with the step count on the device (`self.t`, see
         `sync_counter`): no host synchronisation, so it can run inside a CUDA graph. The caller
         advances `step_count` on the host (one per step). On CUDA with Triton the whole update (W and b
-        rows, both moments) is one kernel (`_row_adam_kernel`); else torch ops."""
+        rows, both moments) is one kernel (`accel.triton_adam.fused_row_adam`); else torch ops."""
         b1, b2 = self.betas
         self.t.add_(1.0)
         step = (self.lr / (1.0 - torch.pow(b1, self.t))).float()           # lr / c1, as the host computes it
@@ -176,36 +152,19 @@ class RowAdam:
         rows, src = scorer.rows, scorer.src
         gW = scorer.leaf_W.grad if scorer.leaf_W.grad is not None else torch.zeros_like(scorer.leaf_W)
         gb = scorer.leaf_b.grad if scorer.leaf_b.grad is not None else torch.zeros_like(scorer.leaf_b)
-        if params.W.is_cuda and _fused_row_adam(self, params, rows, src, gW.contiguous(), gb.contiguous(),
-                                                torch.stack([step, sqrt_c2])):
+        if params.W.is_cuda and fused_row_adam(params.W, self.m_W, self.v_W, params.b, self.m_b, self.v_b, rows, src,
+                                               gW.contiguous(), gb.contiguous(), torch.stack([step, sqrt_c2]),
+                                               self.betas, self.eps, self.weight_decay):
             return
-        dst = rows.index_select(0, src)
         for p, g, m, v in ((params.W, gW, self.m_W, self.v_W), (params.b, gb, self.m_b, self.v_b)):
-            ps, ms, vs = p.index_select(0, rows), m.index_select(0, rows), v.index_select(0, rows)
-            if self.weight_decay:
-                g = g + self.weight_decay * ps
-            ms.lerp_(g, 1 - b1)
-            vs.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (vs.sqrt() / sqrt_c2).add_(self.eps)
-            ps.sub_(ms / denom * step)
-            for full, part in ((p, ps), (m, ms), (v, vs)):
-                full.index_copy_(0, dst, part.index_select(0, src))
+            row_adam_update_(p, g, m, v, rows, src=src, step=step, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
+                             weight_decay=self.weight_decay, scale_after_divide=True)
 
     def sync_counter(self) -> None:
         """Set the device step counter `t` (float64) to the host's step_count."""
         if getattr(self, "t", None) is None:
             self.t = torch.zeros((), dtype=torch.float64, device=self.m_W.device)
         self.t.fill_(float(self.step_count))
-
-    def _update(self, p, g, m, v, c1, c2) -> None:
-        """In place on p, m, v (torch.optim.Adam's arithmetic, non-fused)."""
-        b1, b2 = self.betas
-        if self.weight_decay:
-            g = g + self.weight_decay * p
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        denom = (v.sqrt() / (c2 ** 0.5)).add_(self.eps)
-        p.addcdiv_(m, denom, value=-self.lr / c1)
 
     def state_dict(self) -> dict:
         return {"step_count": self.step_count, "m_W": self.m_W, "v_W": self.v_W, "m_b": self.m_b, "v_b": self.v_b}
@@ -214,140 +173,3 @@ class RowAdam:
         self.step_count = int(s["step_count"])
         for k in ("m_W", "v_W", "m_b", "v_b"):
             getattr(self, k).copy_(s[k])
-
-
-# ------------------------------------------------------------------------------ fused row Adam (CUDA)
-
-_ROW_KERNEL = None     # None: not built yet; False: unavailable (no Triton, or it failed its self-check)
-
-
-def _row_adam_kernel():
-    """The Triton kernel of `RowAdam.step_static`: slot j < r (src[j] == j) updates row rows[j] of W, b
-    and their moments from the slot's gradient; padding slots do nothing. Same arithmetic as the torch
-    ops (IEEE sqrt and division; (1 - b1), (1 - b2) and lr / c1 from the host/device in double)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def kernel(W, mW, vW, b, mb, vb, gW, gb, rows, src, sc, N, d, omb1, b2, omb2, eps, wd,
-               HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
-        j = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-        jm = j < N
-        s = tl.load(src + j, mask=jm, other=-1)
-        valid = jm & (s == j)
-        r = tl.load(rows + j, mask=valid, other=0).to(tl.int64)
-        step = tl.load(sc)
-        sqrt_c2 = tl.load(sc + 1)
-        cols = tl.arange(0, BLOCK_D)
-        m2 = valid[:, None] & (cols < d)[None, :]
-        off = r[:, None] * d + cols[None, :]
-        g = tl.load(gW + j[:, None] * d + cols[None, :], mask=m2, other=0.0)
-        p = tl.load(W + off, mask=m2, other=0.0)
-        m = tl.load(mW + off, mask=m2, other=0.0)
-        v = tl.load(vW + off, mask=m2, other=0.0)
-        if HAS_WD:
-            g = g + wd * p
-        m = m + omb1 * (g - m)
-        v = v * b2 + omb2 * g * g
-        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps
-        p = p - tl.div_rn(m, denom) * step
-        tl.store(W + off, p, mask=m2)
-        tl.store(mW + off, m, mask=m2)
-        tl.store(vW + off, v, mask=m2)
-        g1 = tl.load(gb + j, mask=valid, other=0.0)
-        p1 = tl.load(b + r, mask=valid, other=0.0)
-        m1 = tl.load(mb + r, mask=valid, other=0.0)
-        v1 = tl.load(vb + r, mask=valid, other=0.0)
-        if HAS_WD:
-            g1 = g1 + wd * p1
-        m1 = m1 + omb1 * (g1 - m1)
-        v1 = v1 * b2 + omb2 * g1 * g1
-        denom1 = tl.div_rn(tl.sqrt_rn(v1), sqrt_c2) + eps
-        p1 = p1 - tl.div_rn(m1, denom1) * step
-        tl.store(b + r, p1, mask=valid)
-        tl.store(mb + r, m1, mask=valid)
-        tl.store(vb + r, v1, mask=valid)
-
-    return kernel
-
-
-def _launch_row(kernel, opt: RowAdam, params: HeadParams, rows, src, gW, gb, sc) -> None:
-    N, d = gW.shape
-    b1, b2 = opt.betas
-    block_d = triton_next_pow2(d)
-    block_r = max(1, min(64, 4096 // block_d))
-    kernel[((N + block_r - 1) // block_r,)](params.W, opt.m_W, opt.v_W, params.b, opt.m_b, opt.v_b, gW, gb, rows, src,
-                                            sc, N, d, 1 - b1, b2, 1 - b2, opt.eps, float(opt.weight_decay),
-                                            HAS_WD=bool(opt.weight_decay), BLOCK_R=block_r, BLOCK_D=block_d)
-
-
-def triton_next_pow2(x: int) -> int:
-    return 1 << max(0, int(x) - 1).bit_length()
-
-
-def _fused_row_adam(opt: RowAdam, params: HeadParams, rows, src, gW, gb, sc) -> bool:
-    """Run the fused kernel; False (the caller uses torch ops) where it is unavailable. The first use
-    checks the kernel against the torch ops on a small random problem and disables it on a mismatch."""
-    global _ROW_KERNEL
-    if _ROW_KERNEL is None:
-        _ROW_KERNEL = False
-        try:
-            kernel = _row_adam_kernel()
-            if _self_check(kernel, params.W.device):
-                _ROW_KERNEL = kernel
-        except Exception as exc:   # noqa: BLE001  (no Triton, or it cannot compile the kernel)
-            import warnings
-            warnings.warn(f"fused row Adam unavailable ({type(exc).__name__}: {exc}); using torch ops",
-                          RuntimeWarning, stacklevel=3)
-    if _ROW_KERNEL is False:
-        return False
-    _launch_row(_ROW_KERNEL, opt, params, rows, src, gW, gb, sc)
-    return True
-
-
-def _self_check(kernel, device) -> bool:
-    """The kernel against the torch ops of `step_static` on random data (2 steps, 37 rows of width 20)."""
-    import warnings
-    g = torch.Generator(device=device).manual_seed(0)
-    L, d, B, m = 300, 20, 9, 6
-    W0, b0 = torch.randn(L, d, generator=g, device=device), torch.randn(L, generator=g, device=device)
-    res = []
-    for fused in (False, True):
-        params = HeadParams(W0.clone(), b0.clone())
-        opt = RowAdam((L, d), device, lr=0.01)
-        opt.sync_counter()
-        gg = torch.Generator(device=device).manual_seed(1)
-        for _ in range(2):
-            ids = torch.randint(0, L, (B, m), generator=gg, device=device)
-            rows, inv, src = static_unique(ids)
-            gW = torch.randn(rows.numel(), d, generator=gg, device=device)
-            gb = torch.randn(rows.numel(), generator=gg, device=device)
-            gW[src != torch.arange(rows.numel(), device=device)] = 0.0     # padding slots get no gradient
-            opt.t.add_(1.0)
-            step = (opt.lr / (1.0 - torch.pow(opt.betas[0], opt.t))).float()
-            sqrt_c2 = (1.0 - torch.pow(opt.betas[1], opt.t)).sqrt().float()
-            if fused:
-                _launch_row(kernel, opt, params, rows, src, gW, gb, torch.stack([step, sqrt_c2]))
-            else:
-                opt.t.sub_(1.0)
-                sc = RowScorer(params, torch.zeros(B, d, device=device), static=True)
-                sc.rows, sc.src = rows, src
-                sc.leaf_W = params.W.index_select(0, rows).requires_grad_()
-                sc.leaf_b = params.b.index_select(0, rows).requires_grad_()
-                sc.leaf_W.grad, sc.leaf_b.grad = gW, gb
-                _torch_row_step(opt, params, sc)
-        res.append((params.W.clone(), params.b.clone(), opt.m_W.clone(), opt.v_W.clone(), opt.v_b.clone()))
-    ok = all(torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(*res))
-    if not ok:
-        warnings.warn("fused row Adam disagrees with the torch ops; using torch ops", RuntimeWarning, stacklevel=4)
-    return ok
-
-
-def _torch_row_step(opt: RowAdam, params: HeadParams, scorer: RowScorer) -> None:
-    """step_static through the torch ops only (the self-check's reference)."""
-    global _ROW_KERNEL
-    saved, _ROW_KERNEL = _ROW_KERNEL, False
-    try:
-        opt.step_static(params, scorer)
-    finally:
-        _ROW_KERNEL = saved

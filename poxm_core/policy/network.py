@@ -82,6 +82,13 @@ class NetworkPolicy(Policy):
         h = self.stack[0].h
         return stacked[:, self.index * h:(self.index + 1) * h]
 
+    @property
+    def shared_stack(self) -> NetworkStack:
+        return self.stack[0]
+
+    def step_features(self, z: torch.Tensor, bag: Bag | None, stacked: dict) -> torch.Tensor:
+        return self.from_stacked(stacked[id(self.stack[0])])
+
 
 class EndToEndPolicy(Policy):
     """The paper's skyline: the methods' architecture with every learned layer trained, from a fresh init.

@@ -14,80 +14,25 @@ vectorised Adam step updates them all. Adam is elementwise, so this IS H indepen
 per-head learning rate is a vector over the columns. Each head's init is drawn from its own seeded
 generator into its block, exactly as when the head is trained alone.
 
-Static mode (`forward(..., static=True)`, `step_static`; the CUDA-graph training loop of
-training/epoch.py): no host synchronisation. The EmbeddingBag's gradient is an index_add of the
-entries (`_BagSum`: padding entries of weight 0 add exactly 0), the bias corrections come from a
-step counter on the device, and on CUDA the Adam update of each parameter is one fused Triton
-kernel (`_fused_adam`, one read of p, g, m, v and one write of p, m, v) instead of ten passes.
+Static mode (`forward(..., static=True)`, `step_static`; the CUDA-graph runner of
+poxm_core/accel/graph.py): no host synchronisation. The EmbeddingBag's gradient is an index_add of the
+entries (`accel.static.BagSum`: padding entries of weight 0 add exactly 0), the bias corrections come
+from a step counter on the device, and on CUDA the Adam update of each parameter is one fused Triton
+kernel (`accel.triton_adam.fused_adam`, one read of p, g, m, v and one write of p, m, v) instead of
+ten passes. The update itself is `poxm_core.adam`'s.
 """
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from poxm_core.accel.static import BagSum
+from poxm_core.accel.triton_adam import fused_adam
+from poxm_core.adam import adam_update_
+
 __all__ = ["NetworkStack"]
-
-
-class _BagSum(torch.autograd.Function):
-    """sum-mode EmbeddingBag with per-sample weights whose backward is an index_add (no host sync):
-    grad V[idx[e]] += w[e] * grad_out[bag(e)]. bag_of (n_entries,) gives each entry's bag."""
-
-    @staticmethod
-    def forward(ctx, V, idx, off, w, bag_of):
-        ctx.save_for_backward(idx, w, bag_of)
-        ctx.shape = V.shape
-        return F.embedding_bag(idx, V, off, mode="sum", per_sample_weights=w)
-
-    @staticmethod
-    def backward(ctx, g):
-        idx, w, bag_of = ctx.saved_tensors
-        gV = torch.zeros(ctx.shape, dtype=g.dtype, device=g.device)
-        gV.index_add_(0, idx, g.index_select(0, bag_of) * w.unsqueeze(1))
-        return gV, None, None, None, None
-
-
-_TRITON = None
-
-
-def _triton_adam():
-    """The fused Adam kernel (Triton), or None where Triton is not available."""
-    global _TRITON
-    if _TRITON is None:
-        try:
-            import triton
-            import triton.language as tl
-
-            @triton.jit
-            def adam_kernel(p_ptr, g_ptr, m_ptr, v_ptr, lr_ptr, sc_ptr, n, ncol, omb1, b2, omb2, eps, wd,
-                            HAS_WD: tl.constexpr, BLOCK: tl.constexpr):
-                pid = tl.program_id(0)
-                offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-                mask = offs < n
-                c1 = tl.load(sc_ptr)
-                sqrt_c2 = tl.load(sc_ptr + 1)
-                p = tl.load(p_ptr + offs, mask=mask)
-                g = tl.load(g_ptr + offs, mask=mask)
-                m = tl.load(m_ptr + offs, mask=mask)
-                v = tl.load(v_ptr + offs, mask=mask)
-                lr = tl.load(lr_ptr + offs % ncol, mask=mask)
-                if HAS_WD:
-                    g = g + wd * p
-                m = m + omb1 * (g - m)                  # torch.lerp(m, g, 1 - b1)
-                v = v * b2 + omb2 * g * g               # (1 - b1), (1 - b2) from the host in double, as torch
-                denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps   # IEEE sqrt and division, as torch's kernels
-                p = p - tl.div_rn(m, denom) * tl.div_rn(lr, c1)
-                tl.store(p_ptr + offs, p, mask=mask)
-                tl.store(m_ptr + offs, m, mask=mask)
-                tl.store(v_ptr + offs, v, mask=mask)
-
-            _TRITON = adam_kernel
-        except Exception:   # noqa: BLE001  (no Triton, or no GPU it can compile for)
-            _TRITON = False
-    return _TRITON or None
 
 
 class NetworkStack(nn.Module):
@@ -126,9 +71,9 @@ class NetworkStack(nn.Module):
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self, z: torch.Tensor, bag, static: bool = False) -> torch.Tensor:
         """(B, H h) features of every head (column block k = head k). static: `bag` carries a 4th
-        tensor, each entry's bag (`_BagSum`, the sync-free backward)."""
+        tensor, each entry's bag (`BagSum`, the sync-free backward)."""
         if static:
-            out = self.c + _BagSum.apply(self.V, bag[0], bag[1], bag[2], bag[3])
+            out = self.c + BagSum.apply(self.V, bag[0], bag[1], bag[2], bag[3])
         else:
             out = self.c + F.embedding_bag(bag[0], self.V, bag[1], mode="sum", per_sample_weights=bag[2])
         return out + z @ self.U if self.use_encoder else out
@@ -151,13 +96,9 @@ class NetworkStack(nn.Module):
             g = p.grad
             if g is None:
                 continue
-            if self.weight_decay:
-                g = g + self.weight_decay * p
             m, v = self.moments[n]
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / (c2 ** 0.5)).add_(self.eps)
-            p.sub_(m / denom * (self.lr / c1))
+            adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=c2 ** 0.5, betas=self.betas, eps=self.eps,
+                         weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
 
     @torch.no_grad()
@@ -169,34 +110,18 @@ class NetworkStack(nn.Module):
         self.t.add_(1.0)
         c1 = (1.0 - torch.pow(b1, self.t)).float()
         sqrt_c2 = (1.0 - torch.pow(b2, self.t)).sqrt().float()
-        kernel = _triton_adam() if self.V.is_cuda else None
-        if kernel is not None:
-            sc = torch.stack([c1, sqrt_c2])
+        sc = torch.stack([c1, sqrt_c2]) if self.V.is_cuda else None
         for n, p in self.named_parameters():
             g = p.grad
             if g is None:
                 continue
             m, v = self.moments[n]
             lr = self.lr if p.dim() == 1 or p.shape[-1] == self.lr.numel() else None
-            fused = kernel is not None and p.numel() and lr is not None and g.is_contiguous() and p.is_contiguous()
-            if fused:
-                N = p.numel()
-                try:
-                    kernel[((N + 1023) // 1024,)](p, g, m, v, lr, sc, N, self.lr.numel(), 1 - b1, b2, 1 - b2,
-                                                  self.eps, float(self.weight_decay), HAS_WD=bool(self.weight_decay),
-                                                  BLOCK=1024)
-                except Exception as exc:   # noqa: BLE001  (a Triton that cannot compile it: the torch ops)
-                    global _TRITON
-                    _TRITON, kernel, fused = False, None, False
-                    warnings.warn(f"fused Adam unavailable ({type(exc).__name__}: {exc}); using torch ops",
-                                  RuntimeWarning, stacklevel=2)
+            fused = (sc is not None and p.numel() and lr is not None and g.is_contiguous() and p.is_contiguous()
+                     and fused_adam(p, g, m, v, lr, sc, self.betas, self.eps, self.weight_decay))
             if not fused:
-                if self.weight_decay:
-                    g = g + self.weight_decay * p
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v.sqrt() / sqrt_c2).add_(self.eps)
-                p.sub_(m / denom * (self.lr / c1))
+                adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
+                             weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
 
     def sync_counter(self) -> None:

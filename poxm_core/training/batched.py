@@ -38,14 +38,16 @@ import torch.nn.functional as F
 from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
 from poxm_core.methods import Batch, HeadContext
 from poxm_core.methods.banditnet import BanditNet
-from poxm_core.methods.base import dense_targets, masked_weights
+from poxm_core.methods.base import masked_weights
+from poxm_core.model.core import dense_targets
 from poxm_core.methods.dm import DirectMethod
 from poxm_core.methods.dr_poxm import DRPOXM
 from poxm_core.methods.pm_banditnet import PMBanditNet
 from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline
 from poxm_core.methods.wpoxm import WPOXM
-from poxm_core.policy.heads import static_unique
+from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.accel.static import static_unique
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 
 __all__ = ["BatchedHeads", "assign", "KINDS"]
@@ -255,45 +257,45 @@ class BatchedHeads:
         """One Adam step of every head's output layer: the touched rows of the sparse heads, every row of
         the full heads (RowAdam's arithmetic, each head with its own rate and step count)."""
         b1, b2 = self.betas
-        neg, sq = [], []
+        steps, sq = [], []
         for h, lr in zip(self.heads, self.lr):
             opt = h.policy.out_opt
             opt.step_count += 1
             t = opt.step_count
-            neg.append(-lr / (1 - b1 ** t))
+            steps.append(lr / (1 - b1 ** t))
             sq.append((1 - b2 ** t) ** 0.5)
         dt = self.W.dtype
-        neg_t = torch.tensor(neg, dtype=dt, device=self.device)
+        step_t = torch.tensor(steps, dtype=dt, device=self.device)
         sq_t = torch.tensor(sq, dtype=dt, device=self.device)
         if self._rows is not None:
             rows = self._rows
             hk = torch.div(rows, self.L, rounding_mode="floor")
-            ns, sc = neg_t.index_select(0, hk), sq_t.index_select(0, hk)
+            ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
             for full, mom, vel, leaf in ((self.W.view(-1, self.h), self.mW.view(-1, self.h), self.vW.view(-1, self.h),
                                           self._leaf_W),
                                          (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)):
                 g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                shape = (-1,) + (1,) * (full.dim() - 1)
                 # on a CPU in chunks of rows that stay in cache through Adam's passes (the same elementwise
                 # arithmetic; the whole union of rows at once streamed each pass from memory)
-                step = _CPU_ROWS if rows.device.type == "cpu" else rows.numel()
-                for c in range(0, rows.numel(), max(1, step)):
-                    r = rows[c:c + step]
-                    ps, ms, vs = full[r], mom[r], vel[r]
-                    shape = (-1,) + (1,) * (ps.dim() - 1)
-                    self._update(ps, g[c:c + step], ms, vs, ns[c:c + step].view(shape), sc[c:c + step].view(shape))
-                    full[r], mom[r], vel[r] = ps, ms, vs
+                n = _CPU_ROWS if rows.device.type == "cpu" else rows.numel()
+                for c in range(0, rows.numel(), max(1, n)):
+                    row_adam_update_(full, g[c:c + n], mom, vel, rows[c:c + n], step=ss[c:c + n].view(shape),
+                                     sqrt_c2=sc[c:c + n].view(shape), betas=self.betas, eps=self.eps,
+                                     weight_decay=self.wd)
         if self._full_W is not None:
-            self._step_full(neg_t, sq_t)
+            self._step_full(step_t, sq_t)
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = None
 
-    def _step_full(self, neg_t: torch.Tensor, sq_t: torch.Tensor) -> None:
+    def _step_full(self, step_t: torch.Tensor, sq_t: torch.Tensor) -> None:
         """Dense Adam over the full-softmax heads' block (heads Hs: on), shared by `step` and `step_static`."""
         Hs = self.Hs
         for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
                                      (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b)):
             g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
             shape = (-1,) + (1,) * (full.dim() - 1)
-            self._update(full, g, mom, vel, neg_t[Hs:].view(shape), sq_t[Hs:].view(shape))
+            adam_update_(full, g, mom, vel, step=step_t[Hs:].view(shape), sqrt_c2=sq_t[Hs:].view(shape),
+                         betas=self.betas, eps=self.eps, weight_decay=self.wd)
 
     @torch.no_grad()
     def step_static(self) -> None:
@@ -303,24 +305,21 @@ class BatchedHeads:
         b1, b2 = self.betas
         self.t.add_(1.0)
         dt = self.W.dtype
-        neg_t = (-self.lr_t / (1.0 - torch.pow(b1, self.t))).to(dt)
+        step_t = (self.lr_t / (1.0 - torch.pow(b1, self.t))).to(dt)
         sq_t = (1.0 - torch.pow(b2, self.t)).sqrt().to(dt)
         if self._rows is not None:
             rows, src = self._rows, self._src
             hk = torch.div(rows, self.L, rounding_mode="floor")
-            ns, sc = neg_t.index_select(0, hk), sq_t.index_select(0, hk)
-            dst = rows.index_select(0, src)
+            ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
             for full, mom, vel, leaf in ((self.W.view(-1, self.h), self.mW.view(-1, self.h), self.vW.view(-1, self.h),
                                           self._leaf_W),
                                          (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)):
                 g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                ps, ms, vs = full.index_select(0, rows), mom.index_select(0, rows), vel.index_select(0, rows)
-                shape = (-1,) + (1,) * (ps.dim() - 1)
-                self._update(ps, g, ms, vs, ns.view(shape), sc.view(shape))
-                for tgt, part in ((full, ps), (mom, ms), (vel, vs)):
-                    tgt.index_copy_(0, dst, part.index_select(0, src))
+                shape = (-1,) + (1,) * (full.dim() - 1)
+                row_adam_update_(full, g, mom, vel, rows, src=src, step=ss.view(shape), sqrt_c2=sc.view(shape),
+                                 betas=self.betas, eps=self.eps, weight_decay=self.wd)
         if self._full_W is not None:
-            self._step_full(neg_t, sq_t)
+            self._step_full(step_t, sq_t)
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = self._src = None
 
     def sync_counter(self) -> None:
@@ -329,13 +328,3 @@ class BatchedHeads:
         if self.t is None:
             self.t = torch.zeros(self.H, dtype=torch.float64, device=self.device)
         self.t.copy_(counts)
-
-    def _update(self, p, g, m, v, neg_step, sqrt_c2) -> None:
-        """RowAdam._update in place, with per-row (per-head) step lr / c1 and sqrt(c2)."""
-        b1, b2 = self.betas
-        if self.wd:
-            g = g + self.wd * p
-        m.lerp_(g, 1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        denom = (v.sqrt() / sqrt_c2).add_(self.eps)
-        p.addcdiv_(m * neg_step, denom)

@@ -1,0 +1,99 @@
+"""What crosses into Ray for the trials, typed: one meaning per name.
+
+    SweepInputs   what every job of a sweep gets (`tune.with_parameters(drive_trial, sweep=...)`),
+                  built once in the driver by `orchestration.tune_stage.sweep_inputs`
+    WorkerJob     what the one Ray Train worker of a job gets (`TorchTrainer(train_loop_config=...)`,
+                  under the key 'job'): the job's trials (`JobMember`) and where to read and write,
+                  built by `worker_job` in the job's Tune driver
+
+Plain frozen dataclasses of strings, numbers, dicts and the resources settings: they pickle as they
+are, and a worker validates the sweep config again from `config` (the keys as the user gave them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poxm_core.config import ResourcesConfig
+
+__all__ = ["PreparedAt", "SweepInputs", "HeadRuns", "JobMember", "WorkerJob", "worker_job"]
+
+
+@dataclass(frozen=True)
+class PreparedAt:
+    """Where a trial's prepared variant is: `dir` (the variant, relative to the cache) and `levels`
+    (every prepared level it needs, relative to the cache; storage mode fetches them)."""
+    dir: str
+    levels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SweepInputs:
+    run_root: str                          # the run directory
+    cache_dir: str                         # the prepared-data cache
+    config: dict                           # the sweep config as given (rundir.config_input)
+    storage: str | None                    # resources.storage_path URI, None: the run directory
+    ray_storage: str                       # Ray Tune's and Ray Train's storage_path
+    sweep_id: str                          # the run directory's name
+    specs: dict[str, dict]                 # trial name -> TrialSpec.to_dict()
+    prepared: dict[str, PreparedAt]        # trial name -> its prepared variant
+    resources: ResourcesConfig
+    crash: str | None = None               # fault injection for tests (trial.CRASH_ENV)
+    mlflow_uri: str | None = None          # None: no MLflow tracking
+    mlflow_points: dict[str, str] | None = None   # grid point key -> its MLflow run id
+
+
+@dataclass(frozen=True)
+class HeadRuns:
+    """A trial's MLflow runs: head key ('poxm/p=10/lam=0.9') -> run id, on the server `uri`."""
+    uri: str
+    heads: dict[str, str]
+
+
+@dataclass(frozen=True)
+class JobMember:
+    """One trial of a job."""
+    name: str
+    spec: dict                             # TrialSpec.to_dict()
+    prepared: PreparedAt
+    head_keys: tuple[str, ...]             # its heads' keys, in spec order
+    runs: HeadRuns | None = None
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    name: str                              # the job's name (the trial's, or the pack's)
+    members: tuple[JobMember, ...]
+    config: dict                           # the sweep config as given
+    run_root: str
+    cache_dir: str
+    storage: str | None
+    sweep_id: str
+    cpus: float                            # resources.cpus_per_trial: the worker's torch threads
+    fit_start: float                       # when the job's TorchTrainer.fit began (time.time())
+    crash: str | None = None
+
+
+def _head_key(h: dict) -> str:
+    from poxm_core.training import HeadSpec
+    return HeadSpec(h["method"], h["p"], h["lam"]).key
+
+
+def worker_job(sweep: SweepInputs, name: str, trials: list[str], fit_start: float) -> WorkerJob:
+    """The WorkerJob of job `name` running `trials` (their order kept), with each head's MLflow run."""
+    from orchestration.tracking import point_key
+
+    members = []
+    for n in trials:
+        spec = sweep.specs[n]
+        keys = tuple(_head_key(h) for h in spec["heads"])
+        runs = None
+        if sweep.mlflow_uri is not None:
+            pts = sweep.mlflow_points or {}
+            runs = HeadRuns(sweep.mlflow_uri, {
+                k: pts[point_key({"dataset": spec["dataset"], "variant": spec["variant"], "method": h["method"],
+                                  "p": h["p"], "lam": h["lam"], "seed": spec["seed"]})]
+                for k, h in zip(keys, spec["heads"])})
+        members.append(JobMember(n, spec, sweep.prepared[n], keys, runs))
+    return WorkerJob(name=name, members=tuple(members), config=sweep.config, run_root=sweep.run_root,
+                     cache_dir=sweep.cache_dir, storage=sweep.storage, sweep_id=sweep.sweep_id,
+                     cpus=sweep.resources.cpus_per_trial, fit_start=fit_start, crash=sweep.crash)
