@@ -29,6 +29,8 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     extra = {}
     if addr and worker_env():     # a remote cluster's workers do not inherit this shell: allow-listed vars only
         extra["runtime_env"] = {"env_vars": worker_env()}
+    import signal
+    ours = signal.getsignal(signal.SIGTERM)     # poxm's handler (orchestration.cli), before Ray replaces it
     kwargs = dict(address=addr, include_dashboard=False, log_to_driver=verbose,
                   logging_level=logging.INFO if verbose else logging.WARNING, **extra)
     if addr:
@@ -39,19 +41,18 @@ def ray_init(address: str | None, verbose: bool) -> bool:
         # are held out of that inheritance: the driver keeps them, Ray never sees them.
         with secrets_withheld():
             ray.init(**kwargs)
-    _keep_python_sigterm_handler()
+    _restore_sigterm_handler(ours)
     return True
 
 
-def _keep_python_sigterm_handler() -> None:
-    """ray.init installs a native failure-signal handler that also takes SIGTERM: it dumps a C++ stack and
-    kills the driver. Re-installing the Python handler that was there (poxm's: SIGTERM ends the sweep
-    like Ctrl-C, exit 130) gives SIGTERM back to it."""
+def _restore_sigterm_handler(ours) -> None:
+    """ray.init replaces the SIGTERM handler (with one that exits at once: `sys.exit(15)`, and a native
+    one that dumps a C++ stack). Put poxm's back: SIGTERM then ends the sweep like Ctrl-C (trials
+    stop, Ray shuts down, one line, exit 130)."""
     import signal
     import threading
-    h = signal.getsignal(signal.SIGTERM)
-    if callable(h) and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, h)
+    if callable(ours) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, ours)
 
 
 def is_secret_name(name: str) -> bool:

@@ -35,6 +35,23 @@ def trial_table(rd: RunDir) -> list[dict]:
     return out
 
 
+def _ray_state(rd: RunDir) -> str:
+    """Where Ray's state of this sweep is on this machine (orchestration.ray_state), if anywhere."""
+    from orchestration.ray_state import ray_state_dir
+    from poxm_core.errors import PoxmInputError
+    try:
+        storage = rd.load_config().resources.storage_path
+    except (PoxmInputError, OSError, ValueError):
+        storage = None
+    if storage:
+        return f"{str(storage).rstrip('/')}/{rd.root.name}/ray (resources.storage_path)"
+    try:
+        path = ray_state_dir(rd)
+    except PoxmInputError:
+        return "(no state key)"
+    return str(path) if path.is_dir() else "(none on this machine: a resume starts a fresh Tune experiment)"
+
+
 def status_text(run_dir) -> str:
     rd = RunDir.existing(run_dir)
     sw = rd.read_sweep()
@@ -48,6 +65,7 @@ def status_text(run_dir) -> str:
              f"mlflow     {ml.get('tracking_uri', '(not initialised yet)')}",
              "trials     " + "  ".join(f"{s} {counts[s]}" for s in STATES),
              f"results    {'yes' if rd.rows_csv.is_file() else 'no'}; report {'yes' if (rd.report / 'index.md').is_file() else 'no'}",
+             f"ray state  {_ray_state(rd)}",
              ""]
     if rows:
         w = max(len(r["trial"]) for r in rows)
