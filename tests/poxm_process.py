@@ -51,3 +51,16 @@ def run_until_first_trial_then_kill(config: Path, runs: Path, deadline_s: float 
         pytest.fail(f"no trial finished before the deadline (rc={proc.poll()}):\n{proc.stdout.read()[-3000:]}")
     proc.wait(timeout=30)
     return first
+
+
+def tiny_config(name: str, variants_T: list[float], epochs: int, **top) -> dict:
+    """A sweep config small enough for a subprocess test: synthetic data (600 train rows), DM and one
+    POXM head, one seed, the logging variants alpha 0.5, beta 0 at the given temperatures (A, B, ...)."""
+    return {"name": name, "seeds": [0], "device": "cpu",
+            "datasets": [{"name": "synthetic",
+                          "synthetic": {"n_train": 600, "n_test": 100, "n_features": 40, "n_labels": 30},
+                          "variants": [{"name": chr(65 + i), "alpha": 0.5, "beta": 0.0, "T": T}
+                                       for i, T in enumerate(variants_T)]}],
+            "model": {"dim": 8, "epochs": 2, "n_candidates": 10, "slate_size": 3},
+            "training": {"epochs": epochs, "batch_size": 32, "hidden": 8, "mc_slates": 4},
+            "methods": {"dm": {}, "poxm": {"p": [5], "lam": [0.9]}}, **top}

@@ -20,21 +20,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.poxm_process import POXM, REPO, poxm_env
+from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
 from tests.ray_cluster import Cluster, cluster_env
 
-CONFIG = {
-    "name": "nodeloss", "seeds": [0], "device": "cpu",
-    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 600, "n_test": 100, "n_features": 40, "n_labels": 30},
-                  "variants": [{"name": "A", "alpha": 0.5, "beta": 0.0, "T": 1.0},
-                               {"name": "B", "alpha": 0.5, "beta": 0.0, "T": 2.0},
-                               {"name": "C", "alpha": 0.5, "beta": 0.0, "T": 4.0}]}],
-    "model": {"dim": 8, "epochs": 2, "n_candidates": 10, "slate_size": 3},
-    "training": {"epochs": 6, "batch_size": 32, "hidden": 8, "mc_slates": 4},
-    "group_by": "seed",
-    "resources": {"cpus_per_trial": 1, "max_failures": 3, "trials_per_job": 1},
-    "methods": {"dm": {}, "poxm": {"p": [5], "lam": [0.9]}},
-}
+CONFIG = tiny_config("nodeloss", [1.0, 2.0, 4.0], epochs=6, group_by="seed",
+                     resources={"cpus_per_trial": 1, "max_failures": 3, "trials_per_job": 1})
 
 
 def final_rows(run_dir: Path) -> pd.DataFrame:

@@ -11,16 +11,9 @@ import time
 import pytest
 import yaml
 
-from tests.poxm_process import POXM, REPO, poxm_env
+from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
 
-CONFIG = {
-    "name": "sigterm", "seeds": [0], "device": "cpu",
-    "datasets": [{"name": "synthetic", "synthetic": {"n_train": 600, "n_test": 100, "n_features": 40, "n_labels": 30},
-                  "variants": [{"name": "A", "alpha": 0.5, "beta": 0.0, "T": 1.0}]}],
-    "model": {"dim": 8, "epochs": 2, "n_candidates": 10, "slate_size": 3},
-    "training": {"epochs": 8, "batch_size": 32, "hidden": 8, "mc_slates": 4},
-    "methods": {"dm": {}, "poxm": {"p": [5], "lam": [0.9]}},
-}
+CONFIG = tiny_config("sigterm", [1.0], epochs=8)
 
 
 @pytest.mark.slow

@@ -271,11 +271,7 @@ class BatchedHeads:
             rows = self._rows
             hk = torch.div(rows, self.L, rounding_mode="floor")
             ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
-            for full, mom, vel, leaf in ((self.W.view(-1, self.h), self.mW.view(-1, self.h), self.vW.view(-1, self.h),
-                                          self._leaf_W),
-                                         (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)):
-                g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                shape = (-1,) + (1,) * (full.dim() - 1)
+            for full, mom, vel, g, shape in self._row_blocks():
                 # on a CPU in chunks of rows that stay in cache through Adam's passes (the same elementwise
                 # arithmetic; the whole union of rows at once streamed each pass from memory)
                 n = _CPU_ROWS if rows.device.type == "cpu" else rows.numel()
@@ -287,13 +283,16 @@ class BatchedHeads:
             self._step_full(step_t, sq_t)
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = None
 
+    def _row_blocks(self):
+        """The row-update blocks (output weights as rows, biases) with their moments and gradients."""
+        return _with_grads(((self.W.view(-1, self.h), self.mW.view(-1, self.h), self.vW.view(-1, self.h), self._leaf_W),
+                            (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)))
+
     def _step_full(self, step_t: torch.Tensor, sq_t: torch.Tensor) -> None:
         """Dense Adam over the full-softmax heads' block (heads Hs: on), shared by `step` and `step_static`."""
         Hs = self.Hs
-        for full, mom, vel, leaf in ((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
-                                     (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b)):
-            g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-            shape = (-1,) + (1,) * (full.dim() - 1)
+        for full, mom, vel, g, shape in _with_grads(((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
+                                                     (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b))):
             adam_update_(full, g, mom, vel, step=step_t[Hs:].view(shape), sqrt_c2=sq_t[Hs:].view(shape),
                          betas=self.betas, eps=self.eps, weight_decay=self.wd)
 
@@ -311,11 +310,7 @@ class BatchedHeads:
             rows, src = self._rows, self._src
             hk = torch.div(rows, self.L, rounding_mode="floor")
             ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
-            for full, mom, vel, leaf in ((self.W.view(-1, self.h), self.mW.view(-1, self.h), self.vW.view(-1, self.h),
-                                          self._leaf_W),
-                                         (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)):
-                g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-                shape = (-1,) + (1,) * (full.dim() - 1)
+            for full, mom, vel, g, shape in self._row_blocks():
                 row_adam_update_(full, g, mom, vel, rows, src=src, step=ss.view(shape), sqrt_c2=sc.view(shape),
                                  betas=self.betas, eps=self.eps, weight_decay=self.wd)
         if self._full_W is not None:
@@ -328,3 +323,11 @@ class BatchedHeads:
         if self.t is None:
             self.t = torch.zeros(self.H, dtype=torch.float64, device=self.device)
         self.t.copy_(counts)
+
+
+def _with_grads(blocks):
+    """(param, first moment, second moment, leaf) -> (param, moments, the leaf's gradient or zeros when
+    none flowed, the shape that broadcasts a per-row coefficient over the param's trailing dims)."""
+    for full, mom, vel, leaf in blocks:
+        g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        yield full, mom, vel, g, (-1,) + (1,) * (full.dim() - 1)
