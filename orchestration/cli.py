@@ -20,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.errors import DivergedError, PoxmInputError
 
 EXIT_INPUT = 2
 EXIT_TRIALS_FAILED = 1
@@ -331,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     except PoxmInputError as exc:
         print(f"poxm: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return EXIT_INPUT
+    except DivergedError as exc:
+        print(f"poxm: error: {exc}", file=sys.stderr)
+        return 1
     except FileNotFoundError as exc:
         print(f"poxm: error: {exc.filename or exc}: file not found", file=sys.stderr)
         return EXIT_INPUT

@@ -13,6 +13,13 @@ class PoxmInputError(ValueError):
     """A user-facing input problem (file, config key, argument). Printed as one line by the CLI."""
 
 
+class DivergedError(RuntimeError):
+    """A head's parameters became NaN or infinite during training (poxm_core.training.trainer.check_finite):
+    raised at the end of that epoch, before anything is evaluated, naming the heads. A NaN policy would
+    otherwise score like padding (weight 0), report estimates of 0 and fail only later, without saying
+    which head broke. Printed as one line by the CLI (exit 1: not an input problem)."""
+
+
 def nearest(name: str, valid: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest valid name, or the list of valid names."""
     valid = sorted(valid)

@@ -248,10 +248,12 @@ def pl_expectations_torch(scores: torch.Tensor, values: torch.Tensor, pos: torch
     rem0 = torch.where(fin_rem, remain, zero)
     base_w = torch.where(fin_base.unsqueeze(1) & fin_rem, torch.exp(torch.where(fin_base.unsqueeze(1), base0.unsqueeze(1), rem0) - rem0), zero)
     fin_m = torch.isfinite(masked)
-    p_base = torch.where(fin_m, torch.exp(torch.where(fin_m, masked, zero) - base0.unsqueeze(1)), zero)
+    # masked-out entries take exp(0) inside the exp, never exp(-base0): with a peaked policy base0 can be
+    # below -88, float32's exp(+88) overflows, and autograd's 0 * inf would put NaN in the gradient
+    p_base = torch.where(fin_m, torch.exp(torch.where(fin_m, masked, base0.unsqueeze(1)) - base0.unsqueeze(1)), zero)
     v_base = (p_base * values).sum(dim=1)
     t = terms[:, :, 1:]
     fin_t = torch.isfinite(t) & fin_rem.unsqueeze(2)
-    w_k = torch.where(fin_t, torch.exp(torch.where(fin_t, t, zero) - rem0.unsqueeze(2)), zero)
+    w_k = torch.where(fin_t, torch.exp(torch.where(fin_t, t, rem0.unsqueeze(2)) - rem0.unsqueeze(2)), zero)   # same
     num = base_w * v_base.unsqueeze(1) + (w_k * v_j.unsqueeze(1)).sum(dim=2)
     return torch.where(fin_rem, num, zero)

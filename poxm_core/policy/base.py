@@ -115,6 +115,11 @@ class Policy(nn.Module):
         self.train(was)
         return torch.cat(out) if out else Z.new_zeros((0, int(self.out.W.shape[1])))
 
+    def own_tensors(self) -> list[torch.Tensor]:
+        """Every trained tensor of this head alone (its output layer, its own dense layers; a shared
+        stack's policy adds its column block there): what a divergence check reads."""
+        return [self.out.W, self.out.b, *self.parameters()]
+
     def state(self) -> dict:
         return {"W": self.out.W, "b": self.out.b, "opt": self.out_opt.state_dict(),
                 "dense": self.state_dict(), "dense_opt": self.dense_opt.state_dict() if self.dense_opt else None}

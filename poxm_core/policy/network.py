@@ -86,6 +86,11 @@ class NetworkPolicy(Policy):
     def shared_stack(self) -> NetworkStack:
         return self.stack[0]
 
+    def own_tensors(self) -> list[torch.Tensor]:
+        st, h = self.stack[0], self.stack[0].h
+        cols = slice(self.index * h, (self.index + 1) * h)
+        return [*super().own_tensors(), *(p[..., cols] for p in st.parameters())]
+
     def step_features(self, z: torch.Tensor, bag: Bag | None, stacked: dict) -> torch.Tensor:
         return self.from_stacked(stacked[id(self.stack[0])])
 

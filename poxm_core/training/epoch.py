@@ -27,6 +27,7 @@ import torch
 
 from poxm_core.accel.graph import GraphedSteps, graphs_enabled
 from poxm_core.config import SweepConfig
+from poxm_core.errors import DivergedError
 from poxm_core.methods import HeadContext
 from poxm_core.methods.base import reward_shift
 from poxm_core.prepared import Prepared
@@ -111,7 +112,7 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     order = step.order
     for h, v in zip(order, values):
         if v != v or v in (float("inf"), float("-inf")):
-            raise FloatingPointError(f"{h.key}: non-finite training loss at epoch {epoch} (lower its lr?)")
+            raise DivergedError(f"{h.key}: non-finite training loss in epoch {epoch} (lower its lr?)")
     by_key = {h.key: v / n for h, v in zip(order, values)}
     return {h.key: by_key[h.key] for h in trainable}
 

@@ -39,7 +39,7 @@ import yaml
 
 from poxm_core.atomic import atomic_file, write_text
 from poxm_core.config import SweepConfig, protocol_name, resolved_dict
-from poxm_core.errors import PoxmInputError
+from poxm_core.errors import DivergedError, PoxmInputError
 from poxm_core.policy import NetworkStack
 from poxm_core.prepared import Prepared
 from poxm_core.results import COLUMNS, to_frame
@@ -50,7 +50,7 @@ from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import (REWARD_KEY, TrialHead, build_heads, check_spec, deterministic, head_lr,
                                             result_hash, wants_deterministic)
 
-__all__ = ["run_trial", "KS", "REWARD_KEY"]
+__all__ = ["run_trial", "KS", "REWARD_KEY", "DivergedError", "check_finite"]
 
 OnEpoch = Callable[[int, dict, "Path | None"], None]
 
@@ -62,6 +62,20 @@ def _sync(device: torch.device) -> None:
     """Wait for the device, so that a stage's timing includes its queued GPU work."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def check_finite(heads: list[TrialHead], spec: TrialSpec, epoch: int) -> None:
+    """Raise DivergedError naming every trained head whose own parameters (output layer, dense layers,
+    its block of a shared stack) hold a NaN or an infinity. One device synchronisation per call."""
+    trained = [h for h in heads if h.trains]
+    if not trained:
+        return
+    flags = [torch.stack([torch.isfinite(t).all() for t in h.policy.own_tensors()]).all() for h in trained]
+    ok = torch.stack(flags).cpu().tolist()
+    bad = [h.key for h, good in zip(trained, ok) if not good]
+    if bad:
+        raise DivergedError(f"trial {spec.name}: parameters of {', '.join(bad)} became non-finite (NaN or inf) "
+                            f"in epoch {epoch}; no results are written for this trial")
 
 
 def _state(heads: list[TrialHead], stacks: dict[str, NetworkStack], epoch: int, rows: list[dict], spec: TrialSpec,
@@ -165,6 +179,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         early: dict[int, dict[str, float]] = {}
         for epoch in phase1:
             losses = timed("train_s", train_epoch, cfg, spec, prepared, [reward], epoch, device, None, data)
+            check_finite([reward], spec, epoch)
             new, early[epoch] = timed("eval_s", epoch_report, spec, [reward] if not reward.hidden else [], losses, ev,
                                       epoch)
             rows += new
@@ -172,6 +187,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 bar.update(1)
         for epoch in epochs:
             losses = timed("train_s", train_epoch, cfg, spec, prepared, others, epoch, device, reward, data)
+            check_finite(others, spec, epoch)
             new, metrics = timed("eval_s", epoch_report, spec, [h for h in visible if h in others], losses, ev, epoch)
             metrics.update(early.get(epoch, {}))
             rows += new
