@@ -98,7 +98,7 @@ PUBLISHED_IDS = {
     "docs/results/bibtex-warm/config.yaml": "bibtex-warm-208295746dba",
     "docs/results/delicious-legacy/config.yaml": "delicious-legacy-7bc027ebf7be",
     "docs/results/delicious-warm/config.yaml": "delicious-warm-d236cbbe0f1a",
-    "docs/results/bibtex/config.yaml": "bibtex-43a671178bb8", "docs/results/delicious/config.yaml": "delicious-423deeb7def7",
+    "docs/results/bibtex-cpu/config.yaml": "bibtex-43a671178bb8", "docs/results/delicious-cpu/config.yaml": "delicious-423deeb7def7",
 }
 
 

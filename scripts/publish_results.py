@@ -1,0 +1,169 @@
+"""Rebuild a published report (a docs/results/<name>/ folder) from its committed rows.
+
+A published folder holds the run's final rows (rows.csv.gz), its logging statistics (prepare.csv) and
+its resolved config (config.yaml), beside the report. When the run directory itself is gone (a GPU
+machine given back), the report can still be rebuilt from them, and completed:
+
+  --add TRIAL_DIR ...   trials trained later with `poxm train` (same config; for the cells the run never
+                        finished): their final rows join the published ones. A trial whose config differs
+                        from the folder's (apart from runs_dir and data_root), or whose (dataset,
+                        variant, seed) the folder already holds, is refused.
+  --dataset NAME        keep one dataset: a report of its own (config reduced to that dataset, named
+                        after it: what `poxm run configs/NAME.yaml` with the same overrides would produce).
+
+  python scripts/publish_results.py docs/results/real-data --add /tmp/trials/* --out docs/results/real-data
+  python scripts/publish_results.py docs/results/real-data --dataset bibtex --out docs/results/bibtex
+  python scripts/publish_results.py claims docs/results/bibtex docs/results/delicious ...   (one table, Markdown)
+
+The report is built by the same code as `poxm report` (selection on the validation log by the config's
+criterion; test labels choose nothing), in a temporary directory renamed into place once complete.
+Learning curves need the per-epoch rows, which published folders do not keep: those figures are left out.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestration.merge import _first_difference  # noqa: E402
+from orchestration.report.build import build_report  # noqa: E402
+from poxm_core.atomic import publish  # noqa: E402
+from poxm_core.errors import PoxmInputError  # noqa: E402
+
+CELL = ["dataset", "variant", "seed"]
+IGNORED = ("runs_dir", "data_root")        # where a run wrote and read, not what it computed
+
+
+def _comparable(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k not in IGNORED}
+
+
+def read_published(src: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    for f in ("config.yaml", "rows.csv.gz", "prepare.csv"):
+        if not (src / f).is_file():
+            raise PoxmInputError(f"{src}: not a published results folder (no {f})")
+    cfg = yaml.safe_load((src / "config.yaml").read_text())
+    rows = pd.read_csv(src / "rows.csv.gz")
+    return cfg, rows[rows["final"]].copy(), pd.read_csv(src / "prepare.csv")
+
+
+def added_rows(cfg: dict, rows: pd.DataFrame, trial_dirs: list[Path]) -> pd.DataFrame:
+    have = set(map(tuple, rows[CELL].drop_duplicates().itertuples(index=False)))
+    frames = []
+    for d in trial_dirs:
+        if not (d / "rows.csv").is_file() or not (d / "config.yaml").is_file():
+            raise PoxmInputError(f"{d}: not a finished `poxm train` output (no rows.csv or config.yaml)")
+        saved = yaml.safe_load((d / "config.yaml").read_text())
+        diff = _first_difference(_comparable(cfg), _comparable(saved.get("config", {})))
+        if diff:
+            key, a, b = diff
+            raise PoxmInputError(f"{d}/config.yaml: {key} differs from the published config ({b!r} vs {a!r})")
+        t = saved["trial"]
+        cell = (t["dataset"], t["variant"], int(t["seed"]))
+        if cell in have:
+            raise PoxmInputError(f"{d}: {'/'.join(map(str, cell))} is already in the published rows")
+        have.add(cell)
+        new = pd.read_csv(d / "rows.csv")
+        frames.append(new[new["final"]])
+    return pd.concat([rows, *frames], ignore_index=True) if frames else rows
+
+
+def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str):
+    names = [d["name"] for d in cfg["datasets"]]
+    if name not in names:
+        raise PoxmInputError(f"--dataset {name}: not in the published config (datasets: {', '.join(names)})")
+    cfg = dict(cfg, name=name, datasets=[d for d in cfg["datasets"] if d["name"] == name])
+    return cfg, rows[rows["dataset"] == name], prepare[prepare["dataset"] == name]
+
+
+VERDICT = {"holds": "H", "fails": "F", "undecided": "?"}
+
+
+def claims_summary(folders: list[Path], criterion: str = "IS") -> str:
+    """One Markdown table over published reports: a row per (claim, dataset), a column per variant, each
+    cell the mean paired difference and its verdict (H holds, F fails, ? undecided) under `criterion`;
+    the seeds behind each row in brackets (a range where variants differ)."""
+    frames = [pd.read_csv(f / "tables" / "claims.csv") for f in folders]
+    c = pd.concat(frames, ignore_index=True)
+    c = c[c["criterion"] == criterion]
+    variants = list(dict.fromkeys(c["variant"]))
+    claims = list(dict.fromkeys(c["claim_text"]))
+    datasets = list(dict.fromkeys(c["dataset"]))
+    lines = [f"| claim ({criterion}; H holds, F fails, ? undecided) | dataset | " + " | ".join(variants) + " |",
+             "|---|---|" + "---|" * len(variants)]
+    for claim in claims:
+        for d in datasets:
+            sub = c[(c["claim_text"] == claim) & (c["dataset"] == d)].set_index("variant")
+            if sub.empty:
+                continue
+            n = sorted(set(sub["n"].astype(int)))
+            seeds = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
+            digits = 1 if sub["metric"].iloc[0] == "p" else 2
+            cells = [f"{sub.at[v, 'diff']:+.{digits}f} {VERDICT.get(sub.at[v, 'verdict'], '?')}" if v in sub.index else ""
+                     for v in variants]
+            lines.append(f"| {claim} | {d} ({seeds}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["claims"]:
+        print(claims_summary([Path(p) for p in sys.argv[2:]]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows.csv.gz, prepare.csv)")
+    ap.add_argument("--add", type=Path, nargs="+", default=[], metavar="TRIAL_DIR")
+    ap.add_argument("--dataset")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    try:
+        cfg, rows, prepare = read_published(a.src)
+        rows = added_rows(cfg, rows, a.add)
+        if a.dataset:
+            cfg, rows, prepare = one_dataset(cfg, rows, prepare, a.dataset)
+        with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
+            run = Path(tmp) / cfg["name"]
+            (run / "results").mkdir(parents=True)
+            (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+            rows.to_csv(run / "results" / "rows.csv", index=False)
+            prepare.to_csv(run / "results" / "prepare.csv", index=False)
+            report = build_report(run)
+            shown = " ".join(["python scripts/publish_results.py", str(a.src)]
+                             + (["--add", "TRIAL_DIR..."] if a.add else [])
+                             + (["--dataset", a.dataset] if a.dataset else []) + ["--out", str(a.out)])
+            index = report / "index.md"
+            index.write_text(index.read_text().replace(
+                f"Regenerate with `poxm report <runs_dir>/{cfg['name']}`.",
+                f"Rebuilt from the published final rows with `{shown}`."))
+            staged = Path(tempfile.mkdtemp(prefix=f".{a.out.name}.tmp-", dir=a.out.parent))
+            try:
+                shutil.copytree(report, staged, dirs_exist_ok=True)
+                # the self-contained HTML inlines every figure (several MB); index.md links the same files
+                (staged / "index.html").unlink(missing_ok=True)
+                # the folder's own config.yaml as it was (its run id pins it), a reduced one for --dataset
+                shutil.copy(run / "config.yaml" if a.dataset else a.src / "config.yaml", staged / "config.yaml")
+                rows.to_csv(staged / "rows.csv.gz", index=False)
+                prepare.to_csv(staged / "prepare.csv", index=False)
+                if a.out.exists():
+                    shutil.rmtree(a.out)
+                publish(staged, a.out)
+            except BaseException:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise
+    except PoxmInputError as exc:
+        print(f"publish_results: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{a.out}: {len(rows)} final rows, {rows[CELL].drop_duplicates().shape[0]} (dataset, variant, seed) cells")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
