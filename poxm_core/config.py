@@ -122,6 +122,12 @@ def protocol_name(training: "TrainingConfig") -> str:
 
 class SelectionConfig(_Strict):
     criterion: str = Field("IS", description="validation-log estimator that chooses (p, lambda): IS (default), SNIS (the paper's; its choices are reported beside the default's in every run), sIS, DR, PIS (prefix-product, unbiased for the deployed slate), SNIS-LB")
+    cross_fit: int | None = Field(
+        None, ge=2, exclude_if=_unset,
+        description="K: cross-fit the validation estimates that selection reads: the whole log (fit and validation "
+                    "logs) cut into K seeded folds, every head trained K more times (copy k on all folds but k, "
+                    "estimated on fold k), the estimate the mean of the K; costs K more trainings a trial "
+                    "(docs/protocol.md, section 6). Unset: the held-out validation log alone")
 
 
 class ResourcesConfig(_Strict):

@@ -260,8 +260,10 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
     T.atomic_write_text(sel_path, chosen.frame().to_csv(index=False))
 
     name = str(config.get("name", run_dir.name))
+    folds = (config.get("selection") or {}).get("cross_fit") if isinstance(config.get("selection"), dict) else None
+    where = f"cross-fitted over {folds} folds of the whole log" if folds else "validation log"
     header = (f"Run directory `{run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
-              f"Selection criterion: **{criterion}** (validation log); "
+              f"Selection criterion: **{criterion}** ({where}); "
               + (f"protocol: **{protocol}**. " if protocol else "protocol: not recorded in config.yaml. ")
               + f"Regenerate with `poxm report {_shown(run_dir)}`.")
     # Order: title, claims, headline R@5 table, the paper's figures (covering, robustness), then the rest.

@@ -44,6 +44,7 @@ from poxm_core.policy import NetworkStack
 from poxm_core.prepared import Prepared
 from poxm_core.results import COLUMNS, to_frame
 from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
 from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
 from poxm_core.training.spec import TrialSpec
@@ -204,6 +205,10 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
             bar.close()
         last = max(E, start) if any(h.trains for h in heads) else 0
         final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last)
+    if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
+        timing["cross_fit_s"] = 0.0
+        crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
+        final = [r for r in final if r["split"] != "val"] + crossed
     df = to_frame(rows + final)
     _write_outputs(cfg, spec, out_dir, df, heads, time.perf_counter() - t0, str(device), timing)
     return df

@@ -1,0 +1,86 @@
+"""Cross-fitted validation estimates (`selection.cross_fit: K`; docs/protocol.md, section 6).
+
+The whole log (the fit log and the held-out validation log together) is cut into K folds of instances
+by a permutation seeded from (seed, "cross_fit", K); the trial's heads are trained K more times, copy k
+on every fold but k, and estimated on fold k (the same settings, the same code: `run_trial` on a view
+of the prepared data). A head's cross-fitted estimate is the mean of its K estimates, with standard
+error sqrt(sum_k se_k^2) / K (the folds are disjoint). These replace the trial's final validation rows,
+the ones selection reads. Everything else is the trial's own: the heads whose test metrics are
+reported are trained on the fit log as without cross-fitting, and the per-epoch validation curves stay
+those of the held-out validation log.
+
+Why: on the known-answer bandit K = 5 raised the chosen head's true value by 0.027 +- 0.006 (IS) over
+the 10 % validation slice, most of it a better choice rather than more data. The cost is K more
+trainings of every head of every trial, so it is an option, not the default.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from poxm_core.bandit.log import BanditLog
+from poxm_core.config import SweepConfig
+from poxm_core.prepared import Prepared
+from poxm_core.results import make_row
+from poxm_core.seeds import rng
+from poxm_core.training.spec import TrialSpec
+
+LOG_FIELDS = ("instance", "actions", "cand_pos", "q", "rho", "rewards")
+KEY = ["method", "p", "lam", "metric"]
+
+
+def whole_log(prepared: Prepared) -> BanditLog:
+    """The fit log and the validation log as one log (their instances are disjoint)."""
+    a, b = prepared.log_train, prepared.log_val
+    return BanditLog(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in LOG_FIELDS))
+
+
+def folds(n: int, K: int, seed: int) -> list[np.ndarray]:
+    """K disjoint sorted row sets covering range(n), sizes differing by at most one."""
+    if not 2 <= K <= n:
+        raise ValueError(f"selection.cross_fit={K}: expected 2 <= K <= {n} (the logged instances)")
+    perm = rng(seed, "cross_fit", K).permutation(n)
+    return [np.sort(f) for f in np.array_split(perm, K)]
+
+
+def fold_view(prepared: Prepared, K: int, k: int) -> Prepared:
+    """The prepared data of fold k: trained on every other fold, estimated on fold k."""
+    log = whole_log(prepared)
+    parts = folds(log.n, K, prepared.seed)
+    rest = np.sort(np.concatenate([f for j, f in enumerate(parts) if j != k]))
+    return replace(prepared, log_train=log.subset(rest), log_val=log.subset(parts[k]))
+
+
+def average_val_rows(fold_frames: list[pd.DataFrame], epoch: int) -> list[dict]:
+    """Final split-'val' rows of every fold, averaged per (method, p, lam, metric): the mean value and
+    sqrt(sum of squared standard errors) / K. Every fold must report the same metrics."""
+    K = len(fold_frames)
+    val = pd.concat([f[f["final"].astype(bool) & (f["split"] == "val")] for f in fold_frames], ignore_index=True)
+    val["lam"] = val["lam"].fillna(-1.0)          # NaN keys would not group
+    out = []
+    for (method, p, lam, metric), g in val.groupby(KEY, sort=False):
+        if len(g) != K:
+            raise ValueError(f"cross-fit: {method} p={p} lam={lam} {metric} is reported by {len(g)} of {K} folds")
+        first = g.iloc[0]
+        out.append(make_row(dataset=first["dataset"], variant=first["variant"], method=method,
+                            p=None if int(p) == -1 else int(p), lam=None if lam == -1.0 else float(lam),
+                            seed=int(first["seed"]), split="val", metric=metric, value=float(g["value"].mean()),
+                            stderr=float(np.sqrt(np.sum(np.square(g["stderr"].astype(float))))) / K,
+                            epoch=epoch, final=True))
+    return out
+
+
+def cross_fitted_rows(run_trial: Callable[..., pd.DataFrame], cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
+                      out_dir: Path, epoch: int, progress: bool = True) -> list[dict]:
+    """Train the K fold copies with `run_trial` (the trainer's, passed in: this module sits below it),
+    each in out_dir/cross_fit/fold<k>/ and resumable from its own checkpoints; return the averaged final
+    validation rows as row dicts."""
+    K = int(cfg.selection.cross_fit)
+    plain = cfg.model_copy(update={"selection": cfg.selection.model_copy(update={"cross_fit": None})})
+    frames = [run_trial(plain, spec, fold_view(prepared, K, k), Path(out_dir) / "cross_fit" / f"fold{k}",
+                        progress=progress) for k in range(K)]
+    return average_val_rows(frames, epoch)
