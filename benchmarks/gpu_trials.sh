@@ -17,8 +17,15 @@ DIR=${GPU_TRIALS:-/tmp/gpu-trials}
 PY=${PYTHON:-python3}
 cmd=$1; shift
 if [ "$cmd" = start ]; then
-  config=$1; read -r -a ovr <<< "$2"; shift 2
+  config=$1; read -r -a ovr <<< "$2"; shift 2      # overrides: space-separated, none with a space inside
   mkdir -p "$DIR"
+  for t in "$@"; do      # a folder left by an earlier start would be resumed from its checkpoints, maybe of other settings
+    IFS=: read -r ds v s <<< "$t"
+    if [ -e "$DIR/$ds-$v-s$s" ] || [ -e "$DIR/$ds-$v-s$s.rc" ]; then
+      echo "gpu_trials.sh: $DIR/$ds-$v-s$s exists (an earlier start): remove it or set GPU_TRIALS to another folder" >&2
+      exit 2
+    fi
+  done
   # one prepare per dataset, seeds of the trials only
   for ds in $(printf '%s\n' "$@" | cut -d: -f1 | sort -u); do
     seeds=$(printf '%s\n' "$@" | awk -F: -v d="$ds" '$1 == d {print $3}' | sort -nu | paste -sd,)

@@ -22,6 +22,7 @@ Learning curves need the per-epoch rows, which published folders do not keep: th
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -152,9 +153,19 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copy(run / "config.yaml" if a.dataset else a.src / "config.yaml", staged / "config.yaml")
                 rows.to_csv(staged / "rows.csv.gz", index=False)
                 prepare.to_csv(staged / "prepare.csv", index=False)
-                if a.out.exists():
-                    shutil.rmtree(a.out)
-                publish(staged, a.out)
+                # the old folder moves aside first and is deleted only once the new one is in place, so
+                # an interruption leaves one complete folder (also when --out is the source)
+                old = a.out.with_name(f".{a.out.name}.old-{os.getpid()}") if a.out.exists() else None
+                if old is not None:
+                    a.out.rename(old)
+                try:
+                    publish(staged, a.out)
+                except BaseException:
+                    if old is not None:
+                        old.rename(a.out)
+                    raise
+                if old is not None:
+                    shutil.rmtree(old)
             except BaseException:
                 shutil.rmtree(staged, ignore_errors=True)
                 raise

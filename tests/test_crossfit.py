@@ -4,6 +4,7 @@ independently here, while its test rows and curves stay the plain trial's."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,7 @@ def test_folds_partition_the_log_and_are_seeded():
     assert sorted(len(f) for f in parts) == [4, 4, 5, 5, 5]
     assert all(np.array_equal(a, b) for a, b in zip(parts, folds(23, 5, seed=3)))
     assert not all(np.array_equal(a, b) for a, b in zip(parts, folds(23, 5, seed=4)))
-    with pytest.raises(ValueError, match="expected 2 <= K <= 3"):
+    with pytest.raises(PoxmInputError, match=r"selection.cross_fit=4: expected 2 <= K <= 3"):
         folds(3, 4, seed=0)
 
 
@@ -47,6 +48,21 @@ def test_a_fold_view_trains_on_the_other_folds_and_estimates_on_its_own():
         j = int(np.flatnonzero(whole.instance == i)[0])
         assert np.array_equal(v.log_val.actions[0], whole.actions[j]) and v.log_val.q[0, 0] == whole.q[j, 0]
     assert held == set(whole.instance.tolist())
+
+
+def test_the_logging_models_rows_are_never_estimated_on(tmp_path):
+    whole = whole_log(PREP)
+    alpha = np.sort(whole.instance[::4])                        # as if the logging model had seen these
+    (tmp_path / "model").mkdir()
+    np.save(tmp_path / "model" / "alpha_rows.npy", alpha)
+    prep = replace(PREP, meta={**PREP.meta, "dirs": {"model": str(tmp_path / "model")}})
+    held = set()
+    for k in range(3):
+        v = fold_view(prep, 3, k)
+        va = set(v.log_val.instance.tolist())
+        assert not va & set(alpha.tolist()) and set(alpha.tolist()) <= set(v.log_train.instance.tolist())
+        held |= va
+    assert held == set(whole.instance.tolist()) - set(alpha.tolist())
 
 
 def _frame(values, ses, metric="IS"):
@@ -87,22 +103,30 @@ def test_a_cross_fitted_trial(tmp_path):
     folds_df = [run_trial(cfg, spec, fold_view(PREP, 2, k), tmp_path / f"fold{k}", progress=False) for k in (0, 1)]
     key = ["method", "p", "lam", "metric"]
 
-    def final_val(df):
-        f = df[df["final"] & (df["split"] == "val")].copy()
+    def final_of(df, split="val"):
+        f = df[df["final"] & (df["split"] == split)].copy()
         f["lam"] = f["lam"].fillna(-1)
         return f.set_index(key)["value"].sort_index()
 
-    want = (final_val(folds_df[0]) + final_val(folds_df[1])) / 2
-    pd.testing.assert_series_equal(final_val(got), want, check_exact=False, rtol=1e-12)
-    assert not np.allclose(final_val(got).values, final_val(plain).values)        # not the plain estimates
-    # everything else is the plain trial's: test metrics, per-epoch curves, ground truth
-    rest = ~(got["final"] & (got["split"] == "val"))
-    rest_plain = ~(plain["final"] & (plain["split"] == "val"))
+    for split in ("val", "val_truth"):     # the estimates, and the truth about the same (fold) heads
+        want = (final_of(folds_df[0], split) + final_of(folds_df[1], split)) / 2
+        assert len(want) and final_of(got, split).index.equals(want.index)
+        pd.testing.assert_series_equal(final_of(got, split), want, check_exact=False, rtol=1e-12)
+    assert not np.allclose(final_of(got).values, final_of(plain).values)          # not the plain estimates
+    # everything else is the plain trial's: test metrics, per-epoch curves
+    crossed_rows = ["val", "val_truth"]
+    rest = ~(got["final"] & got["split"].isin(crossed_rows))
+    rest_plain = ~(plain["final"] & plain["split"].isin(crossed_rows))
     pd.testing.assert_frame_equal(got[rest].reset_index(drop=True), plain[rest_plain].reset_index(drop=True))
     # the fold trials keep their own outputs (and checkpoints: a resumed trial does not retrain them)
-    assert (tmp_path / "crossed" / "cross_fit" / "fold1" / "rows.csv").is_file()
+    assert (tmp_path / "crossed" / "cross_fit" / "K2" / "fold1" / "rows.csv").is_file()
     again = run_trial(crossed, spec, PREP, tmp_path / "crossed", progress=False)
     pd.testing.assert_frame_equal(again, got)
+    # another K in the same trial folder trains its own folds (K2's checkpoints hold other rows)
+    three = load_config(data={**resolved_dict(cfg), "selection": {"cross_fit": 3}})
+    in_place = run_trial(three, spec, PREP, tmp_path / "crossed", progress=False)
+    fresh = run_trial(three, spec, PREP, tmp_path / "fresh3", progress=False)
+    pd.testing.assert_series_equal(final_of(in_place), final_of(fresh))
     # the report says which estimates chose the heads
     run = tmp_path / "run"
     (run / "results").mkdir(parents=True)

@@ -4,6 +4,7 @@ one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -99,3 +100,16 @@ def test_one_dataset_keeps_its_rows_and_config(folder):
     summary = pub.claims_summary([out])
     assert summary.splitlines()[0].startswith("| claim (IS; H holds, F fails, ? undecided) | dataset | A |")
     assert "| POXM > logging policy | tiny (2) |" in summary
+
+
+def test_rebuilt_in_place(folder):
+    tmp, src, t1, _ = folder
+    here = tmp / "in-place"
+    shutil.copytree(src, here)
+    assert pub.main([str(here), "--add", str(t1), "--out", str(here)]) == 0
+    assert sorted(pd.read_csv(here / "rows.csv.gz")["seed"].unique()) == [0, 1]
+    assert (here / "index.md").is_file() and not [p for p in tmp.iterdir() if p.name.startswith(".in-place")]
+    # the source is now the completed folder: adding the same trial again is refused, nothing changes
+    before = (here / "rows.csv.gz").read_bytes()
+    assert pub.main([str(here), "--add", str(t1), "--out", str(here)]) == 2
+    assert (here / "rows.csv.gz").read_bytes() == before

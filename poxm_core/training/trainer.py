@@ -208,7 +208,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
         timing["cross_fit_s"] = 0.0
         crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
-        final = [r for r in final if r["split"] != "val"] + crossed
+        final = [r for r in final if r["split"] not in ("val", "val_truth")] + crossed
     df = to_frame(rows + final)
     _write_outputs(cfg, spec, out_dir, df, heads, time.perf_counter() - t0, str(device), timing)
     return df
