@@ -42,14 +42,15 @@ def _card() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "auto") -> Path:
+def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "auto", batched: bool = False) -> Path:
     import yaml
     cfg = {"name": "bench-p3", "seeds": [0], "device": "cuda", "runs_dir": str(runs),
            "datasets": [{"name": "synthetic", "synthetic": {"preset": "amazon670k", "scale": 1.0},
                          "variants": [{"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2}]}],
            "model": {"dim": 256, "epochs": model_epochs, "n_candidates": 100, "slate_size": 5, "topk_chunk_mb": 4096},
            "training": {"epochs": epochs, "batch_size": 256, "hidden": 128, "mc_slates": 32,
-                        "checkpoint_every": epochs, "deterministic": {"auto": "auto", "true": True, "false": False}[det]},
+                        "checkpoint_every": epochs, "deterministic": {"auto": "auto", "true": True, "false": False}[det],
+                        "batched_heads": batched},
            "group_by": "method", "methods": {"poxm": poxm}}
     path = runs / f"bench-{len(poxm['p'])}x{len(poxm['lam'])}.yaml"
     runs.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,7 @@ def _trial(a, poxm: dict) -> dict:
     from poxm_core.training.command import pick_trial
     from poxm_core.training.trainer import run_trial
 
-    cfg = load_config(_config(Path(a.runs), poxm, a.model_epochs, a.epochs, a.deterministic), [])
+    cfg = load_config(_config(Path(a.runs), poxm, a.model_epochs, a.epochs, a.deterministic, a.batched_heads), [])
     spec = pick_trial(cfg, method="poxm")
     t = time.perf_counter()
     prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.runs) / "cache")
@@ -80,6 +81,7 @@ def _trial(a, poxm: dict) -> dict:
     summ = json.loads((out / "summary.json").read_text())
     return {"seconds": sec, "heads": len(spec.heads), "epochs": a.epochs, "n_fit": int(prep.log_train.n),
             "timing": summ.get("timing"), "prepare_or_load_s": prep_s, "deterministic": a.deterministic,
+            "batched_heads": a.batched_heads,
             "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
 
 
@@ -188,6 +190,8 @@ def main(argv=None) -> None:
     ap.add_argument("--model-epochs", type=int, default=2)
     ap.add_argument("--deterministic", choices=["auto", "true", "false"], default="auto",
                     help="training.deterministic of the timed trials (auto = off on CUDA)")
+    ap.add_argument("--batched-heads", action="store_true",
+                    help="training.batched_heads=true: the trial's heads as one batched step (default: one by one)")
     ap.add_argument("--merge", type=Path)
     a = ap.parse_args(argv)
     if a.merge:
