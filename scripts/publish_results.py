@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestration.merge import _first_difference  # noqa: E402
+from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import build_report  # noqa: E402
 from poxm_core.atomic import publish  # noqa: E402
 from poxm_core.errors import PoxmInputError  # noqa: E402
@@ -85,38 +86,9 @@ def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str)
     return cfg, rows[rows["dataset"] == name], prepare[prepare["dataset"] == name]
 
 
-VERDICT = {"holds": "H", "fails": "F", "undecided": "?"}
-
-
-def claims_summary(folders: list[Path], criterion: str = "IS") -> str:
-    """One Markdown table over published reports: a row per (claim, dataset), a column per variant, each
-    cell the mean paired difference and its verdict (H holds, F fails, ? undecided) under `criterion`;
-    the seeds behind each row in brackets (a range where variants differ)."""
-    frames = [pd.read_csv(f / "tables" / "claims.csv") for f in folders]
-    c = pd.concat(frames, ignore_index=True)
-    c = c[c["criterion"] == criterion]
-    variants = list(dict.fromkeys(c["variant"]))
-    claims = list(dict.fromkeys(c["claim_text"]))
-    datasets = list(dict.fromkeys(c["dataset"]))
-    lines = [f"| claim ({criterion}; H holds, F fails, ? undecided) | dataset | " + " | ".join(variants) + " |",
-             "|---|---|" + "---|" * len(variants)]
-    for claim in claims:
-        for d in datasets:
-            sub = c[(c["claim_text"] == claim) & (c["dataset"] == d)].set_index("variant")
-            if sub.empty:
-                continue
-            n = sorted(set(sub["n"].astype(int)))
-            seeds = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
-            digits = 1 if sub["metric"].iloc[0] == "p" else 2
-            cells = [f"{sub.at[v, 'diff']:+.{digits}f} {VERDICT.get(sub.at[v, 'verdict'], '?')}" if v in sub.index else ""
-                     for v in variants]
-            lines.append(f"| {claim} | {d} ({seeds}) | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] == ["claims"]:
-        print(claims_summary([Path(p) for p in sys.argv[2:]]))
+        print(claims_markdown([read_claims(Path(p)) for p in sys.argv[2:]]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from orchestration.report.claims import claims_markdown, read_claims
 from poxm_core.training.command import pick_trial
 from poxm_core.training.trainer import run_trial
 from tests.trial_fixtures import tiny_config, tiny_prepared
@@ -97,7 +98,7 @@ def test_one_dataset_keeps_its_rows_and_config(folder):
     assert cfg["name"] == "tiny" and [d["name"] for d in cfg["datasets"]] == ["tiny"]
     src_cfg = yaml.safe_load((src / "config.yaml").read_text())
     assert {k: v for k, v in cfg.items() if k != "name"} == {k: v for k, v in src_cfg.items() if k != "name"}
-    summary = pub.claims_summary([out])
+    summary = claims_markdown([read_claims(out)])
     assert summary.splitlines()[0].startswith("| claim (IS; H holds, F fails, ? undecided) | dataset | A |")
     assert "| POXM > logging policy | tiny (2) |" in summary
 

@@ -249,6 +249,28 @@ def summary_text(frame: pd.DataFrame, criteria: list[str]) -> str | None:
     return "\n".join(out)
 
 
+def claims_markdown(frames: list[pd.DataFrame | None], criterion: str = "IS") -> str:
+    """One Markdown table over several reports' claims (e.g. one report per dataset): a row per (claim,
+    dataset), a column per variant, each cell the difference under `criterion` and its verdict letter;
+    the seeds behind each row in brackets (a range where variants differ)."""
+    c = pd.concat([f for f in frames if f is not None], ignore_index=True)
+    c = c[c["criterion"] == criterion]
+    variants = list(dict.fromkeys(c["variant"]))
+    lines = [f"| claim ({criterion}; H holds, F fails, ? undecided) | dataset | " + " | ".join(variants) + " |",
+             "|---|---|" + "---|" * len(variants)]
+    for claim in dict.fromkeys(c["claim_text"]):
+        for d in dict.fromkeys(c["dataset"]):
+            sub = c[(c["claim_text"] == claim) & (c["dataset"] == d)].set_index("variant")
+            if sub.empty:
+                continue
+            n = sorted(set(sub["n"].astype(int)))
+            seeds = str(n[0]) if len(n) == 1 else f"{n[0]}–{n[-1]}"
+            cells = [f"{_num(sub.at[v, 'diff'], sub.at[v, 'metric'] == 'p')} {_LETTER[sub.at[v, 'verdict']]}"
+                     if v in sub.index else "" for v in variants]
+            lines.append(f"| {claim} | {d} ({seeds}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 
