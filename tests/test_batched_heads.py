@@ -197,3 +197,53 @@ def test_batched_reproduces_golden_training_values(tmp_path, monkeypatch):
     expected = json.loads((golden.GOLDEN / "expected.json").read_text())
     got = {"training": golden.training_values(golden.load_fixture(), tmp_path)}
     assert golden.compare(expected, got, ["training"]) == []
+
+
+@pytest.mark.slow
+def test_graph_loop_takes_dr_poxm_skyline_and_end_to_end_heads(tmp_path, monkeypatch):
+    """Every method of a real-data config in the sync-free (CUDA-graph) loop, run here on CPU without a
+    graph: DR-POXM (rhat computed inside the step) and the skyline (padded labels) in the batched step,
+    the end-to-end skyline (its own layers) in an eager pass of its own over the same batches. The
+    trial's numbers equal the eager sequential trial's within float tolerance."""
+    import numpy as np
+
+    import poxm_core.training.epoch as epoch_mod
+
+    methods = {**GRID, "skyline_e2e": {"lr": 0.01}}
+    spec = pick_trial(tiny_config(methods))
+    eager = run_trial(tiny_config(methods, epochs=2), spec, PREP, tmp_path / "eager", progress=False)
+    calls = []
+    orig = epoch_mod.GraphedSteps.run_epoch
+
+    def counted(self, *a):
+        eng = self.step.engine
+        calls.append((sorted(set(eng.kinds)) if eng is not None else None, [h.key for h in self.step.heads],
+                      self.rhat_of is not None, self.labels is not None))
+        return orig(self, *a)
+    monkeypatch.setattr(epoch_mod, "graphs_enabled", lambda device: True)
+    monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
+    static = run_trial(tiny_config(methods, epochs=2, batched_heads=True), spec, PREP, tmp_path / "static",
+                       progress=False)
+    # phase 1 (the reward model alone), then phase 2: every head but the end-to-end skyline in the graph
+    phase2 = [c for c in calls if c[0] != ["logged"]]
+    assert len(calls) == 4 and len(phase2) == 2
+    assert phase2[0] == (["dr", "full", "phi", "skyline"], [], True, True)
+    np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_padded_labels_scatter_to_the_csr_targets():
+    """The graph loop's padded label table gives the same 0/1 targets as the CSR rows it came from."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from poxm_core.model.core import dense_targets
+    from poxm_core.training.batches import padded_labels
+
+    Y = sp.csr_matrix(np.array([[0, 1, 0, 1, 1], [0, 0, 0, 0, 0], [1, 0, 0, 0, 1]], dtype=np.float32))
+    pad = padded_labels(Y, torch.device("cpu"))
+    assert pad.tolist() == [[1, 3, 4], [5, 5, 5], [0, 4, 5]]
+    rows = torch.tensor([2, 0, 1])
+    torch.testing.assert_close(dense_targets(pad.index_select(0, rows), torch.device("cpu"), 5),
+                               dense_targets(Y[[2, 0, 1]], torch.device("cpu")))
+    assert padded_labels(Y, torch.device("cpu"), max_bytes=8) is None
+    assert padded_labels(None, torch.device("cpu")) is None

@@ -5,8 +5,10 @@ sets the pace (docs/performance.md). `GraphedSteps` takes the sync-free form of 
 (`training.step.TrainStep(..., static=True)`), captures it once in a CUDA graph and replays it for
 every full batch of each epoch: the batch is gathered on the device from the epoch's order by a batch
 counter that the graph advances itself, the sparse input padded to a fixed number of entries (weight
-0: adds exactly 0). The same arithmetic as the eager loop; only the float summation order of atomic
-adds differs (as between two CUDA runs anyway). The last, shorter batch runs eagerly (the caller).
+0: adds exactly 0), the labels (skyline heads) as a padded table of label ids, and the reward model's
+rhat (DR-POXM heads) computed inside the graph from the same padded input. The same arithmetic as the
+eager loop; only the float summation order of atomic adds differs (as between two CUDA runs anyway).
+The last, shorter batch runs eagerly (the caller).
 
 `graphs_enabled(device)`: a CUDA device, POXM_CUDA_GRAPHS not '0', deterministic algorithms off.
 Without a GPU the runner runs the same static steps without a graph (what the CPU tests check); a
@@ -36,10 +38,14 @@ class GraphedSteps:
 
     WARMUP = 2     # eager steps (on a side stream) before the capture, as torch.cuda.graph asks
 
-    def __init__(self, data, step, B: int) -> None:
+    def __init__(self, data, step, B: int, rhat_of=None, labels: bool = False) -> None:
         dev = data.device
         self.data, self.step, self.B = data, step, B
-        self.sparse = bool(step.stacks)
+        # rhat_of(batch): the fitted reward model's rhat for DR-POXM heads (a forward without gradient);
+        # labels: the skyline heads read the batch's labels, gathered from `data.labels_padded()`
+        self.rhat_of = rhat_of
+        self.labels = data.labels_padded() if labels else None
+        self.sparse = bool(step.stacks) or (rhat_of is not None and data.X is not None)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.broken = False
         self.cap = 0
@@ -94,8 +100,9 @@ class GraphedSteps:
                       cand_pos=d.cand_pos.index_select(0, r), q=d.q.index_select(0, r),
                       rewards=d.rewards.index_select(0, r), cand=d.cand.index_select(0, inst),
                       inv_prop_actions=d.inv_prop_actions.index_select(0, r), n_labels=d.prepared.n_labels,
-                      labels=None, bag=bag[:3] if bag is not None else None)
-        losses = self.step(batch, None, stack_bag=bag)
+                      labels=self.labels.index_select(0, inst) if self.labels is not None else None,
+                      bag=bag[:3] if bag is not None else None)
+        losses = self.step(batch, self.rhat_of(batch) if self.rhat_of is not None else None, stack_bag=bag)
         self.total.add_(losses.double() * B)
         self.i.add_(1)
 

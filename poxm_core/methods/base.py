@@ -53,7 +53,8 @@ class Batch:
     z (B, d) float32 frozen encoder outputs; actions, cand_pos (B, ell) int64; q, rewards (B, ell)
     float32; cand (B, K) int64 candidates in rho order (Phi^p(x) = cand[:, :p]); inv_prop_actions
     (B, ell) float32 = 1/p_{y_ij}; labels: CSR (B, L) true labels, only set when a skyline head is
-    trained (nothing else may read them); n_labels L.
+    trained (nothing else may read them), or in the CUDA-graph loop the same rows as an (B, k) int64
+    tensor of label ids padded with L (`model.core.dense_targets` reads both); n_labels L.
     """
     z: torch.Tensor
     actions: torch.Tensor
@@ -63,7 +64,7 @@ class Batch:
     cand: torch.Tensor
     inv_prop_actions: torch.Tensor
     n_labels: int
-    labels: sp.csr_matrix | None = None
+    labels: sp.csr_matrix | torch.Tensor | None = None
     bag: tuple | None = None      # the instances' sparse input (EmbeddingBag indices, offsets, weights)
 
     @property

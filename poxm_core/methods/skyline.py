@@ -37,7 +37,7 @@ class Skyline(Method):
         if batch.labels is None:
             raise PoxmInputError("skyline: the prepared data has no training labels (Prepared.Y_train is None)")
         logits = score(None)                                            # (B, L)
-        target = dense_targets(batch.labels, logits.device)
+        target = dense_targets(batch.labels, logits.device, batch.n_labels)
         return F.binary_cross_entropy_with_logits(logits, target, reduction="sum") / batch.size
 
 

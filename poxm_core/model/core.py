@@ -53,9 +53,18 @@ def csr_to_bag(X: sp.csr_matrix, device: torch.device) -> tuple[torch.Tensor, to
             torch.as_tensor(w, device=device))
 
 
-def dense_targets(labels: sp.csr_matrix, device: torch.device) -> torch.Tensor:
+def dense_targets(labels, device: torch.device, n_labels: int | None = None) -> torch.Tensor:
     """(m, L) float32 0/1 targets of a batch's CSR label rows. Only for a batch or micro-batch: m is
-    bounded by the batch size or the memory budget, never the whole data set."""
+    bounded by the batch size or the memory budget, never the whole data set.
+
+    `labels` may also be the padded form the CUDA-graph loop gathers (`training.batches.padded_labels`):
+    an (m, k) int64 tensor of label ids with padding id L (`n_labels`), scattered on the device with a
+    fixed shape and no host synchronisation; the same 0/1 matrix."""
+    if isinstance(labels, torch.Tensor):
+        L = int(n_labels)
+        t = torch.zeros((labels.shape[0], L + 1), dtype=torch.float32, device=device)
+        t.scatter_(1, labels, 1.0)
+        return t[:, :L]
     t = torch.zeros(labels.shape, dtype=torch.float32, device=device)
     rows = np.repeat(np.arange(labels.shape[0]), np.diff(labels.indptr))
     t[torch.as_tensor(rows, device=device), torch.as_tensor(labels.indices.astype(np.int64), device=device)] = 1.0

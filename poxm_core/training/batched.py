@@ -57,6 +57,7 @@ KINDS = {POXM: "phi", WPOXM: "phi", DRPOXM: "dr", DirectMethod: "logged", Bandit
          Skyline: "skyline"}
 _ORDER = {"phi": 0, "dr": 1, "logged": 2, "full": 3, "skyline": 4}
 _SPARSE = ("phi", "dr", "logged")
+_CAPTURABLE = ("phi", "dr", "logged", "full", "skyline")
 _CPU_ROWS = 4096     # rows per chunk of the row-Adam step on a CPU
 
 
@@ -131,6 +132,11 @@ class BatchedHeads:
         self._shifts: dict = {}
         self.t: torch.Tensor | None = None
         self.bind()
+
+    def capturable(self) -> bool:
+        """Every kind of loss here has a sync-free form (CUDA-graph loop): the skyline's labels as a padded
+        table of ids, DR-POXM's rhat computed in the step, the rest as in the eager step."""
+        return all(k in _CAPTURABLE for k in self.kinds)
 
     # ---- parameters: one stacked tensor per field, each head's fields views of its slice -------------
     def bound(self) -> bool:
@@ -229,7 +235,7 @@ class BatchedHeads:
         if kind == "logged":
             return F.binary_cross_entropy_with_logits(s, r.expand(G, B, ell), reduction="none").mean(dim=(1, 2))
         if kind == "skyline":
-            target = dense_targets(batch.labels, s.device)
+            target = dense_targets(batch.labels, s.device, batch.n_labels)
             return F.binary_cross_entropy_with_logits(s, target.expand(G, B, m), reduction="none").sum(dim=(1, 2)) / B
         if kind == "full":
             pos = batch.actions

@@ -21,7 +21,7 @@ from poxm_core.methods import Batch
 from poxm_core.model.core import csr_to_bag
 from poxm_core.prepared import Prepared
 
-__all__ = ["DeviceCSR", "TrainData", "EpochBags"]
+__all__ = ["DeviceCSR", "TrainData", "EpochBags", "padded_labels"]
 
 
 def _t(a, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -63,6 +63,28 @@ class EpochBags:
         return self.indices[lo:hi], self.offsets[a:b] - lo, self.weights[lo:hi]
 
 
+PAD_LABELS_MAX_BYTES = 1 << 30
+
+
+def padded_labels(Y: sp.csr_matrix | None, device: torch.device,
+                  max_bytes: int = PAD_LABELS_MAX_BYTES) -> torch.Tensor | None:
+    """CSR labels (n, L) -> (n, k) int64 device tensor of each row's label ids, padded with L; k = the
+    largest row's count (at least 1). None without labels or above `max_bytes`."""
+    if Y is None:
+        return None
+    Y = sp.csr_matrix(Y)
+    n, L = Y.shape
+    counts = np.diff(Y.indptr)
+    k = max(1, int(counts.max()) if n else 1)
+    if n * k * 8 > max_bytes:
+        return None
+    out = np.full((n, k), L, dtype=np.int64)
+    rows = np.repeat(np.arange(n), counts)
+    cols = np.arange(Y.indptr[-1]) - np.repeat(Y.indptr[:-1], counts)
+    out[rows, cols] = Y.indices
+    return torch.as_tensor(out, device=device)
+
+
 class TrainData:
     """The fit log and everything a training batch reads, as tensors on `device` (built once)."""
 
@@ -80,6 +102,16 @@ class TrainData:
         self.cand = _t(prepared.policy_train.cand, torch.int64, device)
         self.X = DeviceCSR(prepared.X_train, device) if sparse else None
         self.graphs: dict = {}     # epoch.py's captured training steps, by the trained heads' keys
+        self._labels_pad: torch.Tensor | None | bool = False    # False: not built yet
+
+    def labels_padded(self) -> torch.Tensor | None:
+        """The training labels of every instance as a device (n, k) int64 table of label ids padded with
+        L (k = the largest label count), for the CUDA-graph loop's skyline heads; built on first use.
+        None when there are no labels or the table would exceed `PAD_LABELS_MAX_BYTES` (the loop then
+        runs eagerly)."""
+        if self._labels_pad is False:
+            self._labels_pad = padded_labels(self.prepared.Y_train, self.device)
+        return self._labels_pad
 
     def epoch(self, perm: torch.Tensor) -> tuple[torch.Tensor, EpochBags | None]:
         """The epoch's log rows (device) in `perm` order and, if the heads read it, the sparse input."""

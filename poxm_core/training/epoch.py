@@ -30,6 +30,7 @@ from poxm_core.config import SweepConfig
 from poxm_core.errors import DivergedError
 from poxm_core.methods import HeadContext
 from poxm_core.methods.base import reward_shift
+from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 from poxm_core.prepared import Prepared
 from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.batches import TrainData
@@ -97,19 +98,37 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
         engine.bind()
         for k in [k for k in data.graphs if k[:2] == ("graph", True)]:
             del data.graphs[k]                           # a captured step read the old tensors
-    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq):
+    split = engine is not None and bool(seq) and _separable(engine, seq)
+    g_seq, e_seq = ([], seq) if split else (seq, [])     # heads in the (graphed) step / in an eager pass of their own
+    g_stacks, e_stacks = _stacks_of(trainable, engine, g_seq), _stacks_of(e_seq)
+    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq, reward, data):
         key = ("graph", engine is not None) + tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
         if runner is None:
-            runner = data.graphs[key] = GraphedSteps(data, TrainStep(seq, stacks, engine, ctxs, static=True), B)
-        start = runner.run_epoch(rows, bags, total)
-    step = TrainStep(seq, stacks, engine, ctxs)
-    for a in range(start, n if trainable else 0, B):
+            grouped = (engine.heads if engine is not None else []) + g_seq
+            runner = data.graphs[key] = GraphedSteps(
+                data, TrainStep(g_seq, g_stacks, engine, ctxs, static=True), B,
+                rhat_of=(lambda batch: _reward_fn(reward, batch))
+                if any(h.method.needs_reward_model for h in grouped) else None,
+                labels=any(h.method.needs_labels() for h in grouped))
+        start = runner.run_epoch(rows, bags, total[:len(runner.step.order)])
+    else:
+        g_seq, e_seq, g_stacks, e_stacks = seq, [], stacks, []
+    # the rest eagerly: the graphed group's last, shorter batch; heads outside it (their own parameters
+    # and stacks, so training them in a pass of their own is the same arithmetic) on every batch
+    step = TrainStep(g_seq, g_stacks, engine, ctxs)
+    rest = TrainStep(e_seq, e_stacks, None, ctxs) if e_seq else None
+    k = len(step.order)
+    for a in range(start if rest is None else 0, n if trainable else 0, B):
         b = min(n, a + B)
         batch = data.batch(rows, perm, a, b, bags, labels)
-        total += step(batch, _reward_fn(reward, batch) if needs_reward else None).double() * (b - a)
+        rhat = _reward_fn(reward, batch) if needs_reward else None
+        if a >= start:
+            total[:k] += step(batch, rhat).double() * (b - a)
+        if rest is not None:
+            total[k:] += rest(batch, rhat).double() * (b - a)
+    order = step.order + (rest.order if rest is not None else [])
     values = total.tolist()
-    order = step.order
     for h, v in zip(order, values):
         if v != v or v in (float("inf"), float("-inf")):
             raise DivergedError(f"{h.key}: non-finite training loss in epoch {epoch} (lower its lr?)")
@@ -139,8 +158,33 @@ def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], devic
     return data.graphs[key]
 
 
-def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device, engine=None, seq=()) -> bool:
-    if not graphs_enabled(device) or reads_more:
+def _stacks_of(heads: list[TrialHead], engine=None, more: list[TrialHead] = ()) -> list:
+    """The distinct shared network stacks of `heads` (every head of the engine and `more` when given)."""
+    group = heads if engine is None and not more else (engine.heads if engine is not None else []) + list(more)
+    return list({id(st): st for st in (h.policy.shared_stack for h in group) if st is not None}.values())
+
+
+def _separable(engine: BatchedHeads, seq: list[TrialHead]) -> bool:
+    """The heads outside the engine share no network stack with it (e.g. the end-to-end skyline's own
+    layers): they can then train in an eager pass of their own over the same batches."""
+    ours = {id(st) for st in _stacks_of([], engine)}
+    return all(h.policy.shared_stack is None or id(h.policy.shared_stack) not in ours for h in seq)
+
+
+def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.device, engine=None, seq=(),
+               reward: TrialHead | None = None, data: TrainData | None = None) -> bool:
+    if not graphs_enabled(device):
+        return False
+    if engine is not None:     # the batched step: every head in it, or the others in a pass of their own
+        if not engine.capturable() or (seq and not _separable(engine, seq)):
+            return False
+        # a reward model read inside the graph must compute its features sync-free (a stack's or z)
+        if any(h.method.needs_reward_model for h in engine.heads) and (
+                reward is None or type(reward.policy) not in (NetworkPolicy, LinearPolicy)):
+            return False
+        return (not any(h.method.needs_labels() for h in engine.heads)
+                or (data is not None and data.labels_padded() is not None))
+    if reads_more:
         return False
     unsafe = sorted({h.method.name for h in trainable if not h.method.graph_safe})
     for name in unsafe:
@@ -148,7 +192,5 @@ def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.devic
             _SAID_NOT_GRAPHED.add(name)
             _log.warning("method '%s' does not declare graph_safe: trials training it run their steps "
                          "without a CUDA graph (slower on a GPU)", name)
-    if engine is not None:     # the batched step: every head in it, none that reads labels or a reward model
-        return not seq and all(k in ("phi", "logged", "full") for k in engine.kinds)
     return not unsafe and all(h.policy.dense_opt is None
                               and (h.policy.shared_stack is not None or not h.policy.reads_sparse) for h in trainable)

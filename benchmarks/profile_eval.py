@@ -1,0 +1,106 @@
+"""Where a trial's evaluation time goes, head by head (no threads, synchronised): the per-epoch validation
+estimates, the final ones (with DR), V_true and the test metrics of every visible head, on the config's
+device (the stages' cost hardly depends on the trained values); with --train-epochs, first the seconds
+of each training epoch of the trial's phases.
+
+  python benchmarks/profile_eval.py configs/bibtex.yaml device=cuda --cache-dir DIR [--dataset D
+      --variant V --seed S] [--json OUT.json]
+
+Prints one line per head (its policy kind and the seconds of each stage) and the totals; the trial
+itself evaluates the heads on a thread pool, so its eval_s is below the sum printed here.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config")
+    ap.add_argument("overrides", nargs="*", help="config overrides key=value")
+    ap.add_argument("--cache-dir", required=True, help="prepare cache (prepared if missing)")
+    ap.add_argument("--dataset")
+    ap.add_argument("--variant")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--repeat", type=int, default=2, help="time each stage this many times, keep the last")
+    ap.add_argument("--train-epochs", type=int, default=0,
+                    help="first time this many training epochs of each phase (seconds per epoch, synchronised)")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from poxm_core.config import load_config
+    from poxm_core.model.core import resolve_device
+    from poxm_core.prepare import load_prepared
+    from poxm_core.training import reporting as R
+    from poxm_core.training.command import pick_trial
+    from poxm_core.training.epoch import train_data_for, train_epoch
+    from poxm_core.training.trial_setup import REWARD_KEY, build_heads
+
+    cfg = load_config(a.config, a.overrides)
+    spec = pick_trial(cfg, a.dataset, a.variant, seed=a.seed)
+    prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, a.cache_dir)
+    dev = resolve_device(cfg.device)
+    heads, _ = build_heads(cfg, spec, prep, dev)
+    data = train_data_for(prep, heads, dev)
+    ev = R.EvalInputs(prep, dev, Z_train=data.Z, X_train=data.X)
+    ev.prefetch_sparse()
+    reward = next(h for h in heads if h.key == REWARD_KEY)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    epochs: dict[str, list[float]] = {}
+    if a.train_epochs:      # the trainer's phases: the reward model alone when DR-POXM trains, then the others
+        two = any(h.method.needs_reward_model for h in heads)
+        phases = [("phase1", [reward], None), ("phase2", [h for h in heads if h is not reward], reward)] if two \
+            else [("joint", heads, None)]
+        for name, group, rw in phases:
+            for e in range(1, a.train_epochs + 1):
+                sync()
+                t = time.perf_counter()
+                train_epoch(cfg, spec, prep, group, e, dev, rw, data)
+                sync()
+                epochs.setdefault(name, []).append(time.perf_counter() - t)
+            print(f"{name}: " + " ".join(f"{s:.3f}" for s in epochs[name]) + " s an epoch", flush=True)
+
+    def timed(fn, *args):
+        for _ in range(a.repeat):
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn(*args)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    stages = {"epoch_val": lambda h: R.val_estimates(h, ev, None),
+              "final_val": lambda h: R.val_estimates(h, ev, reward),
+              "val_truth": lambda h: R.val_truth(cfg, spec, h, ev),
+              "test": lambda h: R.test_metrics(cfg, spec, h, ev)}
+    print(f"{spec.name} on {dev}: {prep.log_val.n} validation log rows, {prep.Z_test.shape[0]} test instances, "
+          f"{prep.n_labels} labels")
+    total: collections.Counter = collections.Counter()
+    per_head = {}
+    for h in heads:
+        if h.hidden:
+            continue
+        secs = {k: timed(fn, h) for k, fn in stages.items()}
+        total.update(secs)
+        per_head[h.key] = {"kind": h.view().kind, **secs}
+        print(f"{h.key:34s} {h.view().kind:8s} " + " ".join(f"{k} {v:.3f}" for k, v in secs.items()), flush=True)
+    print("total: " + " ".join(f"{k} {v:.2f} s" for k, v in total.items()))
+    if a.json:
+        a.json.write_text(json.dumps({"trial": spec.name, "device": str(dev), "epochs": epochs, "total": dict(total),
+                                      "heads": per_head}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
