@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="time each stage this many times, keep the last")
     ap.add_argument("--train-epochs", type=int, default=0,
                     help="first time this many training epochs of each phase (seconds per epoch, synchronised)")
+    ap.add_argument("--also-without", nargs="*", default=[], metavar="METHOD",
+                    help="with --train-epochs: time the last phase again without these methods' heads")
+    ap.add_argument("--eval-threads", type=int, nargs="*", default=[],
+                    help="also time the trial's final report (heads on a thread pool) with these pool sizes")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
 
@@ -69,6 +74,17 @@ def main(argv=None) -> int:
                 sync()
                 epochs.setdefault(name, []).append(time.perf_counter() - t)
             print(f"{name}: " + " ".join(f"{s:.3f}" for s in epochs[name]) + " s an epoch", flush=True)
+        if a.also_without:
+            name, group, rw = phases[-1]
+            group = [h for h in group if h.method.name not in a.also_without or h is reward]
+            key = f"{name} without {' '.join(a.also_without)}"
+            for e in range(1, a.train_epochs + 1):
+                sync()
+                t = time.perf_counter()
+                train_epoch(cfg, spec, prep, group, e, dev, rw, data)
+                sync()
+                epochs.setdefault(key, []).append(time.perf_counter() - t)
+            print(f"{key}: " + " ".join(f"{s:.3f}" for s in epochs[key]) + " s an epoch", flush=True)
 
     def timed(fn, *args):
         for _ in range(a.repeat):
@@ -96,8 +112,14 @@ def main(argv=None) -> int:
         per_head[h.key] = {"kind": h.view().kind, **secs}
         print(f"{h.key:34s} {h.view().kind:8s} " + " ".join(f"{k} {v:.3f}" for k, v in secs.items()), flush=True)
     print("total: " + " ".join(f"{k} {v:.2f} s" for k, v in total.items()))
+    pooled = {}
+    for n in a.eval_threads:        # the trial's own final report, its heads on a pool of n threads
+        os.environ["POXM_EVAL_THREADS"] = str(n)
+        visible = [h for h in heads if not h.hidden]
+        pooled[n] = timed(lambda: R.final_report(cfg, spec, visible, reward, ev, 1))
+        print(f"final report on {n} threads: {pooled[n]:.2f} s", flush=True)
     if a.json:
-        a.json.write_text(json.dumps({"trial": spec.name, "device": str(dev), "epochs": epochs, "total": dict(total),
+        a.json.write_text(json.dumps({"trial": spec.name, "device": str(dev), "epochs": epochs, "total": dict(total), "final_report_by_threads": pooled,
                                       "heads": per_head}, indent=1))
     return 0
 

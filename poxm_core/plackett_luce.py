@@ -105,3 +105,81 @@ def position_sums(probs: np.ndarray, values: np.ndarray, kmax: int, *, panel_wid
 def elements_per_row(m: int, r: int, kmax: int, nodes: int = 300) -> int:
     """float64 elements one row with r relevant columns needs in `position_sums` (for chunking)."""
     return (2 * r * kmax + 4 * r + kmax + 2) * nodes + 3 * m
+
+
+# ---- the same quadrature in torch (float64), for evaluation on a GPU -----------------------------------
+# Same nodes, same recurrences, same order of products as `position_sums`: on the device the results agree
+# with the NumPy ones to round-off (tests/test_plackett_luce.py), and a trial's exact slate metrics no
+# longer wait on the host (docs/performance.md: most of a GPU trial's evaluation was this loop in NumPy).
+
+def _nodes_torch(probs, kmax: int, panel_width: float, order: int):
+    import torch
+
+    c, m = probs.shape
+    npos = (probs > 0).sum(1)
+    srt = torch.sort(probs, dim=1, descending=True).values
+    wk = srt[torch.arange(c, device=probs.device), torch.clamp(torch.clamp(npos, max=kmax) - 1, 0, m - 1)]
+    wk = torch.where(wk > 0, wk, torch.ones_like(wk))
+    lo = 0.5 * np.log(2 * TAIL)
+    hi = torch.log(np.log(kmax / TAIL) / wk)
+    n_panels = max(1, int(np.ceil(float((hi - lo).max()) / panel_width)))
+    xg, wg = (torch.as_tensor(v, dtype=probs.dtype, device=probs.device) for v in np.polynomial.legendre.leggauss(order))
+    h = (hi - lo) / n_panels
+    left = lo + h[:, None] * torch.arange(n_panels, dtype=probs.dtype, device=probs.device)
+    x = (left[:, :, None] + 0.5 * h[:, None, None] * (xg + 1)).reshape(c, -1)
+    t = torch.exp(x)
+    dt = (0.5 * h[:, None, None] * wg).repeat(1, n_panels, 1).reshape(c, -1) * t
+    return t, dt
+
+
+def _times_linear_torch(poly, a, b):
+    out = poly * a[..., None]
+    out[..., 1:] += poly[..., :-1] * b[..., None]
+    return out
+
+
+def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_WIDTH, order: int = ORDER):
+    """`position_sums` on torch float64 tensors (any device): (c, m) probs, (c, m, F) values -> (c, kmax, F)."""
+    import torch
+
+    c, m = probs.shape
+    F = values.shape[2]
+    out = torch.empty((c, kmax, F), dtype=probs.dtype, device=probs.device)
+    out[:, 0] = torch.einsum("cm,cmf->cf", probs, values)
+    if kmax == 1:
+        return out
+    t, dt = _nodes_torch(probs, kmax, panel_width, order)
+    T = t.shape[1]
+    rel = torch.any(values != 0, dim=2) & (probs > 0)
+    r = max(1, int(rel.sum(1).max()))
+    cols = torch.argsort((~rel).to(torch.uint8), dim=1, stable=True)[:, :r]
+    take = torch.gather(rel, 1, cols)
+    zero = torch.zeros((), dtype=probs.dtype, device=probs.device)
+    p_rel = torch.where(take, torch.gather(probs, 1, cols), zero)
+    v_rel = torch.where(take[..., None], torch.gather(values, 1, cols[..., None].expand(c, r, F)), zero)
+    p_other = torch.where(rel, zero, probs)
+    poly = torch.zeros((c, T, kmax), dtype=probs.dtype, device=probs.device)
+    poly[..., 0] = 1.0
+    active = p_other.any(0).tolist()      # columns of rate 0 in every row multiply by exactly 1: skipped
+    for j in range(m):
+        if not active[j]:
+            continue
+        rt = p_other[:, None, j] * t
+        poly = _times_linear_torch(poly, torch.exp(-rt), -torch.expm1(-rt))
+    rt = p_rel[:, None, :] * t[:, :, None]
+    a, b = torch.exp(-rt), -torch.expm1(-rt)
+    pre = torch.empty((r, c, T, kmax), dtype=probs.dtype, device=probs.device)
+    suf = torch.empty_like(pre)
+    pre[0] = poly
+    suf[r - 1] = 0.0
+    suf[r - 1][..., 0] = 1.0
+    for j in range(1, r):
+        pre[j] = _times_linear_torch(pre[j - 1], a[:, :, j - 1], b[:, :, j - 1])
+        suf[r - 1 - j] = _times_linear_torch(suf[r - j], a[:, :, r - j], b[:, :, r - j])
+    dens = torch.movedim(p_rel[:, None, :] * a * dt[:, :, None], -1, 0)
+    for deg in range(1, kmax):
+        loo = pre[..., 0] * suf[..., deg]
+        for e in range(1, deg + 1):
+            loo = loo + pre[..., e] * suf[..., deg - e]
+        out[:, deg] = torch.einsum("jc,cjf->cf", (dens * loo).sum(2), v_rel)
+    return out

@@ -13,10 +13,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import torch
 
 from poxm_core.metric_inputs import (CHUNK_ELEMS, check_count, check_ids, check_inv_prop, check_ks, check_labels,
                                      check_probs, discount_cumsum, member, true_keys, truth_summaries)
-from poxm_core.plackett_luce import elements_per_row, position_sums
+from poxm_core.plackett_luce import elements_per_row, position_sums, position_sums_torch
 
 _NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
 # Exact when instances x support <= this (e.g. 3000 test instances at m = 100): measured 2-4 ms per
@@ -107,10 +108,16 @@ def _map_chunks(fn, starts: range) -> list:
     return list(_POOL.map(fn, starts))
 
 
-def _exact_chunk(pr, hit, w, ks, idcg, disc, est) -> None:
-    """Add the chunk's exact expectations to est[(name, k)]: position probabilities by quadrature."""
+def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None) -> None:
+    """Add the chunk's exact expectations to est[(name, k)]: position probabilities by quadrature (on
+    `device` when it is a GPU: the same quadrature in torch, equal to round-off)."""
     kmax = ks[-1]
-    S = position_sums(pr, np.stack([hit.astype(np.float64), w], axis=2), kmax)   # (c, kmax, 2)
+    vals = np.stack([hit.astype(np.float64), w], axis=2)
+    if device is not None:
+        S = position_sums_torch(torch.as_tensor(pr, device=device), torch.as_tensor(vals, device=device),
+                                kmax).cpu().numpy()
+    else:
+        S = position_sums(pr, vals, kmax)   # (c, kmax, 2)
     cum_hit = np.cumsum(S[:, :, 0], axis=1)
     cum_dcg = np.cumsum(S[:, :, 0] * disc[:kmax], axis=1)
     cum_ps = np.cumsum(S[:, :, 1], axis=1)
@@ -141,7 +148,8 @@ def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var) -> None:
 
 
 def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int = 32, seed: int = 0,
-                       exact_budget: int = EXACT_BUDGET, *, chunk_elems: int = CHUNK_ELEMS) -> dict[str, float]:
+                       exact_budget: int = EXACT_BUDGET, *, chunk_elems: int = CHUNK_ELEMS,
+                       device=None) -> dict[str, float]:
     """R@k, nDCR@k, PSR@k of a stochastic policy and their Monte-Carlo standard errors "<name>_se".
 
     Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without
@@ -158,7 +166,8 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
       estimate = (1/n) sum_i mean_s v_is,  se = sqrt(sum_i var_s(v_is) / S) / n   (PSR: / sum_i best_i)
     with var_s the unbiased sample variance over the S slates of instance i (se is nan when S = 1),
     the error of the Monte-Carlo approximation to the expectation on these instances.
-    `exact_budget=0` forces Monte-Carlo.
+    `exact_budget=0` forces Monte-Carlo. `device`: a torch device (the trial's GPU) computes the exact
+    position probabilities there (the same quadrature, equal to round-off); None: NumPy.
 
     Y CSR (n, L); support (n, m) int64 (-1 padding, prob 0); probs (n, m) float64 rows summing to 1;
     inv_prop (L,). Memory is bounded by `chunk_elems` elements per working array.
@@ -197,7 +206,7 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
         e = {(nm, k): 0.0 for nm in NAMES for k in ks}
         v = {(nm, k): 0.0 for nm in NAMES for k in ks}
         if exact:
-            _exact_chunk(pr, hit, w, ks, idcg, disc, e)
+            _exact_chunk(pr, hit, w, ks, idcg, disc, e, device)
         else:
             _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v)
         return best.sum(0), e, v

@@ -200,9 +200,10 @@ def _tiny_policy(seed: int, n: int = 6, L: int = 6, m: int = 4):
     return Y, support, probs, inv
 
 
-def test_exact_matches_brute_force():
+@pytest.mark.parametrize("device", [None, "cpu"])     # NumPy quadrature / the torch one a GPU trial uses
+def test_exact_matches_brute_force(device):
     Y, support, probs, inv = _tiny_policy(11)
-    got = stochastic_metrics(Y, support, probs, inv, ks=(1, 2, 3))   # n * m = 24 <= budget: exact
+    got = stochastic_metrics(Y, support, probs, inv, ks=(1, 2, 3), device=device)   # n * m = 24 <= budget: exact
     for k in (1, 2, 3):
         for key, v in _brute_force(Y, support, probs, inv, k).items():
             assert got[key] == pytest.approx(v, rel=1e-10), key

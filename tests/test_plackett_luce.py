@@ -58,3 +58,24 @@ def test_weighted_sums_of_few_columns():
     assert got == pytest.approx(want, abs=1e-11)
     # a row whose values are all zero sums to zero
     assert position_sums(w[:1], np.zeros((1, 6, 1)), 3) == pytest.approx(np.zeros((1, 3, 1)))
+
+
+def test_torch_quadrature_equals_numpy_quadrature():
+    """position_sums_torch (evaluation on a GPU) is the NumPy quadrature to round-off, zero-probability
+    columns, rows with fewer positive columns than k and k = 1 included."""
+    import torch
+
+    from poxm_core.plackett_luce import position_sums, position_sums_torch
+
+    rng = np.random.default_rng(0)
+    for c, m, kmax, zero in [(50, 20, 5, 0.3), (30, 100, 5, 0.0), (20, 7, 3, 0.5), (10, 4, 5, 0.2), (40, 50, 1, 0.0)]:
+        p = rng.gamma(0.3, size=(c, m))
+        p[rng.random((c, m)) < zero] = 0
+        p[0] = 0
+        p[0, 0] = 1.0                       # one sure label: only position 1
+        p /= p.sum(1, keepdims=True)
+        hit = rng.random((c, m)) < 0.1
+        v = np.stack([hit, hit * rng.random((c, m)) * 5], axis=2).astype(np.float64)
+        a = position_sums(p, v, kmax)
+        b = position_sums_torch(torch.tensor(p), torch.tensor(v), kmax).numpy()
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)

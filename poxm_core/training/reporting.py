@@ -45,6 +45,8 @@ class EvalInputs:
     def __init__(self, prepared: Prepared, device: torch.device, Z_train: torch.Tensor | None = None,
                  X_train: DeviceCSR | None = None) -> None:
         self.prepared, self.device = prepared, device
+        # where the exact slate metrics' quadrature runs: the GPU, else NumPy on the host (the reference)
+        self.gpu = device if device.type != "cpu" else None
         as_dev = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=device)  # noqa: E731
         self._Z = {"train": Z_train if Z_train is not None else as_dev(prepared.Z_train), "test": as_dev(prepared.Z_test)}
         self._X = {"train": X_train}
@@ -76,10 +78,12 @@ class EvalInputs:
 
 
 def map_heads(fn, heads: list) -> list:
-    """[fn(h) for h in heads], run by a thread pool (results in order; the first error is raised)."""
-    if len(heads) <= 1:
+    """[fn(h) for h in heads], run by a thread pool (results in order; the first error is raised) of
+    at most POXM_EVAL_THREADS threads (default: the CPU count)."""
+    workers = min(len(heads), int(os.environ.get("POXM_EVAL_THREADS") or 0) or os.cpu_count() or 1)
+    if workers <= 1:
         return [fn(h) for h in heads]
-    with ThreadPoolExecutor(max_workers=min(len(heads), os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(fn, heads))
 
 
@@ -112,17 +116,18 @@ def test_metrics(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInput
                                            prepared.policy_test.rho, max(KS), tr.eval_max_support, ev.device)
     out = {k: (v, math.nan) for k, v in greedy_metrics(prepared.Y_test, ranking, prepared.inv_propensity, KS).items()}
     out.update(_stochastic(prepared.Y_test, sup, probs, out, prepared.inv_propensity, KS, tr.mc_slates,
-                           stable_seed(spec.seed, h.key, "test-slates")))
+                           stable_seed(spec.seed, h.key, "test-slates"), ev.gpu))
     if h.view().kind == "all":
         out["truncated_mass"] = (lost, math.nan)
     return out
 
 
-def _stochastic(Y, sup, probs, greedy: dict, inv, ks, n_slates: int, seed: int) -> dict[str, tuple[float, float]]:
+def _stochastic(Y, sup, probs, greedy: dict, inv, ks, n_slates: int, seed: int,
+                device=None) -> dict[str, tuple[float, float]]:
     if sup is None:   # a deterministic policy: every slate is the ranking, so R@k = P@k etc. exactly
         ren = {"P": "R", "nDCG": "nDCR", "PSP": "PSR"}
         return {f"{ren[k.split('@')[0]]}@{k.split('@')[1]}": (v[0], 0.0) for k, v in greedy.items()}
-    res = stochastic_metrics(Y, sup, probs, inv, ks, n_slates=n_slates, seed=seed)
+    res = stochastic_metrics(Y, sup, probs, inv, ks, n_slates=n_slates, seed=seed, device=device)
     return {k: (v, res.get(f"{k}_se", math.nan)) for k, v in res.items() if not k.endswith("_se")}
 
 
@@ -141,7 +146,7 @@ def val_truth(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInputs")
                                         cfg.training.eval_max_support, ev.device)
     greedy = {k: (v, math.nan) for k, v in greedy_metrics(Y, ranking, prepared.inv_propensity, (ell,)).items()}
     v, se = _stochastic(Y, sup, probs, greedy, prepared.inv_propensity, (ell,), cfg.training.mc_slates,
-                        stable_seed(spec.seed, h.key, "val-truth-slates"))[f"R@{ell}"]
+                        stable_seed(spec.seed, h.key, "val-truth-slates"), ev.gpu)[f"R@{ell}"]
     return ell * v, ell * se
 
 
