@@ -113,10 +113,10 @@ def main(argv=None) -> int:
         print(f"{h.key:34s} {h.view().kind:8s} " + " ".join(f"{k} {v:.3f}" for k, v in secs.items()), flush=True)
     print("total: " + " ".join(f"{k} {v:.2f} s" for k, v in total.items()))
     pooled = {}
+    visible = [h for h in heads if not h.hidden]
     for n in a.eval_threads:        # the trial's own final report, its heads on a pool of n threads
         os.environ["POXM_EVAL_THREADS"] = str(n)
-        visible = [h for h in heads if not h.hidden]
-        pooled[n] = timed(lambda: R.final_report(cfg, spec, visible, reward, ev, 1))
+        pooled[n] = timed(R.final_report, cfg, spec, visible, reward, ev, 1)
         print(f"final report on {n} threads: {pooled[n]:.2f} s", flush=True)
     if a.json:
         a.json.write_text(json.dumps({"trial": spec.name, "device": str(dev), "epochs": epochs, "total": dict(total), "final_report_by_threads": pooled,
