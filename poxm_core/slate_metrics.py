@@ -24,6 +24,7 @@ _NOISE_BLOCK = 64        # rows per independently seeded noise block: results do
 # row at m = 100, i.e. ~6x the 32-slate Monte-Carlo (docs/metrics.md), so larger tables use Monte-Carlo
 EXACT_BUDGET = 300_000
 NAMES = ("R", "nDCR", "PSR")
+GPU_CHUNK_ELEMS = 1 << 25     # float64 elements per working array of the quadrature on a GPU (256 MB)
 
 __all__ = ["stochastic_metrics", "EXACT_BUDGET"]
 
@@ -190,7 +191,9 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     exact = kmax == 1 or n * m <= exact_budget
     if exact:
         r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
-        chunk = max(1, chunk_elems // elements_per_row(m, max(r, 1), kmax))
+        # on a GPU larger chunks: the quadrature is a few hundred small kernels a chunk whatever its size
+        budget = max(chunk_elems, GPU_CHUNK_ELEMS) if device is not None else chunk_elems
+        chunk = max(1, budget // elements_per_row(m, max(r, 1), kmax))
     else:
         chunk = max(1, chunk_elems // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
 
@@ -216,7 +219,8 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     best_sum = np.zeros(kmax)
     # chunks run on a thread pool (NumPy's large array operations release the GIL); their sums are
     # added in chunk order, so the result is the same float for float as the sequential loop's
-    for best_c, e, v in _map_chunks(one, range(0, n, chunk)):
+    starts = range(0, n, chunk)
+    for best_c, e, v in (map(one, starts) if exact and device is not None else _map_chunks(one, starts)):
         best_sum += best_c
         for key in est:
             est[key] += e[key]
