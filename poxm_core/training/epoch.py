@@ -12,10 +12,13 @@ is reported then, naming the head.
 
 CUDA graphs (`accel.graph.GraphedSteps`): on a GPU a step is hundreds of small kernels, and launching
 them from Python, not the GPU, set the pace (docs/performance.md: 344 kernels and ~9 ms of host time
-per batch for 2 ms of GPU work). Where every trained head is graph-safe (its method declares
-`graph_safe`; no dense optimiser of a policy's own; no labels or reward model read) and the deterministic
-mode is off, the epoch's full batches run as replays of ONE captured training step, the same
-`TrainStep` in its sync-free form (static=True). The last, shorter batch runs eagerly.
+per batch for 2 ms of GPU work). With the deterministic mode off, the epoch's full batches run as
+replays of ONE captured training step, the same `TrainStep` in its sync-free form (static=True), when
+either every trained head is graph-safe (its method declares `graph_safe`; no dense optimiser of a
+policy's own; no labels or reward model read), or the heads are batched (`BatchedHeads`: the skyline's
+labels come from a padded table, DR-POXM's rhat is computed inside the step) and the heads outside the
+engine share no stack with it: those train in an eager pass of their own over the same batches. The
+last, shorter batch runs eagerly.
 POXM_CUDA_GRAPHS=0 turns it off; a failed capture falls back to the static steps without a graph
 (with a warning).
 """
