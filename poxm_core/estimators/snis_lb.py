@@ -22,8 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from scipy.stats import norm
-
+from poxm_core.estimators.base import normal_quantile
 from poxm_core.estimators.snis import SNIS
 
 __all__ = ["SNISLowerBound", "snis_lb_width"]
@@ -33,7 +32,7 @@ SIGMA = 0.5     # the largest standard deviation of a reward in [0, 1]
 
 def snis_lb_width(w: np.ndarray, alpha: float) -> float:
     """sum_j z sigma / sqrt(ESS_j) over the ell positions (the full z sigma where a position has no weight)."""
-    z = float(norm.ppf(1.0 - alpha))
+    z = normal_quantile(1.0 - alpha)
     sw, s2 = w.sum(axis=0), (w * w).sum(axis=0)
     ess = np.where(s2 > 0, sw * sw / np.where(s2 > 0, s2, 1.0), 0.0)
     return float(np.sum(np.where(ess > 0, z * SIGMA / np.sqrt(np.maximum(ess, 1e-300)), z * SIGMA)))
@@ -53,7 +52,7 @@ class SNISLowerBound(SNIS):
         return super().point(w, r) - snis_lb_width(w, self.alpha)
 
     def torch_value(self, w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        z = float(norm.ppf(1.0 - self.alpha))
+        z = normal_quantile(1.0 - self.alpha)
         sw, s2 = w.sum(dim=0), (w * w).sum(dim=0)
         has = s2 > 0
         ess = torch.where(has, sw * sw / torch.where(has, s2, torch.ones_like(s2)), torch.zeros_like(s2))
