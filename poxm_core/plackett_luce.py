@@ -108,9 +108,9 @@ def elements_per_row(m: int, r: int, kmax: int, nodes: int = 300) -> int:
 
 
 # ---- the same quadrature in torch (float64), for evaluation on a GPU -----------------------------------
-# Same nodes, same recurrences, same order of products as `position_sums`: on the device the results agree
-# with the NumPy ones to round-off (tests/test_plackett_luce.py), and a trial's exact slate metrics no
-# longer wait on the host (docs/performance.md: most of a GPU trial's evaluation was this loop in NumPy).
+# Same nodes, same recurrences, same order of products as `position_sums`: on the same rows the results
+# agree with the NumPy ones to round-off (tests/test_plackett_luce.py), and a trial's exact slate metrics
+# no longer wait on the host (docs/performance.md: most of a GPU trial's evaluation was this loop in NumPy).
 
 def _nodes_torch(probs, kmax: int, panel_width: float, order: int):
     import torch
@@ -142,6 +142,7 @@ def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_
     """`position_sums` on torch float64 tensors (any device): (c, m) probs, (c, m, F) values -> (c, kmax, F)."""
     import torch
 
+    probs, values = probs.to(torch.float64), values.to(torch.float64)
     c, m = probs.shape
     F = values.shape[2]
     out = torch.empty((c, kmax, F), dtype=probs.dtype, device=probs.device)

@@ -24,7 +24,9 @@ _NOISE_BLOCK = 64        # rows per independently seeded noise block: results do
 # row at m = 100, i.e. ~6x the 32-slate Monte-Carlo (docs/metrics.md), so larger tables use Monte-Carlo
 EXACT_BUDGET = 300_000
 NAMES = ("R", "nDCR", "PSR")
-GPU_CHUNK_ELEMS = 1 << 25     # float64 elements per working array of the quadrature on a GPU (256 MB)
+# float64 elements per working array of the quadrature on a GPU (about 256 MB each at 300 nodes a row;
+# more where tiny probabilities need more panels): a chunk costs a few hundred kernels whatever its size
+GPU_CHUNK_ELEMS = 1 << 25
 
 __all__ = ["stochastic_metrics", "EXACT_BUDGET"]
 
@@ -168,7 +170,9 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     with var_s the unbiased sample variance over the S slates of instance i (se is nan when S = 1),
     the error of the Monte-Carlo approximation to the expectation on these instances.
     `exact_budget=0` forces Monte-Carlo. `device`: a torch device (the trial's GPU) computes the exact
-    position probabilities there (the same quadrature, equal to round-off); None: NumPy.
+    position probabilities there (the same quadrature; in larger chunks by default, and a chunk's
+    hardest row sets its number of panels, so a row's value may move within the quadrature error,
+    ~1e-10); None: NumPy.
 
     Y CSR (n, L); support (n, m) int64 (-1 padding, prob 0); probs (n, m) float64 rows summing to 1;
     inv_prop (L,). Memory is bounded by `chunk_elems` elements per working array.
@@ -192,7 +196,7 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     if exact:
         r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
         # on a GPU larger chunks: the quadrature is a few hundred small kernels a chunk whatever its size
-        budget = max(chunk_elems, GPU_CHUNK_ELEMS) if device is not None else chunk_elems
+        budget = GPU_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
         chunk = max(1, budget // elements_per_row(m, max(r, 1), kmax))
     else:
         chunk = max(1, chunk_elems // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK

@@ -119,3 +119,21 @@ def test_checkpoint_without_crc_loads_back(tmp_path):
     path = save_checkpoint(tmp_path, 3, state, {"trial": "t"})
     back = load_checkpoint(path, torch.device("cpu"))
     assert torch.equal(back["w"], state["w"]) and back["rows"] == state["rows"] and back["epoch"] == 3
+
+
+def test_eval_threads_setting(monkeypatch):
+    """POXM_EVAL_THREADS: unset -> 0 (the CPU count); a positive int; anything else a one-line error naming it."""
+    import pytest
+
+    from poxm_core.errors import PoxmInputError
+    from poxm_core.training.reporting import eval_threads, map_heads
+
+    monkeypatch.delenv("POXM_EVAL_THREADS", raising=False)
+    assert eval_threads() == 0
+    monkeypatch.setenv("POXM_EVAL_THREADS", "3")
+    assert eval_threads() == 3
+    assert map_heads(lambda x: x * x, [1, 2, 3, 4]) == [1, 4, 9, 16]
+    for bad in ("0", "abc", "-2"):
+        monkeypatch.setenv("POXM_EVAL_THREADS", bad)
+        with pytest.raises(PoxmInputError, match="POXM_EVAL_THREADS"):
+            eval_threads()

@@ -38,14 +38,15 @@ class GraphedSteps:
 
     WARMUP = 2     # eager steps (on a side stream) before the capture, as torch.cuda.graph asks
 
-    def __init__(self, data, step, B: int, rhat_of=None, labels: bool = False) -> None:
+    def __init__(self, data, step, B: int, rhat_of=None, labels: bool = False,
+                 rhat_reads_sparse: bool = False) -> None:
         dev = data.device
         self.data, self.step, self.B = data, step, B
         # rhat_of(batch): the fitted reward model's rhat for DR-POXM heads (a forward without gradient);
         # labels: the skyline heads read the batch's labels, gathered from `data.labels_padded()`
         self.rhat_of = rhat_of
         self.labels = data.labels_padded() if labels else None
-        self.sparse = bool(step.stacks) or (rhat_of is not None and data.X is not None)
+        self.sparse = bool(step.stacks) or (rhat_of is not None and rhat_reads_sparse and data.X is not None)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.broken = False
         self.cap = 0

@@ -26,10 +26,14 @@ __all__ = ["Estimate", "BaseEstimator", "effective_sample_size", "validate_log_a
 
 
 
-@functools.lru_cache(maxsize=64)
-def normal_quantile(q: float) -> float:
+def normal_quantile(q) -> float:
     """norm.ppf(q), memoised: SciPy's ppf costs ~0.3 ms a call (argument checks), and every estimate of
     every head at every epoch asks for the same one or two quantiles."""
+    return _normal_quantile(float(q))
+
+
+@functools.lru_cache(maxsize=64)
+def _normal_quantile(q: float) -> float:
     return float(norm.ppf(q))
 
 @dataclass(frozen=True)

@@ -113,7 +113,8 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
                 data, TrainStep(g_seq, g_stacks, engine, ctxs, static=True), B,
                 rhat_of=(lambda batch: _reward_fn(reward, batch))
                 if any(h.method.needs_reward_model for h in grouped) else None,
-                labels=any(h.method.needs_labels() for h in grouped))
+                labels=any(h.method.needs_labels() for h in grouped),
+                rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse)
         start = runner.run_epoch(rows, bags, total[:len(runner.step.order)])
     else:
         g_seq, e_seq, g_stacks, e_stacks = seq, [], stacks, []
@@ -122,10 +123,13 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     step = TrainStep(g_seq, g_stacks, engine, ctxs)
     rest = TrainStep(e_seq, e_stacks, None, ctxs) if e_seq else None
     k = len(step.order)
+    # what the batches below `start` must carry: only what the heads of the separate pass read
+    e_labels = any(h.method.needs_labels() for h in e_seq)
+    e_reward = any(h.method.needs_reward_model for h in e_seq)
     for a in range(start if rest is None else 0, n if trainable else 0, B):
         b = min(n, a + B)
-        batch = data.batch(rows, perm, a, b, bags, labels)
-        rhat = _reward_fn(reward, batch) if needs_reward else None
+        batch = data.batch(rows, perm, a, b, bags, labels if a >= start else e_labels)
+        rhat = _reward_fn(reward, batch) if needs_reward and (a >= start or e_reward) else None
         if a >= start:
             total[:k] += step(batch, rhat).double() * (b - a)
         if rest is not None:

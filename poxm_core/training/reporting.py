@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from poxm_core.config import SweepConfig
+from poxm_core.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
 from poxm_core.estimators.validation import validation_estimates
 from poxm_core.estimators.weights import importance_weights
@@ -77,10 +78,20 @@ class EvalInputs:
         self._sparse("test")
 
 
+def eval_threads() -> int:
+    """POXM_EVAL_THREADS as a positive int, 0 when unset."""
+    raw = os.environ.get("POXM_EVAL_THREADS", "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or int(raw) < 1:
+        raise PoxmInputError(f"POXM_EVAL_THREADS={raw!r}: expected a positive integer (threads evaluating heads)")
+    return int(raw)
+
+
 def map_heads(fn, heads: list) -> list:
     """[fn(h) for h in heads], run by a thread pool (results in order; the first error is raised) of
     at most POXM_EVAL_THREADS threads (default: the CPU count)."""
-    workers = min(len(heads), int(os.environ.get("POXM_EVAL_THREADS") or 0) or os.cpu_count() or 1)
+    workers = min(len(heads), eval_threads() or os.cpu_count() or 1)
     if workers <= 1:
         return [fn(h) for h in heads]
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -12,7 +12,8 @@
 static=False: the plain step (host step counts, `torch.unique`). static=True: the same arithmetic
 without a host synchronisation or a data-dependent shape (`accel.static`, device step counters,
 `step_static`), so that it can be captured in a CUDA graph; then a stack reads the batch's bag with
-each entry's bag as 4th tensor (`stack_bag`), and no head reads labels or a reward model.
+each entry's bag as 4th tensor (`stack_bag`), the labels (skyline) are a padded tensor of label ids and
+rhat (DR-POXM) is computed by the caller from the padded bag (accel/graph.py).
 Returns the heads' losses (H,), detached, batched heads first then the others in their order (`order`).
 """
 from __future__ import annotations
