@@ -63,14 +63,14 @@ def member_of(config: dict, result: dict) -> str:
 
 def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
     """The Tune trials: one per job, each a pack of trials (resources.trials_per_job; auto: about 2
-    jobs per slot). A job of one trial has that trial's name and keys, as without packing. `specs`:
+    jobs per slot, 1 when the trials are alike). A job of one trial has that trial's name and keys, as without packing. `specs`:
     the trials to pack (default every trial of the plan; on resume, those not done)."""
-    from orchestration.plan import pack_name, pack_trials, trials_per_job
+    from orchestration.plan import pack_name, pack_trials, trials_alike, trials_per_job
 
     specs = list(plan.specs if specs is None else specs)
     if not specs:
         return []
-    per_job = trials_per_job(plan.cfg.resources.trials_per_job, len(specs), max_concurrent)
+    per_job = trials_per_job(plan.cfg.resources.trials_per_job, len(specs), max_concurrent, trials_alike(specs))
     grid = []
     for i, group in enumerate(pack_trials(specs, per_job)):
         s = group[0]

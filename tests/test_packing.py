@@ -54,9 +54,33 @@ def test_packs_keep_a_prepared_dataset_together(tmp_path):
     packs = pack_trials(plan.specs, 2)
     assert [[s.name for s in p] for p in packs] == [["synthetic-A-s0-all", "synthetic-B-s0-all"], ["synthetic-A-s1-all", "synthetic-B-s1-all"],
                                                     ["bibtex-A-s0-all", "bibtex-A-s1-all"]]
-    assert [len(p) for p in pack_trials(plan.specs, 4)] == [4, 2]
+    assert [len(p) for p in pack_trials(plan.specs, 4)] == [3, 3]     # 2 jobs of at most 4, balanced
     assert sorted(s.name for p in pack_trials(plan.specs, 5) for s in p) == sorted(plan.names)
     assert pack_name(packs[0], 0) == "pack000-synthetic-A-s0-all" and pack_name(packs[0][:1], 7) == "synthetic-A-s0-all"
+
+
+def test_alike_trials_make_one_round_and_balanced_jobs(tmp_path):
+    """Trials of one dataset with the same heads end together: auto packs them one job per slot (no
+    second round of start-ups while nothing computes); job sizes differ by at most one."""
+    from orchestration.plan import trials_alike
+    from orchestration.tune_stage import job_grid
+
+    assert trials_per_job(None, 30, 8, alike=True) == 4 and trials_per_job(None, 30, 8) == 2
+    assert trials_per_job(None, 3, 8, alike=True) == 1 and trials_per_job(2, 30, 8, alike=True) == 2
+    assert [len(p) for p in pack_trials(_specs(30), 4)] == [4] * 6 + [3] * 2
+    assert [len(p) for p in pack_trials(_specs(7), 3)] == [3, 2, 2]
+    mixed = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)            # two datasets: not alike
+    assert not trials_alike(mixed.specs)
+    one = plan_sweep(cfg('datasets=[{"name": "synthetic", "synthetic": {"n_train": 50, "n_test": 20, '
+                         '"n_features": 30, "n_labels": 10}, "variants": [{"name": "A", "alpha": 0.5}, '
+                         '{"name": "B", "alpha": 0.5, "beta": 1.0}]}]'), runs_dir=tmp_path, check_data=False)
+    assert trials_alike(one.specs) and len(one.specs) == 4
+    assert [len(g["members"]) for g in job_grid(one, max_concurrent=2)] == [2, 2]       # one round of 2 jobs
+    assert [len(g["members"]) for g in job_grid(mixed, max_concurrent=2)] == [2, 2, 2]  # two rounds
+
+
+def _specs(n: int) -> list:
+    return [SimpleNamespace(dataset="d", seed=i % 5, name=f"t{i}") for i in range(n)]
 
 
 def test_trials_per_job_config_key(tmp_path):
