@@ -61,16 +61,16 @@ def _phi(scores_all: torch.Tensor, cand_p: torch.Tensor) -> torch.Tensor:
     return scores_all.gather(1, cand_p)
 
 
-def train_poxm(log: KnownAnswerLog, p: int, lam: float, *, epochs: int = 200, lr: float = 0.1,
-               weight_decay: float = 0.0, seed: int = 0) -> LinearPolicy:
-    """POXM on the log: full-batch Adam on -(translated sIS over Phi^p). Parameters start at 0."""
+def _fit_on_phi(log: KnownAnswerLog, p: int, value, *, epochs: int, lr: float, weight_decay: float,
+                seed: int) -> LinearPolicy:
+    """Full-batch Adam maximising value(s, w) of a linear policy from 0: s (n, p) its scores on Phi^p,
+    w (n, ell) the pruned importance weights of the logged slates under it."""
     torch.manual_seed(seed)
     contexts = log.contexts
     X = torch.as_tensor(contexts.X, dtype=torch.float64)
     cand_p = torch.as_tensor(contexts.cand[:, :p])
     pos = selector_pos(torch.as_tensor(log.cand_pos), p)
     q = torch.as_tensor(log.q, dtype=torch.float64)
-    r = torch.as_tensor(log.rewards, dtype=torch.float64)
     L = contexts.probs.shape[1]
     theta = torch.zeros((L, X.shape[1]), dtype=torch.float64, requires_grad=True)
     b = torch.zeros(L, dtype=torch.float64, requires_grad=True)
@@ -79,10 +79,18 @@ def train_poxm(log: KnownAnswerLog, p: int, lam: float, *, epochs: int = 200, lr
         opt.zero_grad()
         s = _phi(X @ theta.T + b, cand_p)
         w = importance_weights_torch(pl_log_conditionals_torch(s, pos, check=False), q, check=False)
-        loss = -translated_value_torch(w, r, lam)
+        loss = -value(s, w, pos)
         loss.backward()
         opt.step()
     return LinearPolicy(theta.detach().numpy().copy(), b.detach().numpy().copy())
+
+
+def train_poxm(log: KnownAnswerLog, p: int, lam: float, *, epochs: int = 200, lr: float = 0.1,
+               weight_decay: float = 0.0, seed: int = 0) -> LinearPolicy:
+    """POXM on the log: full-batch Adam on -(translated sIS over Phi^p). Parameters start at 0."""
+    r = torch.as_tensor(log.rewards, dtype=torch.float64)
+    return _fit_on_phi(log, p, lambda s, w, pos: translated_value_torch(w, r, lam),
+                       epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
 
 
 def train_dr_poxm(log: KnownAnswerLog, p: int, reward: LinearPolicy, *, epochs: int = 200, lr: float = 0.1,
@@ -93,29 +101,15 @@ def train_dr_poxm(log: KnownAnswerLog, p: int, reward: LinearPolicy, *, epochs: 
     from poxm_core.estimators import pl_expectations_torch
     from poxm_core.estimators.registry import get_estimator
 
-    torch.manual_seed(seed)
     contexts = log.contexts
-    X = torch.as_tensor(contexts.X, dtype=torch.float64)
-    cand_p = torch.as_tensor(contexts.cand[:, :p])
-    pos = selector_pos(torch.as_tensor(log.cand_pos), p)
-    q = torch.as_tensor(log.q, dtype=torch.float64)
     r = torch.as_tensor(log.rewards, dtype=torch.float64)
     rhat = torch.sigmoid(torch.as_tensor(reward.scores(contexts.X), dtype=torch.float64))
-    rhat_phi, rhat_logged = rhat.gather(1, cand_p), rhat.gather(1, torch.as_tensor(log.actions))
+    rhat_phi = rhat.gather(1, torch.as_tensor(contexts.cand[:, :p]))
+    rhat_logged = rhat.gather(1, torch.as_tensor(log.actions))
     dr = get_estimator("dr")
-    L = contexts.probs.shape[1]
-    theta = torch.zeros((L, X.shape[1]), dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(L, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.Adam([theta, b], lr=lr, weight_decay=weight_decay)
-    for _ in range(epochs):
-        opt.zero_grad()
-        s = _phi(X @ theta.T + b, cand_p)
-        w = importance_weights_torch(pl_log_conditionals_torch(s, pos, check=False), q, check=False)
-        loss = -dr.torch_value(w, r, dm_term=pl_expectations_torch(s, rhat_phi, pos, check=False),
-                               rhat_logged=rhat_logged)
-        loss.backward()
-        opt.step()
-    return LinearPolicy(theta.detach().numpy().copy(), b.detach().numpy().copy())
+    return _fit_on_phi(log, p, lambda s, w, pos: dr.torch_value(
+        w, r, dm_term=pl_expectations_torch(s, rhat_phi, pos, check=False), rhat_logged=rhat_logged),
+        epochs=epochs, lr=lr, weight_decay=weight_decay, seed=seed)
 
 
 def train_dm(log: KnownAnswerLog, n_features: int, *, epochs: int = 200, lr: float = 0.1,

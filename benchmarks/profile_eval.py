@@ -62,38 +62,33 @@ def main(argv=None) -> int:
     reward = next(h for h in heads if h.key == REWARD_KEY)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     epochs: dict[str, list[float]] = {}
+
+    def time_epochs(name, group, rw) -> None:
+        for e in range(1, a.train_epochs + 1):
+            sync()
+            t = time.perf_counter()
+            train_epoch(cfg, spec, prep, group, e, dev, rw, data)
+            sync()
+            epochs.setdefault(name, []).append(time.perf_counter() - t)
+        print(f"{name}: " + " ".join(f"{s:.3f}" for s in epochs[name]) + " s an epoch", flush=True)
+
     if a.train_epochs:      # the trainer's phases: the reward model alone when DR-POXM trains, then the others
         two = any(h.method.needs_reward_model for h in heads)
         phases = [("phase1", [reward], None), ("phase2", [h for h in heads if h is not reward], reward)] if two \
             else [("joint", heads, None)]
         for name, group, rw in phases:
-            for e in range(1, a.train_epochs + 1):
-                sync()
-                t = time.perf_counter()
-                train_epoch(cfg, spec, prep, group, e, dev, rw, data)
-                sync()
-                epochs.setdefault(name, []).append(time.perf_counter() - t)
-            print(f"{name}: " + " ".join(f"{s:.3f}" for s in epochs[name]) + " s an epoch", flush=True)
+            time_epochs(name, group, rw)
         if a.also_without:
             name, group, rw = phases[-1]
-            group = [h for h in group if h.method.name not in a.also_without or h is reward]
-            key = f"{name} without {' '.join(a.also_without)}"
-            for e in range(1, a.train_epochs + 1):
-                sync()
-                t = time.perf_counter()
-                train_epoch(cfg, spec, prep, group, e, dev, rw, data)
-                sync()
-                epochs.setdefault(key, []).append(time.perf_counter() - t)
-            print(f"{key}: " + " ".join(f"{s:.3f}" for s in epochs[key]) + " s an epoch", flush=True)
+            time_epochs(f"{name} without {' '.join(a.also_without)}",
+                        [h for h in group if h.method.name not in a.also_without or h is reward], rw)
 
     def timed(fn, *args):
         for _ in range(a.repeat):
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
+            sync()
             t = time.perf_counter()
             fn(*args)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
+            sync()
         return time.perf_counter() - t
 
     stages = {"epoch_val": lambda h: R.val_estimates(h, ev, None),

@@ -45,7 +45,8 @@ def _nodes(probs: np.ndarray, kmax: int, panel_width: float, order: int):
 
 
 def _times_linear(poly: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """poly(z) * (a + b z), truncated to poly's degree; poly (..., D), a and b (...)."""
+    """poly(z) * (a + b z), truncated to poly's degree; poly (..., D), a and b (...). NumPy arrays or
+    torch tensors alike (`position_sums_torch` uses it too)."""
     out = poly * a[..., None]
     out[..., 1:] += poly[..., :-1] * b[..., None]
     return out
@@ -132,12 +133,6 @@ def _nodes_torch(probs, kmax: int, panel_width: float, order: int):
     return t, dt
 
 
-def _times_linear_torch(poly, a, b):
-    out = poly * a[..., None]
-    out[..., 1:] += poly[..., :-1] * b[..., None]
-    return out
-
-
 def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_WIDTH, order: int = ORDER):
     """`position_sums` on torch float64 tensors (any device): (c, m) probs, (c, m, F) values -> (c, kmax, F)."""
     import torch
@@ -166,7 +161,7 @@ def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_
         if not active[j]:
             continue
         rt = p_other[:, None, j] * t
-        poly = _times_linear_torch(poly, torch.exp(-rt), -torch.expm1(-rt))
+        poly = _times_linear(poly, torch.exp(-rt), -torch.expm1(-rt))
     rt = p_rel[:, None, :] * t[:, :, None]
     a, b = torch.exp(-rt), -torch.expm1(-rt)
     pre = torch.empty((r, c, T, kmax), dtype=probs.dtype, device=probs.device)
@@ -175,8 +170,8 @@ def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_
     suf[r - 1] = 0.0
     suf[r - 1][..., 0] = 1.0
     for j in range(1, r):
-        pre[j] = _times_linear_torch(pre[j - 1], a[:, :, j - 1], b[:, :, j - 1])
-        suf[r - 1 - j] = _times_linear_torch(suf[r - j], a[:, :, r - j], b[:, :, r - j])
+        pre[j] = _times_linear(pre[j - 1], a[:, :, j - 1], b[:, :, j - 1])
+        suf[r - 1 - j] = _times_linear(suf[r - j], a[:, :, r - j], b[:, :, r - j])
     dens = torch.movedim(p_rel[:, None, :] * a * dt[:, :, None], -1, 0)
     for deg in range(1, kmax):
         loo = pre[..., 0] * suf[..., deg]

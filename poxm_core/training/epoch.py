@@ -89,7 +89,6 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
             for h in trainable}
     labels = any(h.method.needs_labels() for h in trainable)
     needs_reward = any(h.method.needs_reward_model for h in trainable)
-    stacks = list({id(st): st for st in (h.policy.shared_stack for h in trainable) if st is not None}.values())
     # float64 sums on the device, as the host loop summed Python floats (values are float32 losses)
     total = torch.zeros(len(trainable), dtype=torch.float64, device=device)
     rows, bags = data.epoch(perm_t) if trainable else (None, None)
@@ -101,23 +100,25 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
         engine.bind()
         for k in [k for k in data.graphs if k[:2] == ("graph", True)]:
             del data.graphs[k]                           # a captured step read the old tensors
-    split = engine is not None and bool(seq) and _separable(engine, seq)
-    g_seq, e_seq = ([], seq) if split else (seq, [])     # heads in the (graphed) step / in an eager pass of their own
-    g_stacks, e_stacks = _stacks_of(trainable, engine, g_seq), _stacks_of(e_seq)
-    if trainable and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq, reward, data):
+    graphed = bool(trainable) and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq,
+                                                        reward, data)
+    # captured: the engine's heads and the others, unless those share no stack with the engine: then they
+    # train in an eager pass of their own (e_seq)
+    split = graphed and engine is not None and bool(seq) and _separable(engine, seq)
+    g_seq, e_seq = ([], seq) if split else (seq, [])
+    grouped = (engine.heads if engine is not None else []) + g_seq
+    g_stacks, e_stacks = _stacks_of(grouped), _stacks_of(e_seq)
+    if graphed:
         key = ("graph", engine is not None) + tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
         if runner is None:
-            grouped = (engine.heads if engine is not None else []) + g_seq
             runner = data.graphs[key] = GraphedSteps(
                 data, TrainStep(g_seq, g_stacks, engine, ctxs, static=True), B,
                 rhat_of=(lambda batch: _reward_fn(reward, batch))
                 if any(h.method.needs_reward_model for h in grouped) else None,
                 labels=any(h.method.needs_labels() for h in grouped),
                 rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse)
-        start = runner.run_epoch(rows, bags, total[:len(runner.step.order)])
-    else:
-        g_seq, e_seq, g_stacks, e_stacks = seq, [], stacks, []
+        start = runner.run_epoch(rows, bags, total[:len(grouped)])
     # the rest eagerly: the graphed group's last, shorter batch; heads outside it (their own parameters
     # and stacks, so training them in a pass of their own is the same arithmetic) on every batch
     step = TrainStep(g_seq, g_stacks, engine, ctxs)
@@ -165,16 +166,15 @@ def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], devic
     return data.graphs[key]
 
 
-def _stacks_of(heads: list[TrialHead], engine=None, more: list[TrialHead] = ()) -> list:
-    """The distinct shared network stacks of `heads` (every head of the engine and `more` when given)."""
-    group = heads if engine is None and not more else (engine.heads if engine is not None else []) + list(more)
-    return list({id(st): st for st in (h.policy.shared_stack for h in group) if st is not None}.values())
+def _stacks_of(heads: list[TrialHead]) -> list:
+    """The distinct shared network stacks of `heads`, in order."""
+    return list({id(st): st for st in (h.policy.shared_stack for h in heads) if st is not None}.values())
 
 
 def _separable(engine: BatchedHeads, seq: list[TrialHead]) -> bool:
     """The heads outside the engine share no network stack with it (e.g. the end-to-end skyline's own
     layers): they can then train in an eager pass of their own over the same batches."""
-    ours = {id(st) for st in _stacks_of([], engine)}
+    ours = {id(st) for st in _stacks_of(engine.heads)}
     return all(h.policy.shared_stack is None or id(h.policy.shared_stack) not in ours for h in seq)
 
 
