@@ -7,7 +7,7 @@ wall time and end) and trials/<t>/timing.json (per attempt: start, end, run_tria
 
 Per run directory it prints the trials, the Ray Train jobs they ran in (a job runs one trial, or a
 pack of them: resources.trials_per_job), the sweep's wall time, the trials' compute, the busy time,
-the share, and each job's start-up (from TorchTrainer.fit's start to its first trial's start: Ray
+the share (also with the prepare stage counted as computing), and each job's start-up (from TorchTrainer.fit's start to its first trial's start: Ray
 Train's worker group, placement, imports, loading the prepared data). Only the attempts of the
 latest invocation (`poxm run` or `poxm resume`) count, as in sweep_summary.json.
 """
@@ -51,10 +51,15 @@ def share(run_dir: str | Path) -> dict:
                 j["trials"] += 1
                 j["first_start"] = min(j["first_start"], a["start"])
     busy = busy_seconds(spans)
+    # the prepare stage (logging models, simulated logs) runs before any trial starts, so its seconds
+    # add to the busy time when it is counted as computation rather than orchestration
+    prepare = float(summ.get("prepare_s", 0.0))
     startup = sorted(round(j["first_start"] - js, 1) for (_, js), j in jobs.items())
     return {"run_dir": str(rd), "trials": len(trials), "trials_run": len(spans), "jobs": len(jobs) or None,
             "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
             "orchestration_share": round(1 - busy / wall, 4) if wall > 0 else None,
+            "prepare_s": round(prepare, 1),
+            "share_prepare_as_compute": round(1 - min(wall, busy + prepare) / wall, 4) if wall > 0 else None,
             "job_startup_s": startup, "max_concurrent_trials": summ.get("max_concurrent_trials")}
 
 
@@ -75,7 +80,8 @@ def main(argv=None) -> int:
         st = r["job_startup_s"]
         print(f"{r['run_dir']}\n  {r['trials_run']} trial(s) in {r['jobs'] or '?'} Ray Train job(s), up to "
               f"{r['max_concurrent_trials']} at once; wall {r['wall_s']} s, trial compute {r['trial_compute_s']} s, "
-              f"busy {r['busy_s']} s\n  orchestration share (no trial computing) {100 * r['orchestration_share']:.1f} %"
+              f"busy {r['busy_s']} s\n  orchestration share (no trial computing) {100 * r['orchestration_share']:.1f} %; "
+              f"with the prepare stage ({r['prepare_s']} s) counted as computing {100 * r['share_prepare_as_compute']:.1f} %"
               + (f"\n  job start-up (fit start -> first trial) s: min {st[0]}, median {st[len(st) // 2]}, max {st[-1]}"
                  if st else ""))
     return 0

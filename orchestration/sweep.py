@@ -15,6 +15,7 @@ extends it with new seeds (`poxm resume RUN_DIR --add-seeds`, orchestration.merg
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     """Run (or continue) every stage of a planned sweep; see the module docstring."""
     import ray
 
+    from orchestration.mps import check_mps_config, mps_for_sweep
     from orchestration.prepare_stage import stage_prepare
     from orchestration.ray_setup import check_resources, ray_init
     from orchestration.track_stage import abort_tracking, close_tracking, stage_points, stage_track
@@ -64,10 +66,13 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     rd, cfg = plan.rd, plan.cfg
     from orchestration.ray_state import refuse_ray_state_inside
     refuse_ray_state_inside(rd)     # before anything is written or loaded
+    check_mps_config(cfg.device, bool(cfg.resources.mps))
     rd.root.mkdir(parents=True, exist_ok=True)
     # the lock first: a second driver refused here must not have rewritten the running sweep's files
     acquire_driver(rd)
     started_ray, runs, parent_open = False, None, None   # runs/parent_open: MLflow runs that must not stay RUNNING
+    local = not (address or os.environ.get("RAY_ADDRESS"))
+    services = contextlib.ExitStack()   # MPS: started before Ray, stopped after it
     try:
         write_plan(plan)
         remove_tmp_leftovers(rd)        # a killed run's half-written files: nothing writes them now
@@ -80,8 +85,9 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         else:
             say("  mlflow   off (mlflow.enabled=false)")
 
+        services.enter_context(mps_for_sweep(cfg.device, bool(cfg.resources.mps), local, say))
         started_ray = ray_init(address, verbose)
-        max_conc = check_resources(cfg, local=not (address or os.environ.get("RAY_ADDRESS")))
+        max_conc = check_resources(cfg, local=local)
         res = ray.cluster_resources()
         say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
 
@@ -113,6 +119,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         abort_tracking(plan, runs, parent_open)
         if started_ray:
             ray.shutdown()
+        services.close()
         release_driver(rd)
 
 

@@ -141,6 +141,11 @@ class ResourcesConfig(_Strict):
         description="trials run one after another by one Ray Train job (its start-up paid once): 1 = one job per "
                     "trial; default (unset or 'auto'): about 2 jobs per slot (trials that fit at once), 1 when every "
                     "trial is of one dataset with the same heads")
+    mps: bool | None = Field(
+        None, exclude_if=_unset,
+        description="true: trials sharing a GPU run under NVIDIA's Multi-Process Service (a local sweep starts its "
+                    "daemon if none runs, and stops it at the end); their small kernels then run side by side instead "
+                    "of taking turns. Default off")
     storage_path: str | None = Field(None, exclude_if=_unset, description="where trials exchange prepared data, checkpoints and results: a path or pyarrow filesystem URI every node reaches (default: the run directory, i.e. one node or a shared filesystem)")
 
     @field_validator("trials_per_job", mode="before")

@@ -161,10 +161,12 @@ def test_progress_counts_trials_inside_jobs(monkeypatch):
 
 def test_orchestration_share_script(tmp_path):
     """Hand-made run directory: wall 100 s ending at t=1100; trial x computed 1010-1040 (job j1 started at
-    1000), trial y 1030-1060 in the same job, trial z 1080-1090 (job j2 from 1070): busy = 50 + 10 = 60."""
+    1000), trial y 1030-1060 in the same job, trial z 1080-1090 (job j2 from 1070): busy = 50 + 10 = 60;
+    with the 5 s of the prepare stage counted as computing, 65."""
     from orchestration.rundir import write_json
     rd = tmp_path / "run"
-    write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2})
+    write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2,
+                                                                 "prepare_s": 5.0})
     write_json(rd / "sweep.json", {"trials": ["x", "y", "z", "w"]})
     att = {"x": (1010, 1040, "j1", 1000), "y": (1030, 1060, "j1", 1000), "z": (1080, 1090, "j2", 1070)}
     for t, (a, b, j, js) in att.items():
@@ -176,6 +178,7 @@ def test_orchestration_share_script(tmp_path):
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     assert r["busy_s"] == 60.0 and r["orchestration_share"] == pytest.approx(0.4)
+    assert r["prepare_s"] == 5.0 and r["share_prepare_as_compute"] == pytest.approx(0.35)
     assert r["trial_compute_s"] == 70.0 and r["jobs"] == 2 and r["trials_run"] == 3
     assert r["job_startup_s"] == [10.0, 10.0]
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(tmp_path)],
