@@ -455,3 +455,43 @@ def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypat
     res = pd.read_csv(run / "results" / "selection.csv")
     assert set(rep["selection"]) == {"snis", "oracle"} and set(rep[rep["selection"] == "snis"]["p"]) == {10}
     pd.testing.assert_frame_equal(rep, res)
+
+
+@pytest.mark.slow
+def test_figures_drawn_by_worker_processes_equal_those_drawn_in_one(tmp_path, monkeypatch):
+    """POXM_REPORT_PROCS=2: the figures come from a pool of spawned processes; the report (index.md,
+    every PNG byte for byte) is the one drawn in this process, in the same order."""
+    from orchestration.report import figure_pool
+    monkeypatch.setattr(figure_pool, "MIN_FIGURES", 1)
+    pools = []
+    init = figure_pool.FigurePool.__init__
+
+    def spy(self, *a, **kw):
+        init(self, *a, **kw)
+        pools.append(self.pool is not None)
+    monkeypatch.setattr(figure_pool.FigurePool, "__init__", spy)
+    reports = {}
+    for procs in ("1", "2"):
+        monkeypatch.setenv(figure_pool.ENV, procs)
+        run = _run_dir(tmp_path / procs)
+        out = build_report(run)
+        reports[procs] = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
+                          if p.is_file() and p.suffix in (".md", ".png", ".csv")}
+    one, two = reports["1"], reports["2"]
+    assert pools == [False, True]          # drawn here, then by the pool
+    assert sorted(one) == sorted(two) and sum(k.endswith(".png") for k in one) >= 7
+    assert [k for k in one if one[k] != two[k]] == []
+
+
+def test_report_procs_setting():
+    from orchestration.report.figure_pool import FigurePool, report_procs
+    assert report_procs({"POXM_REPORT_PROCS": "3"}) == 3
+    assert 1 <= report_procs({}) <= 8
+    for bad in ("0", "two"):
+        with pytest.raises(PoxmInputError, match="POXM_REPORT_PROCS"):
+            report_procs({"POXM_REPORT_PROCS": bad})
+    with FigurePool(expected=2, procs=4) as pool:       # too few figures for a pool: drawn here, in order
+        assert pool.pool is None
+        calls = []
+        r = [pool.submit(calls.append, i) for i in range(2)]
+        assert calls == [] and [x.result() for x in r] == [None, None] and calls == [0, 1]

@@ -32,6 +32,7 @@ from orchestration.report import paper
 from orchestration.report import tables as T
 from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, expected_from_grid,
                                             expected_from_rows, seed_stats)
+from orchestration.report.figure_pool import FigurePool
 from orchestration.report.index import render_html, render_markdown
 from orchestration.report.stability import stability, stability_table
 from orchestration.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
@@ -293,40 +294,49 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
                  [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths])]
 
     variants_of = {d: [v for (dd, v) in dv if dd == d] for d in datasets}
-    blocks.append(("h2", "Headline: test R@5"))
-    for d in datasets:
-        if variants_of[d]:
-            blocks += table(T.headline_table(d, variants_of[d], stats, expected, criterion, params))
-    blocks.append(("h2", "The paper's figures"))
-    for d in datasets:
-        for fig in (F.covering_figure(prepare, rows, d, fdir),
-                    F.robustness_figure(rows, selection, prepare, d, fdir, criterion=criterion)):
-            blocks += figure(fig)
-    blocks += rest
-    for d in datasets:
-        blocks.append(("h2", f"Dataset {d}"))
-        for v in variants_of[d]:
-            blocks.append(("h3", f"{d}, variant {v}"))
-            show_paper = paper.matches_paper(d, v, params.get((d, v)))
-            if d in paper.TABLE2 and not show_paper:
-                blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
-                                    f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
-            for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
-                      T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion,
-                                     params=params.get((d, v))),
-                      T.selection_table(d, v, selection, expected, criterion=criterion)):
-                blocks += table(t)
-            if paper_sel is not None:
-                blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
-                for t in _paper_tables(d, v, paper_stats, paper_sel, expected, show_paper, params.get((d, v))):
+    # figures are drawn by worker processes (figure_pool); each function reads only its dataset's rows
+    # (and variant's), so they are handed only those; ("pending", ...) blocks are resolved in order below
+    rows_of = {d: rows[rows["dataset"] == d] for d in datasets}
+    pool = FigurePool(expected=3 * len(datasets) + sum(len(v) for v in variants_of.values()))
+    try:
+        blocks.append(("h2", "Headline: test R@5"))
+        for d in datasets:
+            if variants_of[d]:
+                blocks += table(T.headline_table(d, variants_of[d], stats, expected, criterion, params))
+        blocks.append(("h2", "The paper's figures"))
+        for d in datasets:
+            blocks += [("pending", pool.submit(F.covering_figure, prepare, rows_of[d], d, fdir)),
+                       ("pending", pool.submit(F.robustness_figure, rows_of[d], selection, prepare, d, fdir,
+                                               criterion=criterion))]
+        blocks += rest
+        for d in datasets:
+            blocks.append(("h2", f"Dataset {d}"))
+            for v in variants_of[d]:
+                blocks.append(("h3", f"{d}, variant {v}"))
+                show_paper = paper.matches_paper(d, v, params.get((d, v)))
+                if d in paper.TABLE2 and not show_paper:
+                    blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
+                                        f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
+                for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
+                          T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion,
+                                         params=params.get((d, v))),
+                          T.selection_table(d, v, selection, expected, criterion=criterion)):
                     blocks += table(t)
-            blocks += figure(F.estimator_figure(rows, d, v, fdir))
-        sp = T.spearman_data(rows, d)
-        if len(sp):
-            blocks += [("h3", f"{d}: selection criteria against test R@5")] + table(T.spearman_table(d, sp, criterion))
-        if (prepare["dataset"] == d).any():
-            blocks += [("h3", f"{d}: logging policy")] + table(T.logging_stats_table(d, prepare, rows))
-        blocks += figure(F.sharpness_figure(chosen_test, params, d, fdir, criterion=criterion))
+                if paper_sel is not None:
+                    blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
+                    for t in _paper_tables(d, v, paper_stats, paper_sel, expected, show_paper, params.get((d, v))):
+                        blocks += table(t)
+                rows_dv = rows_of[d][rows_of[d]["variant"] == v]
+                blocks.append(("pending", pool.submit(F.estimator_figure, rows_dv, d, v, fdir)))
+            sp = T.spearman_data(rows, d)
+            if len(sp):
+                blocks += [("h3", f"{d}: selection criteria against test R@5")] + table(T.spearman_table(d, sp, criterion))
+            if (prepare["dataset"] == d).any():
+                blocks += [("h3", f"{d}: logging policy")] + table(T.logging_stats_table(d, prepare, rows))
+            blocks.append(("pending", pool.submit(F.sharpness_figure, chosen_test, params, d, fdir, criterion=criterion)))
+        blocks = [b for blk in blocks for b in (figure(blk[1].result()) if blk[0] == "pending" else [blk])]
+    finally:
+        pool.close()
     blocks += [("h2", "Selection"),
                ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
                      f"validation log (selection='{label}'; criterion from config.yaml `selection.criterion`, "

@@ -1,0 +1,117 @@
+"""The report's figures drawn by a pool of processes.
+
+Drawing and saving (PNG + PDF) is most of a report's time (the four-dataset benchmark draws 36 figures,
+about half of its 47 s report on a 64-core machine) and matplotlib draws on one thread, so figures go to
+fresh ('spawn') worker processes: nothing of the driver (Ray's threads, open stores) is inherited. The
+report asks for each figure where it belongs and reads the results in the same order, so index.md and
+the files are those of drawing them one after another. `POXM_REPORT_PROCS` sets the processes (1: draw
+in this process; default half the CPUs up to 8, none below 4 CPUs). A pool that cannot start or breaks falls back to drawing here.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from poxm_core.errors import PoxmInputError
+
+ENV = "POXM_REPORT_PROCS"
+MAX_PROCS = 8
+MIN_FIGURES = 6          # below this, starting processes costs more than it saves
+
+
+def report_procs(environ=None) -> int:
+    """Processes for drawing: $POXM_REPORT_PROCS, else half the CPUs up to 8, and 1 (no pool) below 4
+    CPUs, where starting the processes would cost about what they save."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(ENV)
+    if raw is None or raw == "":
+        cpus = os.cpu_count() or 1
+        return 1 if cpus < 4 else min(cpus // 2, MAX_PROCS)
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise PoxmInputError(f"{ENV}={raw!r}: expected a whole number >= 1 (1 draws the report's figures in one process)")
+    return n
+
+
+class _Done:
+    """A figure drawn in this process, read like a future."""
+
+    def __init__(self, fn, args, kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.value = None
+        self.drawn = False
+
+    def result(self):
+        if not self.drawn:
+            self.value, self.drawn = self.fn(*self.args, **self.kwargs), True
+        return self.value
+
+
+class FigurePool:
+    """submit(fn, *args) -> an object with .result(): the figure function's return value. Used as a
+    context manager; `expected` figures decide whether a pool is worth starting."""
+
+    def __init__(self, expected: int, procs: int | None = None):
+        procs = report_procs() if procs is None else procs
+        self.procs = min(procs, max(1, expected))
+        self.pool = None
+        if self.procs > 1 and expected >= MIN_FIGURES:
+            import multiprocessing
+            try:
+                self.pool = ProcessPoolExecutor(max_workers=self.procs, mp_context=multiprocessing.get_context("spawn"))
+            except (OSError, ValueError):
+                self.pool = None
+        self._jobs: list[tuple[object, object, tuple, dict]] = []
+
+    def submit(self, fn, *args, **kwargs):
+        if self.pool is not None:
+            try:
+                fut = self.pool.submit(fn, *args, **kwargs)
+                self._jobs.append((fut, fn, args, kwargs))
+                return _Resolved(self, len(self._jobs) - 1)
+            except (BrokenProcessPool, RuntimeError, OSError):
+                self._shutdown()
+        return _Done(fn, args, kwargs)
+
+    def _result(self, i: int):
+        fut, fn, args, kwargs = self._jobs[i]
+        if isinstance(fut, Future):
+            try:
+                value = fut.result()
+            except (BrokenProcessPool, CancelledError):    # a worker died (killed, out of memory): draw it here
+                self._shutdown()
+                value = fn(*args, **kwargs)
+            self._jobs[i] = (_Value(value), fn, args, kwargs)
+        return self._jobs[i][0].value
+
+    def close(self) -> None:
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._shutdown()
+        return False
+
+
+class _Value:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Resolved:
+    def __init__(self, pool: FigurePool, index: int):
+        self.pool, self.index = pool, index
+
+    def result(self):
+        return self.pool._result(self.index)
