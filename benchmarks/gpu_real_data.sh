@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-data benchmark on a GPU machine, one `poxm run` per dataset config (every variant, seeds 0-4,
-# every method), trials packed into Ray Train jobs and 8 jobs sharing each GPU (gpus_per_trial 0.125),
+# every method), trials packed into Ray Train jobs and 8 jobs sharing each GPU (gpus_per_trial 0.125; GPU_SHARE=F: F),
 # heads of a trial trained as one batched step, under NVIDIA MPS (GPU_MPS=false: time-slicing). Run from the repository root on the GPU machine after
 # Ray was unpacked into /tmp/site (benchmarks/gpu_sweep.sh's notes); the data under $POXM_DATA_ROOT.
 #
@@ -24,7 +24,7 @@ if [ "$cmd" = pack ]; then
 fi
 deadline=$(( $(date +%s) + $1 )); shift
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-OVR=(device=cuda resources.gpus_per_trial=0.125 resources.cpus_per_trial=1 "seeds=[0,1,2,3,4]" "resources.mps=${GPU_MPS:-true}"
+OVR=(device=cuda "resources.gpus_per_trial=${GPU_SHARE:-0.125}" resources.cpus_per_trial=1 "seeds=[0,1,2,3,4]" "resources.mps=${GPU_MPS:-true}"
      mlflow.enabled=false training.batched_heads=true)
 echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus; $(nproc) CPUs"
 for ds in "$@"; do

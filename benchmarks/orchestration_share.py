@@ -50,17 +50,26 @@ def share(run_dir: str | Path) -> dict:
                 j = jobs.setdefault((job, a["job_start"]), {"trials": 0, "first_start": a["start"]})
                 j["trials"] += 1
                 j["first_start"] = min(j["first_start"], a["start"])
+                if "worker_start" in a:
+                    j["worker_start"], j["worker_ready"] = a["worker_start"], a["worker_ready"]
     busy = busy_seconds(spans)
     # the prepare stage (logging models, simulated logs) runs before any trial starts, so its seconds
     # add to the busy time when it is counted as computation rather than orchestration
     prepare = float(summ.get("prepare_s", 0.0))
     startup = sorted(round(j["first_start"] - js, 1) for (_, js), j in jobs.items())
+    # the start-up split: Ray Train (fit start -> worker function), the worker's torch + CUDA, then
+    # the first trial's load until it computes
+    parts = [(j["worker_start"] - js, j["worker_ready"] - j["worker_start"], j["first_start"] - j["worker_ready"])
+             for (_, js), j in jobs.items() if "worker_start" in j]
     return {"run_dir": str(rd), "trials": len(trials), "trials_run": len(spans), "jobs": len(jobs) or None,
             "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
             "orchestration_share": round(1 - busy / wall, 4) if wall > 0 else None,
             "prepare_s": round(prepare, 1),
             "share_prepare_as_compute": round(1 - min(wall, busy + prepare) / wall, 4) if wall > 0 else None,
-            "job_startup_s": startup, "max_concurrent_trials": summ.get("max_concurrent_trials")}
+            "job_startup_s": startup, "max_concurrent_trials": summ.get("max_concurrent_trials"),
+            "job_startup_parts_median_s": ({k: round(sorted(p[i] for p in parts)[len(parts) // 2], 1) for i, k in
+                                            enumerate(("ray_train", "worker_torch_cuda", "first_trial_load"))}
+                                           if parts else None)}
 
 
 def main(argv=None) -> int:
@@ -83,7 +92,10 @@ def main(argv=None) -> int:
               f"busy {r['busy_s']} s\n  orchestration share (no trial computing) {100 * r['orchestration_share']:.1f} %; "
               f"with the prepare stage ({r['prepare_s']} s) counted as computing {100 * r['share_prepare_as_compute']:.1f} %"
               + (f"\n  job start-up (fit start -> first trial) s: min {st[0]}, median {st[len(st) // 2]}, max {st[-1]}"
-                 if st else ""))
+                 if st else "")
+              + (f"\n  of which (medians) Ray Train {r['job_startup_parts_median_s']['ray_train']} s, the worker's torch "
+                 f"and CUDA {r['job_startup_parts_median_s']['worker_torch_cuda']} s, until the first trial computes "
+                 f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else ""))
     return 0
 
 

@@ -86,8 +86,10 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
             say("  mlflow   off (mlflow.enabled=false)")
 
         services.enter_context(mps_for_sweep(cfg.device, bool(cfg.resources.mps), local, say))
+        t_ray = time.perf_counter()
         started_ray = ray_init(address, verbose)
         max_conc = check_resources(cfg, local=local)
+        ray_s = time.perf_counter() - t_ray
         res = ray.cluster_resources()
         say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
 
@@ -106,7 +108,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         report = select_and_report(rd, cfg.selection.criterion, rows, say)
         wall = time.perf_counter() - t_start
         summary = sweep_summary(rd, len(plan.specs), len(plan.grid()), done, errored, before,
-                                {"wall": wall, "prepare": prepare_s, "prepare_compute": prepare_compute,
+                                {"wall": wall, "ray_init": ray_s, "prepare": prepare_s, "prepare_compute": prepare_compute,
                                  "tune": tune_s, "gather_select_report": time.perf_counter() - t2}, max_conc)
         if runs is not None:
             close_tracking(plan, runs, done, errored, summary, report)

@@ -95,6 +95,7 @@ def worker_loop(train_loop_config: dict) -> None:
     A trial with done.json is skipped; a trial interrupted mid-way continues from Ray's latest
     checkpoint when that checkpoint is the trial's own (its folder name says whose: 'epoch_XXXX' in
     a job of one trial, '<trial>.epoch_XXXX' in a pack), else from its trial folder's checkpoint."""
+    worker_start = time.time()     # Ray Train's part of the job's start-up ends here (timing.json)
     import ray.train
     import ray.train.torch
     import torch
@@ -108,6 +109,8 @@ def worker_loop(train_loop_config: dict) -> None:
         # Ray gives the worker its GPU through CUDA_VISIBLE_DEVICES; get_device() is that card even
         # when several are visible, so 'cuda' means the one Ray reserved for this job.
         torch.cuda.set_device(ray.train.torch.get_device())
+        torch.zeros(1, device="cuda")     # the CUDA context now, so worker_ready includes its start
+    starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3)}
     members = job.members
     E = cfg.training.epochs
     ckpt = ray.train.get_checkpoint()
@@ -124,14 +127,14 @@ def worker_loop(train_loop_config: dict) -> None:
             head_epochs += n_heads * E
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
-        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1)
+        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts)
         head_epochs += n_heads * E
         ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
                           **({"finished": 1} if i == len(members) - 1 else {})})
 
 
 def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
-                base_head_epochs: int, packed: bool) -> None:
+                base_head_epochs: int, packed: bool, starts: dict | None = None) -> None:
     """One trial of a job: load its prepared variant (kept when the previous trial used the same),
     run_trial with a report + checkpoint each epoch, its MLflow runs, timing.json, done.json."""
     import ray.train
@@ -206,6 +209,8 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
                                "start": round(wall1, 3), "end": round(time.time(), 3),
                                "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
                                "job_start": round(job.fit_start, 3),   # the job's TorchTrainer.fit began
+                               # its worker function began (after Ray Train's start-up) and had torch and CUDA
+                               **(starts or {}),
                                "ray_node_id": ray.get_runtime_context().get_node_id(),
                                # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
                                "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],

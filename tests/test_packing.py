@@ -172,7 +172,8 @@ def test_orchestration_share_script(tmp_path):
     for t, (a, b, j, js) in att.items():
         write_json(rd / "trials" / t / "timing.json", {"attempts": [
             *([{"start": 900, "end": 950, "run_trial_s": 50, "job": j, "job_start": 890}] if t == "x" else []),  # an earlier invocation
-            {"start": a, "end": b, "run_trial_s": b - a, "job": j, "job_start": js}]})
+            {"start": a, "end": b, "run_trial_s": b - a, "job": j, "job_start": js,
+             **({"worker_start": 1004, "worker_ready": 1006} if j == "j1" else {})}]})
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(rd), "--json"],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -181,6 +182,8 @@ def test_orchestration_share_script(tmp_path):
     assert r["prepare_s"] == 5.0 and r["share_prepare_as_compute"] == pytest.approx(0.35)
     assert r["trial_compute_s"] == 70.0 and r["jobs"] == 2 and r["trials_run"] == 3
     assert r["job_startup_s"] == [10.0, 10.0]
+    # j1's start-up of 10 s: 4 s of Ray Train, 2 s of torch and CUDA, 4 s until its first trial computed
+    assert r["job_startup_parts_median_s"] == {"ray_train": 4.0, "worker_torch_cuda": 2.0, "first_trial_load": 4.0}
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
