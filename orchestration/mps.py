@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from poxm_core.errors import PoxmInputError
@@ -27,9 +28,27 @@ def pipe_dir(environ=None) -> Path:
     return Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIR)
 
 
-def daemon_running(environ=None) -> bool:
-    """A control daemon listens in the pipe directory (its socket is named 'control')."""
-    return (pipe_dir(environ) / "control").exists()
+def daemon_running(environ=None, exe: str | None = None) -> bool:
+    """A control daemon answers in the pipe directory: its 'control' entry exists and the control
+    program's `get_server_list` succeeds (a daemon that was killed leaves the entry behind)."""
+    if not (pipe_dir(environ) / "control").exists():
+        return False
+    exe = exe or shutil.which(CONTROL)
+    if exe is None:          # nothing to ask it with; the sweep then fails on the missing program
+        return True
+    try:
+        r = subprocess.run([exe], input="get_server_list\n", capture_output=True, text=True, timeout=20,
+                           env=None if environ is None else dict(environ))
+    except (subprocess.TimeoutExpired, OSError):
+        return False
+    return r.returncode == 0
+
+
+def _quit(exe: str) -> int | None:
+    try:
+        return subprocess.run([exe], input="quit\n", capture_output=True, text=True, timeout=60).returncode
+    except (subprocess.TimeoutExpired, OSError):
+        return None
 
 
 def check_mps_config(device: str, wanted: bool) -> None:
@@ -59,14 +78,23 @@ def mps_for_sweep(device: str, wanted: bool, local: bool, say=print):
     if exe is None:
         raise PoxmInputError(f"config key 'resources.mps': {CONTROL} is not on PATH (it comes with the NVIDIA "
                              "driver's utilities); set resources.mps=false to share GPUs by time-slicing")
-    proc = subprocess.run([exe, "-d"], capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
-        raise PoxmInputError(f"config key 'resources.mps': `{CONTROL} -d` failed (exit {proc.returncode}"
+    # output to a file, not a pipe: the daemon forks, and a child holding a pipe would keep run() waiting
+    with tempfile.TemporaryFile("w+") as out:
+        try:
+            rc = subprocess.run([exe, "-d"], stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=60).returncode
+        except (subprocess.TimeoutExpired, OSError) as exc:
+            if daemon_running(exe=exe):
+                _quit(exe)
+            raise PoxmInputError(f"config key 'resources.mps': `{CONTROL} -d` did not start ({type(exc).__name__}); "
+                                 "set resources.mps=false to share GPUs by time-slicing") from None
+        out.seek(0)
+        msg = out.read().strip().splitlines()
+    if rc != 0:
+        raise PoxmInputError(f"config key 'resources.mps': `{CONTROL} -d` failed (exit {rc}"
                              f"{': ' + msg[-1] if msg else ''}); set resources.mps=false to share GPUs by time-slicing")
     say(f"  mps      started ({pipe_dir()}); stopped when the sweep ends")
     try:
         yield True
     finally:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([exe], input="quit\n", capture_output=True, text=True, timeout=60)
+        if _quit(exe) != 0:
+            say(f"  mps      could not stop the daemon this sweep started: run `echo quit | {CONTROL}`")

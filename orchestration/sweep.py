@@ -118,11 +118,19 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
             "of the wall time had no trial computing)")
         return SweepOutcome(rd.root, len(plan.specs), done, errored, summary, report)
     finally:
-        abort_tracking(plan, runs, parent_open)
-        if started_ray:
-            ray.shutdown()
-        services.close()
-        release_driver(rd)
+        # each step runs even if an earlier one fails or a second Ctrl-C/SIGTERM interrupts it:
+        # MPS stops after Ray, and the run directory's lock is always released last
+        try:
+            try:
+                abort_tracking(plan, runs, parent_open)
+            finally:
+                if started_ray:
+                    ray.shutdown()
+        finally:
+            try:
+                services.close()
+            finally:
+                release_driver(rd)
 
 
 def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:

@@ -10,6 +10,7 @@ in this process; default half the CPUs up to 8, none below 4 CPUs). A pool that 
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -66,6 +67,8 @@ class FigurePool:
             except (OSError, ValueError):
                 self.pool = None
         self._jobs: list[tuple[object, object, tuple, dict]] = []
+        self.drawn_by_pool = 0
+        self._warned = False
 
     def submit(self, fn, *args, **kwargs):
         if self.pool is not None:
@@ -73,17 +76,26 @@ class FigurePool:
                 fut = self.pool.submit(fn, *args, **kwargs)
                 self._jobs.append((fut, fn, args, kwargs))
                 return _Resolved(self, len(self._jobs) - 1)
-            except (BrokenProcessPool, RuntimeError, OSError):
+            except (BrokenProcessPool, RuntimeError, OSError) as exc:
                 self._shutdown()
+                self._warn(exc)
         return _Done(fn, args, kwargs)
+
+    def _warn(self, exc: BaseException) -> None:
+        if not self._warned:
+            self._warned = True
+            print(f"poxm report: the figure processes stopped ({type(exc).__name__}); drawing the rest in this "
+                  "process", file=sys.stderr)
 
     def _result(self, i: int):
         fut, fn, args, kwargs = self._jobs[i]
         if isinstance(fut, Future):
             try:
                 value = fut.result()
-            except (BrokenProcessPool, CancelledError):    # a worker died (killed, out of memory): draw it here
+                self.drawn_by_pool += 1
+            except (BrokenProcessPool, CancelledError) as exc:    # a worker died (killed, out of memory): draw it here
                 self._shutdown()
+                self._warn(exc)
                 value = fn(*args, **kwargs)
             self._jobs[i] = (_Value(value), fn, args, kwargs)
         return self._jobs[i][0].value
