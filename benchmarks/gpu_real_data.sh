@@ -5,7 +5,8 @@
 # Ray was unpacked into /tmp/site (benchmarks/gpu_sweep.sh's notes); the data under $POXM_DATA_ROOT.
 #
 #   benchmarks/gpu_real_data.sh run   DEADLINE_S DATASET...   start or continue each sweep until the deadline
-#   benchmarks/gpu_real_data.sh pack  OUTDIR                   results of every sweep (no checkpoints) as one tar
+#   benchmarks/gpu_real_data.sh pack  OUTDIR                   each sweep's final rows (.csv.gz) and its files
+#                                                              (no per-epoch rows, checkpoints, figures) as one tar
 #
 # A sweep cut by the deadline (SIGTERM: trials stop, exit 130) continues with the same command: the
 # same config maps to the same run directory and finished trials are kept.
@@ -18,8 +19,18 @@ RUNS=${GPU_RUNS:-/tmp/gpu-real-runs}
 PY=${PYTHON:-python3}
 cmd=$1; shift
 if [ "$cmd" = pack ]; then
+  # small enough to come back from a machine that limits what it returns: each sweep's final rows (one
+  # per grid point, seed, metric; results/rows.csv also holds every epoch's, 35 MB for real-data) as
+  # <sweep>.final-rows.csv.gz, and its files without the per-epoch rows, the checkpoints, the figures and
+  # the self-contained index.html (index.md and the tables stay)
   out=$1
-  tar czf "$out/real-data-runs.tgz" -C "$RUNS" --exclude=checkpoints --exclude='ray' --exclude=cache --exclude='*.pt' .
+  for d in "$RUNS"/*/; do
+    [ -f "$d/results/rows.csv" ] || continue
+    "$PY" -c 'import sys, pandas as pd; r = pd.read_csv(sys.argv[1]); r[r["final"]].to_csv(sys.argv[2], index=False)' \
+      "$d/results/rows.csv" "$out/$(basename "$d").final-rows.csv.gz" || exit 1
+  done
+  tar czf "$out/real-data-runs.tgz" -C "$RUNS" --exclude=checkpoints --exclude='ray' --exclude=cache --exclude='*.pt' \
+    --exclude=rows.csv --exclude=figures --exclude=index.html --exclude=mlartifacts --exclude=mlflow.db .
   ls -la "$out"; exit 0
 fi
 deadline=$(( $(date +%s) + $1 )); shift
