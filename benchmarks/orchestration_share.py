@@ -7,7 +7,8 @@ wall time and end) and trials/<t>/timing.json (per attempt: start, end, run_tria
 
 Per run directory it prints the trials, the Ray Train jobs they ran in (a job runs one trial, or a
 pack of them: resources.trials_per_job), the sweep's wall time, the trials' compute, the busy time,
-the share (also with the prepare stage counted as computing), and each job's start-up (from TorchTrainer.fit's start to its first trial's start: Ray
+the share (also with the prepare stage counted as computing), each job's start-up and the timeline (trials
+computing every 15 s) (from TorchTrainer.fit's start to its first trial's start: Ray
 Train's worker group, placement, imports, loading the prepared data). Only the attempts of the
 latest invocation (`poxm run` or `poxm resume`) count, as in sweep_summary.json.
 """
@@ -17,6 +18,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+
+TIMELINE_STEP = 15     # seconds between the timeline's counts of computing trials
 
 
 def busy_seconds(spans) -> float:
@@ -61,6 +65,13 @@ def share(run_dir: str | Path) -> dict:
     # the first trial's load until it computes
     parts = [(j["worker_start"] - js, j["worker_ready"] - j["worker_start"], j["first_start"] - j["worker_ready"])
              for (_, js), j in jobs.items() if "worker_start" in j]
+    # the timeline, in seconds from the invocation's start: when the first job started, when a trial first
+    # computed, when the last one ended, and how many computed at each multiple of TIMELINE_STEP
+    rel = [(a - t0, b - t0) for a, b in spans]
+    timeline = {"first_job_start_s": round(min(js for (_, js) in jobs) - t0, 1) if jobs else None,
+                "first_compute_s": round(min(a for a, _ in rel), 1) if rel else None,
+                "last_end_s": round(max(b for _, b in rel), 1) if rel else None,
+                "running": [sum(1 for a, b in rel if a <= t < b) for t in range(0, int(wall) + 1, TIMELINE_STEP)]}
     return {"run_dir": str(rd), "trials": len(trials), "trials_run": len(spans), "jobs": len(jobs) or None,
             "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
             "orchestration_share": round(1 - busy / wall, 4) if wall > 0 else None,
@@ -69,7 +80,8 @@ def share(run_dir: str | Path) -> dict:
             "job_startup_s": startup, "max_concurrent_trials": summ.get("max_concurrent_trials"),
             "job_startup_parts_median_s": ({k: round(sorted(p[i] for p in parts)[len(parts) // 2], 1) for i, k in
                                             enumerate(("ray_train", "worker_torch_cuda", "first_trial_load"))}
-                                           if parts else None)}
+                                           if parts else None),
+            "timeline": timeline}
 
 
 def main(argv=None) -> int:
@@ -95,7 +107,10 @@ def main(argv=None) -> int:
                  if st else "")
               + (f"\n  of which (medians) Ray Train {r['job_startup_parts_median_s']['ray_train']} s, the worker's torch "
                  f"and CUDA {r['job_startup_parts_median_s']['worker_torch_cuda']} s, until the first trial computes "
-                 f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else ""))
+                 f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else "")
+              + (f"\n  first job started at {r['timeline']['first_job_start_s']} s, first trial computed at "
+                 f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s"
+                 f"\n  trials computing every {TIMELINE_STEP} s: {' '.join(map(str, r['timeline']['running']))}"))
     return 0
 
 

@@ -184,6 +184,10 @@ def test_orchestration_share_script(tmp_path):
     assert r["job_startup_s"] == [10.0, 10.0]
     # j1's start-up of 10 s: 4 s of Ray Train, 2 s of torch and CUDA, 4 s until its first trial computed
     assert r["job_startup_parts_median_s"] == {"ray_train": 4.0, "worker_torch_cuda": 2.0, "first_trial_load": 4.0}
+    # from the invocation's start (t=1000): j1 at 0 s, x computing from 10 s, z ending at 90 s; every 15 s:
+    # 0: none, 15: x, 30: x and y, 45: y, 60 (y ended), 75, 90 (z ended): none
+    assert r["timeline"] == {"first_job_start_s": 0.0, "first_compute_s": 10.0, "last_end_s": 90.0,
+                             "running": [0, 1, 2, 1, 0, 0, 0]}
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
