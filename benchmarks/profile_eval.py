@@ -21,16 +21,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from trial_cli import add_trial_args, load_trial  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("config")
-    ap.add_argument("overrides", nargs="*", help="config overrides key=value")
-    ap.add_argument("--cache-dir", required=True, help="prepare cache (prepared if missing)")
-    ap.add_argument("--dataset")
-    ap.add_argument("--variant")
-    ap.add_argument("--seed", type=int)
+    add_trial_args(ap)
     ap.add_argument("--repeat", type=int, default=2, help="time each stage this many times, keep the last")
     ap.add_argument("--train-epochs", type=int, default=0,
                     help="first time this many training epochs of each phase (seconds per epoch, synchronised)")
@@ -43,17 +40,12 @@ def main(argv=None) -> int:
 
     import torch
 
-    from poxm_core.config import load_config
     from poxm_core.model.core import resolve_device
-    from poxm_core.prepare import load_prepared
     from poxm_core.training import reporting as R
-    from poxm_core.training.command import pick_trial
     from poxm_core.training.epoch import train_data_for, train_epoch
     from poxm_core.training.trial_setup import REWARD_KEY, build_heads
 
-    cfg = load_config(a.config, a.overrides)
-    spec = pick_trial(cfg, a.dataset, a.variant, seed=a.seed)
-    prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, a.cache_dir)
+    cfg, spec, prep = load_trial(a)
     dev = resolve_device(cfg.device)
     heads, _ = build_heads(cfg, spec, prep, dev)
     data = train_data_for(prep, heads, dev)

@@ -22,30 +22,46 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from trial_cli import add_trial_args, load_trial  # noqa: E402
 
 STAGES = ("train_epoch", "epoch_report", "save_checkpoint", "final_report")
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
+def attribute(events: list[dict], top: int = 25) -> dict:
+    """From a chrome trace's events: the kernels' busy time (the union of their intervals), overall and
+    per stage, and the kernels that took longest in total. A kernel belongs to the last stage range that
+    began before it: a stage's kernels may still run after its CPU range ended (the trial synchronises
+    after each stage, outside the range); kernels before any stage are 'setup'."""
+    from orchestration.gather import busy_seconds
+
+    kernels, ranges = [], []     # in microseconds
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") == "kernel":
+            kernels.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"]))
+        elif e.get("cat") == "user_annotation" and e["name"].startswith("stage::"):
+            ranges.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"][7:]))
+    ranges.sort()
+    starts = [r[0] for r in ranges]
+    by_stage = collections.defaultdict(list)
+    by_name, count = collections.Counter(), collections.Counter()
+    for s, e, n in kernels:
+        i = bisect.bisect_right(starts, s) - 1
+        by_stage[ranges[i][2] if i >= 0 else "setup"].append((s, e))
+        by_name[n] += e - s
+        count[n] += 1
+    return {"gpu_busy_s": round(busy_seconds([(s, e) for s, e, _ in kernels]) / 1e6, 3), "kernels": len(kernels),
+            "stages": {k: {"busy_s": round(busy_seconds(v) / 1e6, 3), "kernels": len(v),
+                           "wall_s": round(sum(b - a for a, b, r in ranges if r == k) / 1e6, 3)}
+                       for k, v in sorted(by_stage.items())},
+            "top": [{"kernel": n[:90], "s": round(t / 1e6, 4), "n": count[n]} for n, t in by_name.most_common(top)]}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("config")
-    ap.add_argument("overrides", nargs="*", help="config overrides key=value")
-    ap.add_argument("--cache-dir", required=True, help="prepare cache (prepared if missing)")
-    ap.add_argument("--dataset")
-    ap.add_argument("--variant")
-    ap.add_argument("--seed", type=int)
+    add_trial_args(ap)
     ap.add_argument("--top", type=int, default=25, help="kernels to list by total time")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
@@ -53,15 +69,9 @@ def main(argv=None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from poxm_core.config import load_config
-    from poxm_core.prepare import load_prepared, prepare
     from poxm_core.training import trainer
-    from poxm_core.training.command import pick_trial
 
-    cfg = load_config(a.config, a.overrides)
-    spec = pick_trial(cfg, a.dataset, None if a.variant is None else a.variant, None, a.seed)
-    prepare(cfg, spec.dataset, spec.seed, Path(a.cache_dir), progress=False)
-    prepared = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.cache_dir))
+    cfg, spec, prepared = load_trial(a)
 
     def ranged(name, fn):
         def wrapper(*args, **kw):
@@ -82,34 +92,7 @@ def main(argv=None) -> int:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text())["traceEvents"]
-    # the trace's kernels (graph-replayed ones included) and the stage ranges, in microseconds
-    kernels, ranges = [], []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        if e.get("cat") == "kernel":
-            kernels.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"]))
-        elif e.get("cat") == "user_annotation" and e["name"].startswith("stage::"):
-            ranges.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"][7:]))
-    ranges.sort()
-    starts = [r[0] for r in ranges]
-    by_stage = collections.defaultdict(list)
-    by_name = collections.Counter()
-    count = collections.Counter()
-    for s, e, n in kernels:
-        # a stage's kernels may run after its CPU range ended (the trial synchronises after each stage)
-        i = bisect.bisect_right(starts, s) - 1
-        stage = ranges[i][2] if i >= 0 else "setup"
-        by_stage[stage].append((s, e))
-        by_name[n] += (e - s)
-        count[n] += 1
-    busy = _union([(s, e) for s, e, _ in kernels]) / 1e6
-    out = {"trial": spec.name, "wall_s": round(wall, 3), "timing": timing, "gpu_busy_s": round(busy, 3),
-           "kernels": len(kernels),
-           "stages": {k: {"busy_s": round(_union(v) / 1e6, 3), "kernels": len(v),
-                          "wall_s": round(sum(b - a for a, b, r in ranges if r == k) / 1e6, 3)}
-                      for k, v in sorted(by_stage.items())},
-           "top": [{"kernel": n[:90], "s": round(t / 1e6, 4), "n": count[n]} for n, t in by_name.most_common(a.top)]}
+    out = {"trial": spec.name, "wall_s": round(wall, 3), "timing": timing, **attribute(events, a.top)}
     print(json.dumps(out, indent=1))
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
