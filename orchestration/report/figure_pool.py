@@ -38,72 +38,64 @@ def report_procs(environ=None) -> int:
     return n
 
 
-class _Done:
-    """A figure drawn in this process, read like a future."""
+class _Figure:
+    """One figure asked for: drawn by the pool (`future`), or here when there is no pool or it broke;
+    `result()` gives the figure function's return value, drawn once."""
 
-    def __init__(self, fn, args, kwargs):
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.value = None
-        self.drawn = False
+    def __init__(self, owner: "FigurePool", fn, args: tuple, kwargs: dict, future: Future | None = None):
+        self.owner, self.fn, self.args, self.kwargs, self.future = owner, fn, args, kwargs, future
+        self.done, self.value = False, None
 
     def result(self):
-        if not self.drawn:
-            self.value, self.drawn = self.fn(*self.args, **self.kwargs), True
+        if not self.done:
+            if self.future is not None:
+                try:
+                    self.value = self.future.result()
+                    self.owner.drawn_by_pool += 1
+                except (BrokenProcessPool, CancelledError) as exc:    # a worker died (killed, out of memory)
+                    self.owner.stop(exc)
+                    self.future = None
+            if self.future is None:
+                self.value = self.fn(*self.args, **self.kwargs)
+            self.done = True
         return self.value
 
 
 class FigurePool:
-    """submit(fn, *args) -> an object with .result(): the figure function's return value. Used as a
-    context manager; `expected` figures decide whether a pool is worth starting."""
+    """submit(fn, *args) -> a figure whose .result() is fn's return value. `expected` figures decide
+    whether a pool is worth starting; close() (or leaving the `with` block) shuts the pool down."""
 
     def __init__(self, expected: int, procs: int | None = None):
         procs = report_procs() if procs is None else procs
         self.procs = min(procs, max(1, expected))
         self.pool = None
+        self.drawn_by_pool = 0
+        self._warned = False
         if self.procs > 1 and expected >= MIN_FIGURES:
             import multiprocessing
             try:
                 self.pool = ProcessPoolExecutor(max_workers=self.procs, mp_context=multiprocessing.get_context("spawn"))
             except (OSError, ValueError):
                 self.pool = None
-        self._jobs: list[tuple[object, object, tuple, dict]] = []
-        self.drawn_by_pool = 0
-        self._warned = False
 
-    def submit(self, fn, *args, **kwargs):
+    def submit(self, fn, *args, **kwargs) -> _Figure:
+        future = None
         if self.pool is not None:
             try:
-                fut = self.pool.submit(fn, *args, **kwargs)
-                self._jobs.append((fut, fn, args, kwargs))
-                return _Resolved(self, len(self._jobs) - 1)
+                future = self.pool.submit(fn, *args, **kwargs)
             except (BrokenProcessPool, RuntimeError, OSError) as exc:
-                self._shutdown()
-                self._warn(exc)
-        return _Done(fn, args, kwargs)
+                self.stop(exc)
+        return _Figure(self, fn, args, kwargs, future)
 
-    def _warn(self, exc: BaseException) -> None:
+    def stop(self, exc: BaseException) -> None:
+        """The pool broke: shut it down (its pending figures are cancelled and drawn here), say so once."""
+        self.close()
         if not self._warned:
             self._warned = True
             print(f"poxm report: the figure processes stopped ({type(exc).__name__}); drawing the rest in this "
                   "process", file=sys.stderr)
 
-    def _result(self, i: int):
-        fut, fn, args, kwargs = self._jobs[i]
-        if isinstance(fut, Future):
-            try:
-                value = fut.result()
-                self.drawn_by_pool += 1
-            except (BrokenProcessPool, CancelledError) as exc:    # a worker died (killed, out of memory): draw it here
-                self._shutdown()
-                self._warn(exc)
-                value = fn(*args, **kwargs)
-            self._jobs[i] = (_Value(value), fn, args, kwargs)
-        return self._jobs[i][0].value
-
     def close(self) -> None:
-        self._shutdown()
-
-    def _shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
@@ -112,18 +104,5 @@ class FigurePool:
         return self
 
     def __exit__(self, *exc):
-        self._shutdown()
+        self.close()
         return False
-
-
-class _Value:
-    def __init__(self, value):
-        self.value = value
-
-
-class _Resolved:
-    def __init__(self, pool: FigurePool, index: int):
-        self.pool, self.index = pool, index
-
-    def result(self):
-        return self.pool._result(self.index)
