@@ -8,7 +8,7 @@ wall time and end) and trials/<t>/timing.json (per attempt: start, end, run_tria
 Per run directory it prints the trials, the Ray Train jobs they ran in (a job runs one trial, or a
 pack of them: resources.trials_per_job), the sweep's wall time, the trials' compute, the busy time,
 the share (also with the prepare stage counted as computing), each job's start-up and the timeline (trials
-computing every 15 s) (from TorchTrainer.fit's start to its first trial's start: Ray
+computing every 15 s) (from the trainer's fit's start to its first trial's start: Ray
 Train's worker group, placement, imports, loading the prepared data). Only the attempts of the
 latest invocation (`poxm run` or `poxm resume`) count, as in sweep_summary.json.
 """
@@ -56,14 +56,20 @@ def share(run_dir: str | Path) -> dict:
                 j["first_start"] = min(j["first_start"], a["start"])
                 if "worker_start" in a:
                     j["worker_start"], j["worker_ready"] = a["worker_start"], a["worker_ready"]
+                if a["start"] <= j["first_start"]:
+                    j["prepare_wait"] = float(a.get("prepare_wait_s", 0.0))
     busy = busy_seconds(spans)
-    # the prepare stage (logging models, simulated logs) runs before any trial starts, so its seconds
-    # add to the busy time when it is counted as computation rather than orchestration
+    # the prepare stage (logging models, simulated logs) counted as computation rather than
+    # orchestration: its span joins the trials' (it ran before them, or beside them when it overlapped)
     prepare = float(summ.get("prepare_s", 0.0))
+    span = summ.get("prepare_span")
+    busy_prep = (busy_seconds(spans + [(max(span[0], t0), min(span[1], t1))]) if span
+                 else min(wall, busy + prepare))
     startup = sorted(round(j["first_start"] - js, 1) for (_, js), j in jobs.items())
-    # the start-up split: Ray Train (fit start -> worker function), the worker's torch + CUDA, then
-    # the first trial's load until it computes
-    parts = [(j["worker_start"] - js, j["worker_ready"] - j["worker_start"], j["first_start"] - j["worker_ready"])
+    # the start-up split: Ray Train (fit start -> worker function), the worker's torch + CUDA, its
+    # first trial waiting for the prepare stage (when the trials ran beside it), then loading it
+    parts = [(j["worker_start"] - js, j["worker_ready"] - j["worker_start"], j.get("prepare_wait", 0.0),
+              j["first_start"] - j["worker_ready"] - j.get("prepare_wait", 0.0))
              for (_, js), j in jobs.items() if "worker_start" in j]
     # the timeline, in seconds from the invocation's start: when the first job started, when a trial first
     # computed, when the last one ended, and how many computed at each multiple of TIMELINE_STEP
@@ -76,10 +82,11 @@ def share(run_dir: str | Path) -> dict:
             "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
             "orchestration_share": round(1 - busy / wall, 4) if wall > 0 else None,
             "prepare_s": round(prepare, 1),
-            "share_prepare_as_compute": round(1 - min(wall, busy + prepare) / wall, 4) if wall > 0 else None,
+            "share_prepare_as_compute": round(1 - busy_prep / wall, 4) if wall > 0 else None,
+            "prepare_overlapped": summ.get("prepare_overlapped"),
             "job_startup_s": startup, "max_concurrent_trials": summ.get("max_concurrent_trials"),
             "job_startup_parts_median_s": ({k: round(sorted(p[i] for p in parts)[len(parts) // 2], 1) for i, k in
-                                            enumerate(("ray_train", "worker_torch_cuda", "first_trial_load"))}
+                                            enumerate(("ray_train", "worker_torch_cuda", "prepare_wait", "first_trial_load"))}
                                            if parts else None),
             "timeline": timeline}
 
@@ -106,7 +113,8 @@ def main(argv=None) -> int:
               + (f"\n  job start-up (fit start -> first trial) s: min {st[0]}, median {st[len(st) // 2]}, max {st[-1]}"
                  if st else "")
               + (f"\n  of which (medians) Ray Train {r['job_startup_parts_median_s']['ray_train']} s, the worker's torch "
-                 f"and CUDA {r['job_startup_parts_median_s']['worker_torch_cuda']} s, until the first trial computes "
+                 f"and CUDA {r['job_startup_parts_median_s']['worker_torch_cuda']} s, waiting for the prepare stage "
+                 f"{r['job_startup_parts_median_s']['prepare_wait']} s, loading until the first trial computes "
                  f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else "")
               + (f"\n  first job started at {r['timeline']['first_job_start_s']} s, first trial computed at "
                  f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s"

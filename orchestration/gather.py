@@ -117,10 +117,11 @@ def busy_seconds(spans: list[tuple[float, float]]) -> float:
 
 
 def sweep_summary(rd: RunDir, n_trials: int, n_points: int, done: list, errored: list, before: set,
-                  seconds: dict, max_concurrent: int) -> dict:
+                  seconds: dict, max_concurrent: int, extra: dict | None = None) -> dict:
     """results/sweep_summary.json: this invocation's counts and stage times (seconds: wall, prepare,
-    prepare_compute, tune, gather_select_report) with the trials' own compute; the file keeps every
-    invocation under 'history'."""
+    prepare_compute, tune, gather_select_report) with the trials' own compute, and `extra` (the
+    prepare stage's span and whether the trials ran beside it); the file keeps every invocation
+    under 'history'."""
     compute, spans = 0.0, []
     for n in sorted(set(done) - before):
         for a in (read_json(rd.trial(n) / "timing.json", {}) or {}).get("attempts", []):
@@ -133,7 +134,7 @@ def sweep_summary(rd: RunDir, n_trials: int, n_points: int, done: list, errored:
                **{f"{k}_s": round(v, 2) for k, v in seconds.items()},
                "trial_compute_s": round(compute, 2), "trial_compute_busy_s": round(busy, 2),
                "share_outside_trial_compute": round(1 - busy / wall, 4) if wall > 0 else None,
-               "max_concurrent_trials": max_concurrent, "finished_at": time.time()}
+               "max_concurrent_trials": max_concurrent, **(extra or {}), "finished_at": time.time()}
     history = (read_json(rd.summary_json, {}) or {}).get("history", [])
     write_json(rd.summary_json, {**summary, "history": history + [summary]})
     return summary

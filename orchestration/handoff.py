@@ -2,7 +2,7 @@
 
     SweepInputs   what every job of a sweep gets (`tune.with_parameters(drive_trial, sweep=...)`),
                   built once in the driver by `orchestration.tune_stage.sweep_inputs`
-    WorkerJob     what the one Ray Train worker of a job gets (`TorchTrainer(train_loop_config=...)`,
+    WorkerJob     what the one Ray Train worker of a job gets (`DataParallelTrainer(train_loop_config=...)`,
                   under the key 'job'): the job's trials (`JobMember`) and where to read and write,
                   built by `worker_job` in the job's Tune driver
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from poxm_core.config import ResourcesConfig
 
-__all__ = ["PreparedAt", "SweepInputs", "HeadRuns", "JobMember", "WorkerJob", "worker_job"]
+__all__ = ["PreparedAt", "PreparedRef", "SweepInputs", "HeadRuns", "JobMember", "WorkerJob", "worker_job"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,20 @@ class PreparedAt:
 
 
 @dataclass(frozen=True)
+class PreparedRef:
+    """A trial's prepared variant while the prepare stage may still run (orchestration.prepare_stage):
+    `ref`, the ObjectRef of its (dataset, seed)'s prepare task, and which `variant` of its result."""
+    ref: object
+    variant: str
+
+    def resolve(self) -> PreparedAt:
+        """Waits for the task (a failed one raises here) and says where the variant is."""
+        import ray
+        r = ray.get(self.ref)["variants"][self.variant]
+        return PreparedAt(str(r["dir"]), tuple(r["levels"]))
+
+
+@dataclass(frozen=True)
 class SweepInputs:
     run_root: str                          # the run directory
     cache_dir: str                         # the prepared-data cache
@@ -35,7 +49,7 @@ class SweepInputs:
     ray_storage: str                       # Ray Tune's and Ray Train's storage_path
     sweep_id: str                          # the run directory's name
     specs: dict[str, dict]                 # trial name -> TrialSpec.to_dict()
-    prepared: dict[str, PreparedAt]        # trial name -> its prepared variant
+    prepared: dict[str, PreparedAt | PreparedRef]   # trial name -> its prepared variant
     resources: ResourcesConfig
     crash: str | None = None               # fault injection for tests (trial.CRASH_ENV)
     mlflow_uri: str | None = None          # None: no MLflow tracking
@@ -54,7 +68,7 @@ class JobMember:
     """One trial of a job."""
     name: str
     spec: dict                             # TrialSpec.to_dict()
-    prepared: PreparedAt
+    prepared: PreparedAt | PreparedRef
     head_keys: tuple[str, ...]             # its heads' keys, in spec order
     runs: HeadRuns | None = None
 
@@ -69,7 +83,7 @@ class WorkerJob:
     storage: str | None
     sweep_id: str
     cpus: float                            # resources.cpus_per_trial: the worker's torch threads
-    fit_start: float                       # when the job's TorchTrainer.fit began (time.time())
+    fit_start: float                       # when the job's trainer.fit began (time.time())
     crash: str | None = None
 
 

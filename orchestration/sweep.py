@@ -3,7 +3,8 @@
   plan      orchestration.plan           config -> run dir <runs_dir>/<name>-<hash>, trials, grid points
   track     orchestration.track_stage    MLflow store + experiment + parent run, created once in the driver
   ray       orchestration.ray_setup      connect or start Ray; how many trials fit at once
-  prepare   orchestration.prepare_stage  poxm_core.prepare per (dataset, seed) as Ray tasks (content-addressed cache)
+  prepare   orchestration.prepare_stage  poxm_core.prepare per (dataset, seed) as Ray tasks (content-addressed cache);
+                                         when it cannot deadlock, the trials start meanwhile and each waits for its data
   points    orchestration.track_stage    one MLflow run per grid point
   trials    orchestration.tune_stage     Ray Tune over the trials; each one a Ray Train job (orchestration.trial)
   gather    orchestration.gather         results/rows.csv, prepare.csv, selection.csv, report/, sweep_summary.json
@@ -51,7 +52,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     import ray
 
     from orchestration.mps import check_mps_config, mps_for_sweep
-    from orchestration.prepare_stage import stage_prepare
+    from orchestration.prepare_stage import PrepareRun
     from orchestration.ray_setup import check_resources, ray_init
     from orchestration.track_stage import abort_tracking, close_tracking, stage_points, stage_track
     from orchestration.tune_stage import run_trials, sweep_inputs
@@ -93,15 +94,32 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         res = ray.cluster_resources()
         say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
 
-        t0 = time.perf_counter()
-        prepared, prepare_compute = stage_prepare(plan, say)
-        prepare_s = time.perf_counter() - t0
-        gather_prepare(rd, prepared)
-        if cfg.mlflow.enabled:
-            runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
-
-        inputs = sweep_inputs(plan, prepared, runs)
-        done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say)
+        prep = PrepareRun(plan, say)
+        if prep.overlapped:
+            # the trials start now; each job's worker waits for its own (dataset, seed). The points'
+            # data checksums are tagged once the stage is over (ensure_points adds them).
+            say(f"  prepare  {len(prep.keys)} task(s); the trials start meanwhile")
+            prep.say = progress_say(progress)
+            if cfg.mlflow.enabled:
+                runs = stage_points(plan, uri, exp_id, parent, tags, {})
+            prep.watch(on_done=None if runs is None else
+                       lambda prepared: stage_points(plan, uri, exp_id, parent, tags, prepared))
+            inputs = sweep_inputs(plan, prep.refs, runs)
+            try:
+                done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper())
+            finally:
+                if prep.failed() is not None:   # Tune stopped every job: start afresh on `poxm resume`
+                    forget_tune_state(plan)
+            prepared, prepare_compute = prep.result()
+            gather_prepare(rd, prepared)
+        else:
+            prepared, prepare_compute = prep.wait_all()
+            gather_prepare(rd, prepared)
+            if cfg.mlflow.enabled:
+                runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
+            inputs = sweep_inputs(plan, prepared, runs)
+            done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say)
+        prepare_s = prep.seconds
 
         t2 = time.perf_counter()
         rows = gather_rows(rd, plan.names)
@@ -109,7 +127,9 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         wall = time.perf_counter() - t_start
         summary = sweep_summary(rd, len(plan.specs), len(plan.grid()), done, errored, before,
                                 {"wall": wall, "ray_init": ray_s, "prepare": prepare_s, "prepare_compute": prepare_compute,
-                                 "tune": tune_s, "gather_select_report": time.perf_counter() - t2}, max_conc)
+                                 "tune": tune_s, "gather_select_report": time.perf_counter() - t2}, max_conc,
+                                {"prepare_overlapped": prep.overlapped,
+                                 "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)]})
         if runs is not None:
             close_tracking(plan, runs, done, errored, summary, report)
             runs = parent_open = None
@@ -131,6 +151,26 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                 services.close()
             finally:
                 release_driver(rd)
+
+
+def progress_say(progress: bool):
+    """Printing from the prepare stage's thread while the trials' progress bar may be drawn: through
+    tqdm, which clears and redraws the bar around the line."""
+    if not progress:
+        return lambda msg: None
+    from tqdm import tqdm
+    return lambda msg: tqdm.write(msg)
+
+
+def forget_tune_state(plan: SweepPlan) -> None:
+    """Tune's state of a run that PrepareFailed stopped (every job would count as finished): gone, so
+    that `poxm resume` fits a fresh Tuner (finished trials are skipped by their done.json)."""
+    import shutil
+
+    from orchestration.tune_stage import TUNE_NAME, ray_storage
+    path = Path(ray_storage(plan)) / TUNE_NAME
+    if plan.storage is None and path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:

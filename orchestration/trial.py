@@ -1,9 +1,14 @@
-"""One trial on Ray: a Tune function trainable (the driver) that fits a Ray Train `TorchTrainer`
-whose per-worker function runs `poxm_core.training.run_trial` (Train V2 pattern).
+"""One trial on Ray: a Tune function trainable (the driver) that fits a one-worker Ray Train job
+(`DataParallelTrainer`, Train V2 pattern) whose worker function runs `poxm_core.training.run_trial`.
+
+Why not `TorchTrainer`: it is the same trainer plus a torch process group, which a one-worker job
+never uses, and it costs start-up: its controller and worker import torch and build the group
+before the worker function starts (on an H100 machine, 31 s against 17 s from `fit` to the worker
+function; benchmarks/ray_train_startup.py).
 
     Tuner ──> drive_trial(config, sweep)       Tune trial actor, one per job: a trial (TrialSpec, a group
                 │                              of heads) or a pack of trials (resources.trials_per_job)
-                └─ TorchTrainer(worker_loop)   Ray Train job 'train-<job name>' under run_dir/ray
+                └─ DataParallelTrainer(worker_loop)  Ray Train job 'train-<job name>' under run_dir/ray
                      └─ worker_loop({'job': WorkerJob})   per trial: load Prepared, run_trial, report +
                                                           checkpoint each epoch
 
@@ -21,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestration.handoff import JobMember, SweepInputs, WorkerJob, worker_job
+from orchestration.handoff import JobMember, PreparedRef, SweepInputs, WorkerJob, worker_job
 from orchestration.rundir import read_json, set_trial_state, write_json
 
 CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
@@ -97,7 +102,6 @@ def worker_loop(train_loop_config: dict) -> None:
     a job of one trial, '<trial>.epoch_XXXX' in a pack), else from its trial folder's checkpoint."""
     worker_start = time.time()     # Ray Train's part of the job's start-up ends here (timing.json)
     import ray.train
-    import ray.train.torch
     import torch
 
     from poxm_core.config import SweepConfig
@@ -106,9 +110,8 @@ def worker_loop(train_loop_config: dict) -> None:
     torch.set_num_threads(max(1, int(job.cpus)))
     cfg = SweepConfig.model_validate(job.config)
     if cfg.device != "cpu" and torch.cuda.is_available():
-        # Ray gives the worker its GPU through CUDA_VISIBLE_DEVICES; get_device() is that card even
-        # when several are visible, so 'cuda' means the one Ray reserved for this job.
-        torch.cuda.set_device(ray.train.torch.get_device())
+        # 'cuda' from here on means the card Ray reserved for this job
+        torch.cuda.set_device(job_cuda_index())
         torch.zeros(1, device="cuda")     # the CUDA context now, so worker_ready includes its start
     starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3)}
     members = job.members
@@ -133,6 +136,15 @@ def worker_loop(train_loop_config: dict) -> None:
                           **({"finished": 1} if i == len(members) - 1 else {})})
 
 
+def job_cuda_index() -> int:
+    """The index, among the cards this process sees, of the GPU Ray gave the job: Ray sets
+    CUDA_VISIBLE_DEVICES (often to that one card, then 0), but a worker may see more than its own."""
+    import ray
+    ids = [str(i) for i in ray.get_gpu_ids()]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible.index(ids[0]) if ids and ids[0] in visible else 0
+
+
 def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
                 base_head_epochs: int, packed: bool, starts: dict | None = None) -> None:
     """One trial of a job: load its prepared variant (kept when the previous trial used the same),
@@ -149,18 +161,21 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
     tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
     files.set_state("running", started=time.time(), job=job.name, tries=tries)
     t0 = time.perf_counter()
-    variant_dir = m.prepared.dir
+    # while the prepare stage runs beside the trials: wait here for this trial's (dataset, seed)
+    at = m.prepared.resolve() if isinstance(m.prepared, PreparedRef) else m.prepared
+    wait_s = time.perf_counter() - t0
+    variant_dir = at.dir
     if variant_dir not in loaded:
         loaded.clear()
         if files.store is None:
             cache = Path(job.cache_dir)
         else:   # this node's own copy of the prepared levels, fetched from storage when missing
             cache = node_dir() / "cache"
-            for rel in m.prepared.levels:
+            for rel in at.levels:
                 files.store.get_level(cache, rel)
         loaded[variant_dir] = load_variant(cache, cache / variant_dir, mmap=True)
     prepared = loaded[variant_dir]
-    load_s = time.perf_counter() - t0
+    load_s = time.perf_counter() - t0 - wait_s
 
     logger = None
     if m.runs is not None:
@@ -205,10 +220,10 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
         logger.log_final(df, points, seconds=compute_s)
     files.publish(out_dir)
     timing = files.read_json("timing.json", {"attempts": []})
-    timing["attempts"].append({"load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
+    timing["attempts"].append({"prepare_wait_s": round(wait_s, 3), "load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
                                "start": round(wall1, 3), "end": round(time.time(), 3),
                                "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
-                               "job_start": round(job.fit_start, 3),   # the job's TorchTrainer.fit began
+                               "job_start": round(job.fit_start, 3),   # the job's trainer.fit began
                                # its worker function began (after Ray Train's start-up) and had torch and CUDA
                                **(starts or {}),
                                "ray_node_id": ray.get_runtime_context().get_node_id(),
@@ -217,7 +232,7 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     files.write_json("timing.json", timing)
     summary = files.read_json("summary.json", {}) or {}
-    # fit_s: from the start of the job's TorchTrainer.fit to this trial's end (in a pack, earlier trials included)
+    # fit_s: from the start of the job's trainer.fit to this trial's end (in a pack, earlier trials included)
     files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
                                    "fit_s": round(time.time() - job.fit_start, 3), "job": job.name,
                                    "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
@@ -225,12 +240,12 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
 
 
 def drive_trial(config: dict, sweep: SweepInputs) -> None:
-    """Tune function trainable: one TorchTrainer job for a job's trials (one trial, or a pack of them
+    """Tune function trainable: one Ray Train job for a job's trials (one trial, or a pack of them
     run one after another). config: {'trial': {'name': job name, 'members': [trial names], ...}};
     sweep (tune.with_parameters): what every job gets (`SweepInputs`)."""
     import ray.train
-    import ray.train.torch
     import ray.tune
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
     name = config["trial"]["name"]
@@ -244,10 +259,9 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
     job = worker_job(sweep, name, names, fit_start=time.time())
     use_gpu = res.gpus_per_trial > 0
     per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
-    trainer = ray.train.torch.TorchTrainer(
+    # one worker, no collectives: no process group (see the module docstring)
+    trainer = DataParallelTrainer(
         worker_loop, train_loop_config={"job": job},
-        # one worker, no collectives: gloo is the cheapest process group to set up, on CPU and GPU alike
-        torch_config=ray.train.torch.TorchConfig(backend="gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
             name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],

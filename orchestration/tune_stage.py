@@ -82,27 +82,34 @@ def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
 
 def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
     """What every job gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
-    given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids."""
+    given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids.
+    `prepared`: {(dataset, seed): {variant: record}} once prepared, or {(dataset, seed): ObjectRef
+    of its prepare task} while the stage runs beside the trials (the worker waits for it)."""
+    from orchestration.handoff import PreparedRef
     from orchestration.rundir import config_input
     from orchestration.trial import crash_spec
 
     cfg = plan.cfg
-    at = {s.name: prepared[(s.dataset, s.seed)][s.variant] for s in plan.specs}
+    at: dict = {}
+    for s in plan.specs:
+        p = prepared[(s.dataset, s.seed)]
+        at[s.name] = (PreparedAt(str(p[s.variant]["dir"]), tuple(p[s.variant]["levels"])) if isinstance(p, dict)
+                      else PreparedRef(p, s.variant))
     return SweepInputs(
         run_root=str(plan.rd.root), cache_dir=str(plan.cache_dir), config=config_input(cfg),
         storage=plan.storage.uri if plan.storage else None, ray_storage=ray_storage(plan),
         sweep_id=plan.rd.root.name, specs={s.name: s.to_dict() for s in plan.specs},
-        prepared={n: PreparedAt(str(r["dir"]), tuple(r["levels"])) for n, r in at.items()},
+        prepared=at,
         resources=cfg.resources, crash=crash_spec(),
         mlflow_uri=runs.uri if runs is not None else None, mlflow_points=dict(runs.points) if runs is not None else None)
 
 
-def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool):
+def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None):
     import ray.tune
 
     from orchestration.trial import drive_trial, trial_dirname
 
-    # The Tune trial only drives its TorchTrainer; giving it a CPU would leave that CPU idle and can
+    # The Tune trial only drives its Ray Train job; giving it a CPU would leave that CPU idle and can
     # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
     trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), {"memory": DRIVER_MEMORY})
     storage = ray_storage(plan)
@@ -117,12 +124,14 @@ def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
         run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
                                       callbacks=[progress] + ([StorageSync(plan)] if plan.storage else []),
-                                      verbose=0),
+                                      stop=stop, verbose=0),
     ), False
 
 
-def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress: bool, say) -> tuple[list, list, set, float]:
-    """Fit (or continue) the Tuner; (done, errored, done before this call, seconds)."""
+def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress: bool, say,
+               stop=None) -> tuple[list, list, set, float]:
+    """Fit (or continue) the Tuner; (done, errored, done before this call, seconds). `stop`: a
+    Tune stopper (orchestration.prepare_stage.PrepareFailed while the prepare stage runs beside)."""
     import time
 
     from orchestration.merge import tune_caught_up, tune_covers
@@ -134,7 +143,7 @@ def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
     before = done_trials(rd.root, plan.names)
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
     # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.merge)
-    tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan))
+    tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan), stop=stop)
     jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()

@@ -173,7 +173,8 @@ def test_orchestration_share_script(tmp_path):
         write_json(rd / "trials" / t / "timing.json", {"attempts": [
             *([{"start": 900, "end": 950, "run_trial_s": 50, "job": j, "job_start": 890}] if t == "x" else []),  # an earlier invocation
             {"start": a, "end": b, "run_trial_s": b - a, "job": j, "job_start": js,
-             **({"worker_start": 1004, "worker_ready": 1006} if j == "j1" else {})}]})
+             **({"worker_start": 1004, "worker_ready": 1006} if j == "j1" else {}),
+             **({"prepare_wait_s": 1.5} if t == "x" else {})}]})
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(rd), "--json"],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -182,12 +183,24 @@ def test_orchestration_share_script(tmp_path):
     assert r["prepare_s"] == 5.0 and r["share_prepare_as_compute"] == pytest.approx(0.35)
     assert r["trial_compute_s"] == 70.0 and r["jobs"] == 2 and r["trials_run"] == 3
     assert r["job_startup_s"] == [10.0, 10.0]
-    # j1's start-up of 10 s: 4 s of Ray Train, 2 s of torch and CUDA, 4 s until its first trial computed
-    assert r["job_startup_parts_median_s"] == {"ray_train": 4.0, "worker_torch_cuda": 2.0, "first_trial_load": 4.0}
+    # j1's start-up of 10 s: 4 s of Ray Train, 2 s of torch and CUDA, then its first trial waited 1.5 s
+    # for the prepare stage and loaded for 2.5 s
+    assert r["job_startup_parts_median_s"] == {"ray_train": 4.0, "worker_torch_cuda": 2.0, "prepare_wait": 1.5,
+                                               "first_trial_load": 2.5}
     # from the invocation's start (t=1000): j1 at 0 s, x computing from 10 s, z ending at 90 s; every 15 s:
     # 0: none, 15: x, 30: x and y, 45: y, 60 (y ended), 75, 90 (z ended): none
     assert r["timeline"] == {"first_job_start_s": 0.0, "first_compute_s": 10.0, "last_end_s": 90.0,
                              "running": [0, 1, 2, 1, 0, 0, 0]}
+    # the prepare stage beside the trials, from t=1000 to 1020: counted as computing it covers 1000-1010
+    # (x computed from 1010), so busy = 60 + 10 and the share 0.3, not 60 + 20
+    write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2,
+                                                                 "prepare_s": 20.0, "prepare_span": [1000.0, 1020.0],
+                                                                 "prepare_overlapped": True})
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(rd), "--json"],
+                         capture_output=True, text=True, cwd=REPO)
+    r = json.loads(out.stdout)
+    assert r["orchestration_share"] == pytest.approx(0.4) and r["share_prepare_as_compute"] == pytest.approx(0.3)
+    assert r["prepare_overlapped"] is True
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -211,6 +211,26 @@ def test_crash_once_is_retried_from_checkpoint_logging_to_mlflow_server(ray_sess
         assert "report" in {a.path for a in c.list_artifacts(parent.info.run_id)}
 
 
+def test_preparing_before_the_trials_gives_the_same_rows(ray_session, reference, tmp_path, monkeypatch):
+    """The reference sweep's trials started while its data prepared (its one prepare task fits the 2
+    CPUs beside nothing else); the same sweep with the stage first, as when the tasks do not all fit
+    at once, gives identical rows."""
+    from orchestration import prepare_stage
+    from orchestration.sweep import run_sweep
+    from poxm_core.config import load_config
+
+    ref_summary = json.loads((reference.run_dir / "results" / "sweep_summary.json").read_text())
+    assert ref_summary["prepare_overlapped"] is True
+    start, end = ref_summary["prepare_span"]
+    waits = [a["prepare_wait_s"] for t in (reference.run_dir / "trials").iterdir()
+             for a in json.loads((t / "timing.json").read_text())["attempts"]]
+    assert len(waits) == 2 and all(w >= 0 for w in waits) and end >= start
+    monkeypatch.setattr(prepare_stage, "fits_at_once", lambda *a: False)
+    out = run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", progress=False)
+    assert out.ok and out.summary["prepare_overlapped"] is False
+    pd.testing.assert_frame_equal(final_rows(out.run_dir), final_rows(reference.run_dir))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

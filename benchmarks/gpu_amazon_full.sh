@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# configs/amazon-670k.yaml end to end on a GPU machine, on generated data of Amazon-670K's shape
+# (synthetic preset amazon670k: 490,449 train / 153,025 test instances, D 135,909, L 670,091), one seed,
+# every method, full grids: the config as it is with only the dataset swapped for the generated one
+# (same propensity constants and logging variant) and seeds [0]. Trials share each card under NVIDIA
+# MPS (GPU_SHARE of a card each, default 0.5: two of the 16-head trials fit an 80 GB card), the CPUs
+# split between them. Run from the repository root after Ray was unpacked into /tmp/site
+# (benchmarks/gpu_sweep.sh's notes).
+#
+#   benchmarks/gpu_amazon_full.sh run  DEADLINE_S   `poxm run`, or `poxm resume` of the run directory
+#                                                   when one exists, until the deadline (SIGINT: the
+#                                                   trials stop at a checkpoint, exit 130)
+#   benchmarks/gpu_amazon_full.sh pack OUTDIR       the run's files without checkpoints, per-epoch rows
+#                                                   and figures, as one tar, plus its final rows
+#
+# Each `run` prints the GPU memory peak seen by nvidia-smi (sampled every 2 s) of that invocation.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/site:$PWD"
+RUNS=${GPU_RUNS:-/tmp/gpu-amazon-runs}
+PY=${PYTHON:-python3}
+mkdir -p "$RUNS"
+cmd=$1; shift
+if [ "$cmd" = pack ]; then
+  out=$1
+  for d in "$RUNS"/*/; do
+    [ -f "$d/results/rows.csv" ] || continue
+    "$PY" -c 'import sys, pandas as pd; r = pd.read_csv(sys.argv[1]); r[r["final"]].to_csv(sys.argv[2], index=False)' \
+      "$d/results/rows.csv" "$out/$(basename "$d").final-rows.csv.gz" || exit 1
+  done
+  tar czf "$out/amazon-full-run.tgz" -C "$RUNS" --exclude=checkpoints --exclude='ray' --exclude=cache --exclude='*.pt' \
+    --exclude=rows.csv --exclude=figures --exclude=index.html --exclude=mlartifacts --exclude=mlflow.db .
+  ls -la "$out"; exit 0
+fi
+deadline=$(( $(date +%s) + $1 ))
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+share=${GPU_SHARE:-0.5}
+cpus=$("$PY" -c "import os, sys; g, s = int(sys.argv[1]), float(sys.argv[2]); print(max(1, int(os.cpu_count() // max(1, round(g / s)))))" "$gpus" "$share")
+CFG=$RUNS/amazon-670k-generated.yaml
+"$PY" - "$CFG" "$share" "$cpus" <<'EOF'
+import sys, yaml
+cfg = yaml.safe_load(open("configs/amazon-670k.yaml"))
+ds = cfg["datasets"][0]
+cfg["datasets"] = [{"name": "synthetic", "synthetic": {"preset": "amazon670k"}, "propensity_A": ds["propensity_A"],
+                    "propensity_B": ds["propensity_B"], "variants": ds["variants"]}]
+cfg["name"], cfg["seeds"] = "amazon-670k-generated", [0]
+cfg["resources"].update(gpus_per_trial=float(sys.argv[2]), cpus_per_trial=int(sys.argv[3]), mps=True)
+cfg["mlflow"] = {"enabled": False}          # the GPU machine has no MLflow
+cfg["training"]["batched_heads"] = True
+yaml.safe_dump(cfg, open(sys.argv[1], "w"), sort_keys=False)
+EOF
+echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus; $(nproc) CPUs; $share of a card and $cpus CPUs a trial"
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 2000 > "$RUNS/memory.log" 2>/dev/null &
+smi=$!
+run_dir=$(ls -d "$RUNS"/amazon-670k-generated-*/ 2>/dev/null | head -1)
+left=$(( deadline - $(date +%s) ))
+t0=$(date +%s)
+if [ -n "$run_dir" ] && [ -f "$run_dir/sweep.json" ]; then
+  echo "== poxm resume $run_dir ($left s left) $(date +%T)"
+  timeout -s INT "$left" "$PY" -m orchestration.cli resume "$run_dir" 2>&1 | tail -30
+else
+  echo "== poxm run $CFG ($left s left) $(date +%T)"
+  timeout -s INT "$left" "$PY" -m orchestration.cli run "$CFG" --runs-dir "$RUNS" 2>&1 | tail -30
+fi
+echo "== exit ${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
+kill "$smi" 2>/dev/null
+"$PY" -c 'import sys
+peak = {}
+for line in open(sys.argv[1]):
+    try:
+        i, m = (int(x) for x in line.split(","))
+    except ValueError:
+        continue
+    peak[i] = max(peak.get(i, 0), m)
+print("== GPU memory peak (MiB) by card:", peak)' "$RUNS/memory.log"
+for d in "$RUNS"/*/; do [ -f "$d/sweep.json" ] && "$PY" -m orchestration.cli status "$d" | head -12; done

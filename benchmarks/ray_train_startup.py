@@ -1,0 +1,136 @@
+"""Where a Ray Train job's start-up goes: N no-op jobs launched the way a sweep launches its trials
+(a Ray Tune function trainable that fits a one-worker `TorchTrainer`, the worker asking for
+`--cpus` CPUs and `--gpus` of a GPU), each timing the span from `TorchTrainer.fit` to its worker
+function, then the phases Ray Train's controller logs for each job ("[Worker Group Initialization]":
+placement group, worker actors, train context, ...).
+
+    python benchmarks/ray_train_startup.py --jobs 8 --cpus 1 --gpus 0.125
+    python benchmarks/ray_train_startup.py --jobs 2 --cpus 1 --gpus 0 --trainer data_parallel
+
+--trainer data_parallel fits Ray Train's `DataParallelTrainer` (no torch process group) instead of a
+`TorchTrainer` with the gloo backend (what a sweep's job uses), to see what the process group costs.
+Prints one line per job and the medians; nothing is written outside a temporary folder.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def worker(cfg: dict) -> None:
+    t = time.time()
+    import ray.train
+    ray.train.report({"worker_start": t, "fit_start": cfg["fit_start"]})
+
+
+def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str) -> None:
+    import ray.train
+    import ray.tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+    fit_start = time.time()
+    per_worker = {"CPU": cpus, **({"GPU": gpus} if gpus > 0 else {})}
+    kw = dict(train_loop_config={"fit_start": fit_start},
+              scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=gpus > 0, resources_per_worker=per_worker),
+              run_config=ray.train.RunConfig(name=f"startup-{config['i']}", storage_path=storage,
+                                             callbacks=[TuneReportCallback()]))
+    if trainer == "torch":
+        import ray.train.torch
+        t = ray.train.torch.TorchTrainer(worker, torch_config=ray.train.torch.TorchConfig(backend="gloo"), **kw)
+    else:
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+        t = DataParallelTrainer(worker, **kw)
+    t.fit()
+
+
+PHASE = re.compile(r"\[Worker Group Initialization\] (.*?) in ([0-9.]+)s")
+
+
+def controller_phases(session_logs: str) -> list[dict]:
+    """{phase: seconds} per job from Ray Train's controller logs (JSON lines) of this Ray session."""
+    out = []
+    for f in sorted(glob.glob(os.path.join(session_logs, "train", "ray-train-sys-controller-*.log"))):
+        phases, first, name = {}, None, None
+        for line in open(f):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            ts = rec.get("timestamp_ns", 0) / 1e9
+            first = ts if first is None else first
+            name = name or rec.get("run_name")
+            m = PHASE.search(rec.get("message", ""))
+            if m:
+                phases[m.group(1)] = float(m.group(2))
+        if phases:
+            out.append({"run_name": name, "controller_first_log": first, **phases})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=4, help="no-op Ray Train jobs, all at once (default 4)")
+    ap.add_argument("--cpus", type=float, default=1.0, help="CPUs of each job's worker (default 1)")
+    ap.add_argument("--gpus", type=float, default=0.0, help="GPU share of each job's worker (default 0: CPU)")
+    ap.add_argument("--trainer", choices=["torch", "data_parallel"], default="torch")
+    args = ap.parse_args(argv)
+
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    import_torch_s = time.perf_counter() - t
+
+    import ray
+    import ray.tune
+    storage = tempfile.mkdtemp(prefix="ray-startup-")
+    t = time.perf_counter()
+    ray.init(include_dashboard=False, log_to_driver=False)
+    init_s = time.perf_counter() - t
+    logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
+    trainable = ray.tune.with_resources(
+        ray.tune.with_parameters(drive, trainer=args.trainer, cpus=args.cpus, gpus=args.gpus, storage=storage),
+        {"memory": 64 * 1024 ** 2})
+    t0 = time.time()
+    results = ray.tune.Tuner(
+        trainable, param_space={"i": ray.tune.grid_search(list(range(args.jobs)))},
+        tune_config=ray.tune.TuneConfig(max_concurrent_trials=args.jobs),
+        run_config=ray.tune.RunConfig(name="startup", storage_path=storage, verbose=0)).fit()
+    total = time.time() - t0
+    spans = []
+    for r in results:
+        df = r.metrics_dataframe
+        if df is not None and "worker_start" in df:
+            row = df.dropna(subset=["worker_start"]).iloc[0]
+            spans.append((row["fit_start"] - t0, row["worker_start"] - row["fit_start"], r.config["i"], row["fit_start"]))
+    phases = controller_phases(logs)
+    ray.shutdown()
+    print(f"{args.jobs} job(s), worker {args.cpus:g} CPU + {args.gpus:g} GPU, {args.trainer} trainer; "
+          f"{os.cpu_count()} CPUs here")
+    print(f"  a fresh `python -c 'import torch'`: {import_torch_s:.1f} s; ray.init {init_s:.1f} s; Tune total {total:.1f} s")
+    first_log = {p["run_name"]: p["controller_first_log"] for p in phases}
+    to_controller = []
+    for start, span, i, fit_start in sorted(spans):
+        c = first_log.get(f"startup-{i}")
+        if c is not None:
+            to_controller.append(c - fit_start)
+        print(f"  job {i}: fit began {start:6.1f} s after Tune started; fit -> worker function {span:6.1f} s"
+              + (f" (fit -> the controller's first log line {c - fit_start:.1f} s)" if c is not None else ""))
+    if spans:
+        print(f"  median fit -> worker function: {statistics.median(s[1] for s in spans):.1f} s")
+    if to_controller:
+        print(f"  median fit -> controller's first log line: {statistics.median(to_controller):.1f} s")
+    keys = list(dict.fromkeys(k for p in phases for k in p if k not in ("run_name", "controller_first_log")))
+    for k in keys:
+        vals = [p[k] for p in phases if k in p]
+        print(f"  controller '{k}': median {statistics.median(vals):.2f} s, max {max(vals):.2f} s ({len(vals)} jobs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
