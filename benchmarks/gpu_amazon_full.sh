@@ -74,4 +74,4 @@ for line in open(sys.argv[1]):
         continue
     peak[i] = max(peak.get(i, 0), m)
 print("== GPU memory peak (MiB) by card:", peak)' "$RUNS/memory.log"
-for d in "$RUNS"/*/; do [ -f "$d/sweep.json" ] && "$PY" -m orchestration.cli status "$d" | head -12; done
+for d in "$RUNS"/*/; do [ -f "$d/sweep.json" ] && "$PY" -m orchestration.cli status "$d" | head -24; done

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import numpy as np
 import pytest
 
 from orchestration.report import build_report
@@ -515,3 +516,45 @@ def test_a_broken_figure_pool_falls_back_to_this_process(capsys):
         assert [r.result() for r in out] == ["drawn here"] * 3
     assert pool.drawn_by_pool == 0
     assert capsys.readouterr().err.count("figure processes stopped") == 1
+
+
+def test_spearman_matches_scipy_with_ties_constants_and_missing():
+    """The report's own Spearman (no p-value: thousands of calls a report) against scipy's statistic."""
+    import warnings
+
+    from scipy.stats import spearmanr
+
+    from orchestration.report.tables import _spearman
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.integers(3, 40))
+        x = rng.integers(0, 6, n).astype(float) if trial % 2 else rng.normal(size=n)   # ties on odd trials
+        y = rng.integers(0, 4, n).astype(float) if trial % 3 == 0 else rng.normal(size=n)
+        if trial % 7 == 0:
+            x[rng.integers(0, n)] = np.nan
+        if trial % 11 == 0:
+            y[:] = 1.0                                   # constant: no rank correlation
+        ok = np.isfinite(x) & np.isfinite(y)
+        rho, m = _spearman(x, y)
+        assert m == int(ok.sum())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = spearmanr(x[ok], y[ok]).statistic
+        if np.isnan(want) or m < 3:      # fewer than 3 points: no correlation reported (by design)
+            assert np.isnan(rho)
+        else:
+            assert rho == pytest.approx(float(want), abs=1e-12)
+
+
+def test_bootstrap_cis_equal_one_call_per_group():
+    """Groups resampled together give each group's own bootstrap_ci, digit for digit."""
+    from orchestration.report.aggregate import bootstrap_ci, bootstrap_cis
+    rng = np.random.default_rng(3)
+    groups = [rng.normal(size=int(n)) for n in rng.integers(0, 12, 150)]
+    lo, hi = bootstrap_cis(groups)
+    for g, a, b in zip(groups, lo, hi):
+        want = bootstrap_ci(g)
+        if len(g) < 2:
+            assert np.isnan(a) and np.isnan(b) and all(np.isnan(w) for w in want)
+        else:
+            assert (a, b) == want

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from orchestration.report.aggregate import per_group  # noqa: E402
 from poxm_core.atomic import atomic_file  # noqa: E402
 
 # Per-series styles that stay distinguishable when two lines coincide (IS and sIS at p = K):
@@ -44,6 +45,21 @@ def mean_sd(v: pd.Series) -> pd.Series:
     v = v[np.isfinite(v.to_numpy(dtype=float))]
     return pd.Series({"mean": v.mean() if len(v) else math.nan,
                       "sd": v.std(ddof=1) if len(v) > 1 else math.nan, "n": len(v)})
+
+
+def mean_sd_by(frame: pd.DataFrame, keys: list[str], col: str, prefix: str = "") -> pd.DataFrame:
+    """`frame.groupby(keys)[col].apply(mean_sd).unstack()` with the keys as columns (mean, sd, n
+    prefixed by `prefix`; n a float, as there), without a pandas call per group: the covering curves
+    alone have hundreds of groups. numpy's mean and std(ddof=1) are pandas' (sum / n; the two-pass
+    sum of squares / (n - 1)), so the numbers are mean_sd's."""
+    g = frame.groupby(keys)
+    stats = []
+    for v in per_group(g, frame[col].to_numpy(dtype=float)):
+        v = v[np.isfinite(v)]
+        stats.append((v.mean() if len(v) else math.nan, v.std(ddof=1) if len(v) > 1 else math.nan, float(len(v))))
+    out = g.size().index.to_frame(index=False)
+    cols = pd.DataFrame(stats, columns=[f"{prefix}mean", f"{prefix}sd", f"{prefix}n"], dtype=float)
+    return pd.concat([out, cols], axis=1)
 
 
 def p_axis(ax, ps) -> None:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from orchestration.report.accuracy_figure import (PRUNED_ESTIMATORS, estimator_error_data,  # noqa: F401
                                                   estimator_figure)
-from orchestration.report.figure_common import Figure, errorbar, mean_sd, p_axis, save, spread_note
+from orchestration.report.figure_common import Figure, errorbar, mean_sd, mean_sd_by, p_axis, save, spread_note
 from orchestration.report.tables import method_name
 from orchestration.selection import CRITERION_ORDER, DEFAULT_CRITERION, GROUP, POINT, selection_label
 
@@ -39,20 +39,24 @@ SHARPNESS_METHODS = ("logging", "dm", "banditnet", "poxm", "dr_poxm")
 
 def covering_data(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(curve, r5): curve has variant, k, mean, sd, n of covering@k over seeds; r5 has variant,
-    mean, sd, n of the logging policy's expected test R@5: the logging method's final test R@5 (the
-    value the results tables show), else prepare's 'logging_policy/R@5'."""
+    mean, sd, n of the logging policy's expected test R@5 (``logging_r5``)."""
     sub = prepare[(prepare["dataset"] == dataset) & prepare["metric"].str.startswith("covering@")]
     sub = sub.assign(k=sub["metric"].str.slice(len("covering@")).astype(int))
-    curve = (sub.groupby(["variant", "k"])["value"].apply(mean_sd).unstack().reset_index()
+    curve = (mean_sd_by(sub, ["variant", "k"], "value")
              if not sub.empty else pd.DataFrame(columns=["variant", "k", "mean", "sd", "n"]))
+    return curve, logging_r5(prepare, rows, dataset)
+
+
+def logging_r5(prepare: pd.DataFrame, rows: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """variant, mean, sd, n of the logging policy's expected test R@5: the logging method's final test
+    R@5 (the value the results tables show), else prepare's 'logging_policy/R@5'."""
     r5 = rows[(rows["dataset"] == dataset) & (rows["method"] == "logging") & rows["final"]
               & (rows["split"] == "test") & (rows["metric"] == "R@5")]
     r5 = r5.sort_values("epoch", kind="stable").drop_duplicates(["variant", "seed"], keep="last")
     if r5.empty:
         r5 = prepare[(prepare["dataset"] == dataset) & (prepare["metric"] == "logging_policy/R@5")]
-    r5s = (r5.groupby("variant")["value"].apply(mean_sd).unstack().reset_index()
-           if not r5.empty else pd.DataFrame(columns=["variant", "mean", "sd", "n"]))
-    return curve, r5s
+    return (mean_sd_by(r5, ["variant"], "value")
+            if not r5.empty else pd.DataFrame(columns=["variant", "mean", "sd", "n"]))
 
 
 def coinciding_groups(curve: pd.DataFrame, tol: float = 1e-9) -> list[list[str]]:
@@ -156,9 +160,9 @@ def per_p_data(rows: pd.DataFrame, dataset: str, method: str = "poxm",
         return pd.DataFrame(columns=cols)
     pts = pts.assign(_neg=-pts["val"].fillna(-np.inf), _lam=pts["lam"].fillna(np.inf))
     chosen = pts.sort_values(GROUP + ["p", "_neg", "_lam"], kind="stable").drop_duplicates(GROUP + ["p"])
-    g = chosen.groupby(["variant", "p"])
-    out = pd.concat([g["R5"].apply(mean_sd).unstack().add_prefix("R5_"),
-                     g["val"].apply(mean_sd).unstack().add_prefix("val_")], axis=1).reset_index()
+    keys = ["variant", "p"]
+    out = pd.concat([mean_sd_by(chosen, keys, "R5", "R5_"),
+                     mean_sd_by(chosen, keys, "val", "val_").drop(columns=keys)], axis=1)
     return out[cols]
 
 
@@ -177,7 +181,7 @@ def selected_p(selection: pd.DataFrame, dataset: str, method: str = "poxm",
 def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.DataFrame, dataset: str,
                       out_dir: Path, method: str = "poxm", criterion: str = DEFAULT_CRITERION) -> Figure | None:
     per_p = per_p_data(rows, dataset, method, criterion)
-    _, r5 = covering_data(prepare, rows, dataset)
+    r5 = logging_r5(prepare, rows, dataset)
     if per_p.empty and r5.empty:
         return None
     chosen = selected_p(selection, dataset, method, criterion)

@@ -25,15 +25,26 @@ def stability(selection: pd.DataFrame, criterion: str) -> pd.DataFrame:
     method) with more than one grid point, for the honest choice by `criterion`. Columns
     ``STABILITY_COLUMNS`` (p -1 and lam NaN where the method does not use them)."""
     s = selection[(selection["selection"] == selection_label(criterion)) & (selection["n_points"] > 1)]
+    if s.empty:
+        return pd.DataFrame([], columns=STABILITY_COLUMNS)
+    keys = ["dataset", "variant", "method"]
+    # all groups at once (a few hundred in a large sweep, each a handful of pandas calls before):
+    # a group's first row per seed; per group and (p, λ) the seeds that chose it (k); the modal point
+    # is the first after sorting by k (descending), p, λ
+    pts = s.drop_duplicates(keys + ["seed"])
+    pts = pts.assign(_lam=pts["lam"].astype(float).fillna(math.inf))
+    counts = pts.groupby(keys + ["p", "_lam"], sort=True).size().reset_index(name="k")
+    top = (counts.sort_values(keys + ["k", "p", "_lam"], ascending=[True] * len(keys) + [False, True, True],
+                              kind="stable").drop_duplicates(keys).set_index(keys))
+    n_seeds = pts.groupby(keys, sort=True).size()
+    n_distinct = counts.groupby(keys, sort=True).size()
     recs = []
-    for (d, v, m), g in s.groupby(["dataset", "variant", "method"], sort=True):
-        pts = g.drop_duplicates("seed").assign(_lam=g["lam"].astype(float).fillna(math.inf))
-        counts = pts.groupby(["p", "_lam"], sort=True).size().reset_index(name="k")
-        top = counts.sort_values(["k", "p", "_lam"], ascending=[False, True, True], kind="stable").iloc[0]
-        lam = float(top["_lam"])
-        recs.append({"criterion": criterion, "dataset": d, "variant": v, "method": m, "p": int(top["p"]),
-                     "lam": lam if math.isfinite(lam) else math.nan, "share": int(top["k"]) / len(pts),
-                     "n_modal": int(top["k"]), "n_seeds": len(pts), "n_distinct": len(counts)})
+    for (d, v, m), n in n_seeds.items():
+        t = top.loc[(d, v, m)]
+        lam = float(t["_lam"])
+        recs.append({"criterion": criterion, "dataset": d, "variant": v, "method": m, "p": int(t["p"]),
+                     "lam": lam if math.isfinite(lam) else math.nan, "share": int(t["k"]) / int(n),
+                     "n_modal": int(t["k"]), "n_seeds": int(n), "n_distinct": int(n_distinct[(d, v, m)])})
     return pd.DataFrame(recs, columns=STABILITY_COLUMNS)
 
 
@@ -54,15 +65,15 @@ def stability_table(frames: list[pd.DataFrame], criteria: list[str]) -> Table:
     order = {m: i for i, m in enumerate(method_list(list(keys["method"])))}
     keys = sorted(map(tuple, keys.to_numpy()), key=lambda k: (k[0], k[1], order.get(k[2], len(order))))
     rows = []
+    first = {k: pos[0] for k, pos in frame.groupby(["criterion", "dataset", "variant", "method"], sort=False)
+             .indices.items()}    # each (criterion, dataset, variant, method)'s first row, found once
     for d, v, m in keys:
         row = [d, v, method_name(m)]
         for c in criteria:
-            r = frame[(frame["criterion"] == c) & (frame["dataset"] == d) & (frame["variant"] == v)
-                      & (frame["method"] == m)]
-            if r.empty:
+            if (c, d, v, m) not in first:
                 row += [MISSING, MISSING]
                 continue
-            r = r.iloc[0]
+            r = frame.iloc[first[(c, d, v, m)]]
             extra = f" ({int(r['n_distinct'])} points)" if r["n_distinct"] > 1 else ""
             row += [_point_text(int(r["p"]), float(r["lam"])), f"{int(r['n_modal'])}/{int(r['n_seeds'])}{extra}"]
         rows.append(row)

@@ -22,11 +22,9 @@ Pure functions of result rows; rendering and file writing: table_format.py.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from orchestration.report import paper
 from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
@@ -69,11 +67,12 @@ def _twin(metric: str) -> str:
     return metric
 
 
-def _selected_pl(selection: pd.DataFrame, dataset: str, variant: str, method: str,
-                 which: str = "snis") -> tuple[str, str]:
+def _selected_pls(selection: pd.DataFrame, dataset: str, variant: str, which: str) -> dict[str, tuple[str, str]]:
+    """method -> (p, λ) texts of the `which` selection's choices in (dataset, variant); a method without
+    any is absent (its texts are '—', '—'). One pass over the selection for all of a table's methods."""
     s = selection[(selection["dataset"] == dataset) & (selection["variant"] == variant)
-                  & (selection["method"] == method) & (selection["selection"] == which)]
-    return p_set(s["p"]), lam_set(s["lam"])
+                  & (selection["selection"] == which)]
+    return {m: (p_set(g["p"]), lam_set(g["lam"])) for m, g in s.groupby("method", sort=False)}
 
 
 def greedy_logging_name(params: dict | None) -> str:
@@ -108,10 +107,11 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
     here = stats[(stats["dataset"] == dataset) & (stats["variant"] == variant)]
     exp_here = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)]
     methods = method_list(list(here["method"].unique()) + list(exp_here["method"].unique()))
-    cells = cell_grid(stats, expected, dataset, variant, methods, metrics)
+    # cell_grid reads only (dataset, variant)'s rows: hand it those, not the whole run's
+    cells = cell_grid(here, exp_here, dataset, variant, methods, metrics)
     twinned: set[str] = set()
     if kind == "results":
-        twins = cell_grid(stats, expected, dataset, variant, methods, [_twin(k) for k in metrics])
+        twins = cell_grid(here, exp_here, dataset, variant, methods, [_twin(k) for k in metrics])
         for m in methods:
             if all(cells[(m, k)].n == 0 for k in metrics) and any(twins[(m, _twin(k))].n > 0 for k in metrics):
                 twinned.add(m)
@@ -122,8 +122,9 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
 
     columns = ["Method"] + metrics + ["p", "λ"]
     rows, bold, italic, recs = [], set(), set(), []
+    chosen = _selected_pls(selection, dataset, variant, label)
     for i, m in enumerate(methods):
-        p_txt, lam_txt = _selected_pl(selection, dataset, variant, m, label)
+        p_txt, lam_txt = chosen.get(m, (MISSING, MISSING))
         name = method_name(m) + (DAGGER if m in twinned else "")
         if kind == "greedy" and m == "logging":
             name = greedy_logging_name(params)
@@ -193,7 +194,7 @@ def headline_table(dataset: str, variants: list[str], stats: pd.DataFrame, expec
     cells: dict[tuple[str, str], Cell] = {}
     twinned: set[str] = set()
     for v in variants:
-        g = cell_grid(stats, expected, dataset, v, methods, [k, twin])
+        g = cell_grid(here, exp_here, dataset, v, methods, [k, twin])   # the dataset's rows suffice
         for m in methods:
             c = g[(m, k)]
             if c.n == 0 and g[(m, twin)].n > 0:
@@ -248,15 +249,18 @@ def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
     columns = ["Method", "seeds", f"{c} p", f"{c} λ", f"{c}: test R@5", "oracle p", "oracle λ",
                "oracle: test R@5", f"oracle − {c}"]
     rows, recs = [], []
+    # the frames split once per table, not filtered again per method
+    parts = dict(iter(multi.groupby(["method", "selection"], sort=False)))
+    if expected is not None:
+        e = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)]
+        n_expected = e.groupby("method")["seed"].nunique().to_dict()
     for m in methods:
-        s = multi[(multi["method"] == m) & (multi["selection"] == label)].set_index("seed")
-        o = multi[(multi["method"] == m) & (multi["selection"] == "oracle")].set_index("seed")
+        s = parts.get((m, label), multi.iloc[:0]).set_index("seed")
+        o = parts.get((m, "oracle"), multi.iloc[:0]).set_index("seed")
         seeds = sorted(set(s.index) | set(o.index))
         n = len(seeds)
         if expected is not None:
-            e = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)
-                         & (expected["method"] == m)]
-            n = max(n, int(e["seed"].nunique()))
+            n = max(n, int(n_expected.get(m, 0)))
         common = sorted(set(s.index) & set(o.index))
         gap = (o.loc[common, "test_R@5"] - s.loc[common, "test_R@5"]).to_numpy(dtype=float)
         row = [method_name(m), f"{len(seeds)}/{n}" if len(seeds) < n else str(n), p_set(s["p"]), lam_set(s["lam"]),
@@ -290,10 +294,26 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
     n = int(ok.sum())
     if n < 3:
         return math.nan, n
-    with warnings.catch_warnings():  # a constant input has no rank correlation: scipy warns, gives nan
-        warnings.simplefilter("ignore")
-        rho = spearmanr(x[ok], y[ok]).statistic
-    return float(rho), n
+    x, y = x[ok], y[ok]
+    if (x == x[0]).all() or (y == y[0]).all():   # a constant input has no rank correlation (scipy: nan)
+        return math.nan, n
+    # scipy.stats.spearmanr's statistic, computed as it does (the correlation matrix of the two rank
+    # columns), without its p-value and argument handling: most of its time, thousands of calls a report
+    ranks = np.column_stack((_average_ranks(x), _average_ranks(y)))
+    return float(np.corrcoef(ranks, rowvar=False)[1, 0]), n
+
+
+def _average_ranks(a: np.ndarray) -> np.ndarray:
+    """scipy.stats.rankdata(a): ranks 1..n, tied values share their mean rank (whole or half numbers,
+    exact in floating point, so these are scipy's numbers)."""
+    order = np.argsort(a, kind="mergesort")
+    inv = np.empty(len(a), dtype=np.intp)
+    inv[order] = np.arange(len(a))
+    s = a[order]
+    first = np.r_[True, s[1:] != s[:-1]]
+    dense = first.cumsum()[inv]
+    bounds = np.r_[np.nonzero(first)[0], len(a)]
+    return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
 
 
 def spearman_data(rows: pd.DataFrame, dataset: str) -> pd.DataFrame:
@@ -322,11 +342,13 @@ def spearman_data(rows: pd.DataFrame, dataset: str) -> pd.DataFrame:
     pts = wide.join(r5, how="outer").reset_index()
     recs = []
     for (v, seed), grp in pts.groupby(["variant", "seed"], sort=True):
-        scopes = [(POOLED, grp)] + [(m, grp[grp["method"] == m]) for m in methods if (grp["method"] == m).any()]
-        for scope, g in scopes:
-            y = g["_R5"].to_numpy(dtype=float)
+        # numpy columns and masks once per (variant, seed): not a frame filtered per scope and criterion
+        meth, y = grp["method"].to_numpy(), grp["_R5"].to_numpy(dtype=float)
+        crit = {c: grp[c].to_numpy(dtype=float) for c in criteria}
+        scopes = [(POOLED, np.ones(len(grp), dtype=bool))] + [(m, meth == m) for m in methods if (meth == m).any()]
+        for scope, at in scopes:
             for c in criteria:
-                rho, n = _spearman(g[c].to_numpy(dtype=float), y)
+                rho, n = _spearman(crit[c][at], y[at])
                 recs.append({"dataset": dataset, "variant": str(v), "seed": int(seed), "scope": scope,
                              "criterion": c, "rho": rho, "n": n})
     return pd.DataFrame(recs, columns=SPEARMAN_COLUMNS)
@@ -351,25 +373,28 @@ def spearman_table(dataset: str, data: pd.DataFrame, criterion: str = DEFAULT_CR
         dv = d[d["variant"] == v]
         seeds = sorted(dv["seed"].unique())
         sections[len(rows)] = f"variant {v}"
-        pooled = dv[dv["scope"] == POOLED]
+        # the variant's rows grouped once (positions, in row order), not filtered per seed, scope and criterion
+        by_seed = dv.groupby(["scope", "seed"], sort=False).indices
+        by_criterion = dv.groupby(["scope", "criterion"], sort=False).indices
+        rho, n_points, crit = dv["rho"].to_numpy(dtype=float), dv["n"].to_numpy(), dv["criterion"].to_numpy()
         for s in seeds:
-            ps = pooled[pooled["seed"] == s].set_index("criterion")
-            rows.append([f"all grid methods, seed {s}", str(int(ps["n"].max())) if len(ps) else "0"]
-                        + [_rho_text(float(ps.loc[c, "rho"])) if c in ps.index else MISSING for c in criteria])
+            at = by_seed.get((POOLED, s), [])
+            ps = dict(zip(crit[at], rho[at]))
+            rows.append([f"all grid methods, seed {s}", str(int(n_points[at].max())) if len(at) else "0"]
+                        + [_rho_text(float(ps[c])) if c in ps else MISSING for c in criteria])
         scopes = [POOLED] + [m for m in method_list(list(dv["scope"].unique())) if m in set(dv["scope"]) and m != POOLED]
         for scope in scopes:
             if scope == POOLED and len(seeds) < 2:
                 continue
-            ds = dv[dv["scope"] == scope]
             cells = []
             for c in criteria:
-                vals = ds[ds["criterion"] == c]["rho"].to_numpy(dtype=float)
+                vals = rho[by_criterion.get((scope, c), [])]
                 fin = vals[np.isfinite(vals)]
                 cell = Cell(float(fin.mean()) if len(fin) else math.nan,
                             float(fin.std(ddof=1)) if len(fin) > 1 else math.nan, len(fin), len(seeds))
                 cells.append(cell.text(scale=1.0))
-            per_seed = ds.groupby("seed")["n"].max()
-            lo, hi = (int(per_seed.min()), int(per_seed.max())) if len(per_seed) else (0, 0)
+            per_seed = [int(n_points[at].max()) for (sc, _), at in by_seed.items() if sc == scope]
+            lo, hi = (min(per_seed), max(per_seed)) if per_seed else (0, 0)
             npts = str(hi) if lo == hi else f"{lo}–{hi}"
             label = "all grid methods" if scope == POOLED else method_name(scope)
             rows.append([f"{label}, mean over seeds", npts] + cells)
@@ -444,10 +469,12 @@ def logging_stats_table(dataset: str, prepare: pd.DataFrame, rows: pd.DataFrame 
     metrics = other + show_cov
     columns = ["Statistic"] + [f"variant {v}" for v in variants]
     rows, recs = [], []
+    at = sub.groupby(["variant", "metric"], sort=False).indices     # (variant, metric) -> its rows, in order
+    values = sub["value"].to_numpy(dtype=float)
     for k in metrics:
         row = [k]
         for v in variants:
-            vals = sub[(sub["variant"] == v) & (sub["metric"] == k)]["value"].to_numpy(dtype=float)
+            vals = values[at.get((v, k), [])]
             vals = vals[np.isfinite(vals)]
             if not len(vals):
                 row.append(MISSING)
