@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cpus", type=float, default=1.0, help="CPUs of each job's worker (default 1)")
     ap.add_argument("--gpus", type=float, default=0.0, help="GPU share of each job's worker (default 0: CPU)")
     ap.add_argument("--trainer", choices=["torch", "data_parallel"], default="torch")
+    ap.add_argument("--preload", default="", help="modules Ray's worker processes import when they start "
+                                                  "(comma-separated; Ray's preload_python_modules)")
     args = ap.parse_args(argv)
 
     t = time.perf_counter()
@@ -90,7 +92,8 @@ def main(argv=None) -> int:
     import ray.tune
     storage = tempfile.mkdtemp(prefix="ray-startup-")
     t = time.perf_counter()
-    ray.init(include_dashboard=False, log_to_driver=False)
+    system = {"preload_python_modules": [m for m in args.preload.split(",") if m]} if args.preload else None
+    ray.init(include_dashboard=False, log_to_driver=False, _system_config=system)
     init_s = time.perf_counter() - t
     logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
     trainable = ray.tune.with_resources(

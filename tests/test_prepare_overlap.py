@@ -70,3 +70,29 @@ def test_a_failed_prepare_stops_the_started_trials_with_its_one_line_error(ray_s
     run_dir = next((tmp_path / "runs").iterdir())
     assert not any((run_dir / "trials").glob("*/done.json")), "the good dataset's trial was stopped too"
     assert not (Path(ray_storage(plan_from_run_dir(run_dir))) / TUNE_NAME).exists()
+
+
+@pytest.mark.slow
+def test_reservations_that_do_not_come_mean_no_overlap(ray_session, tmp_path, monkeypatch):
+    """The prepare task fits the cluster's totals, but something else holds the CPUs: its reservation
+    is not ready in time, so nothing stays reserved and the stage runs first, as without overlap."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from orchestration.plan import plan_sweep
+    from poxm_core.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    plan = plan_sweep(load_config(path), tmp_path / "runs", None)
+    blocker = placement_group([{"CPU": 2.0}])
+    ray.get(blocker.ready())
+    monkeypatch.setattr(prepare_stage, "RESERVE_TIMEOUT_S", 2.0)
+    try:
+        run = prepare_stage.PrepareRun(plan, lambda msg: None)
+        assert not run.overlapped and not run._pgs
+        assert ray.available_resources().get("CPU", 0) == 0      # the blocker's, none left reserved by us
+    finally:
+        remove_placement_group(blocker)
+    prepared, compute = run.wait_all()
+    assert list(prepared) == [("synthetic", 0)] and set(prepared[("synthetic", 0)]) == {"A"} and compute > 0
