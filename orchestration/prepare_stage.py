@@ -23,6 +23,7 @@ from orchestration.rundir import config_input
 from poxm_core.errors import PoxmInputError
 
 RESERVE_TIMEOUT_S = 30.0       # placement groups of the prepare tasks not ready by then: no overlap
+CANCEL_WAIT_S = 30.0           # after a failed task, how long the cancelled others may take to stop
 
 # run root -> True once that sweep's prepare stage failed (PrepareFailed reads it in the driver)
 _FAILED: dict[str, bool] = {}
@@ -147,10 +148,18 @@ class PrepareRun:
                 out[(d, s)] = res["variants"]
                 compute += res["seconds"]
                 self.say(f"  prepared {d} seed {s} ({res['seconds']:.1f} s)")
-        finally:
+        except BaseException:
+            # the sweep ends: the tasks still running are cancelled (not killed by removing their
+            # reservation, which Ray would retry), then their reservations go (a driver that lives on,
+            # e.g. a notebook, keeps no CPUs or GPUs held)
+            for ref in pending:
+                ray.cancel(ref)
+            ray.wait(pending, num_returns=len(pending), timeout=CANCEL_WAIT_S)
             for pg in self._pgs.values():
                 remove_placement_group(pg)
             self._pgs.clear()
+            raise
+        finally:
             self.seconds, self.ended_at = time.perf_counter() - self._t0, time.time()
         return out, compute
 
