@@ -22,16 +22,8 @@ RUNS=${GPU_RUNS:-/tmp/gpu-amazon-runs}
 PY=${PYTHON:-python3}
 mkdir -p "$RUNS"
 cmd=$1; shift
-if [ "$cmd" = pack ]; then
-  out=$1
-  for d in "$RUNS"/*/; do
-    [ -f "$d/results/rows.csv" ] || continue
-    "$PY" -c 'import sys, pandas as pd; r = pd.read_csv(sys.argv[1]); r[r["final"]].to_csv(sys.argv[2], index=False)' \
-      "$d/results/rows.csv" "$out/$(basename "$d").final-rows.csv.gz" || exit 1
-  done
-  tar czf "$out/amazon-full-run.tgz" -C "$RUNS" --exclude=checkpoints --exclude='ray' --exclude=cache --exclude='*.pt' \
-    --exclude=rows.csv --exclude=figures --exclude=index.html --exclude=mlartifacts --exclude=mlflow.db .
-  ls -la "$out"; exit 0
+if [ "$cmd" = pack ]; then   # the same packing as the real-data benchmark's, of this script's runs
+  GPU_RUNS="$RUNS" exec benchmarks/gpu_real_data.sh pack "$1"
 fi
 deadline=$(( $(date +%s) + $1 ))
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
