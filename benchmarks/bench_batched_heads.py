@@ -9,6 +9,9 @@ values; nothing is prepared, so this runs in minutes):
   grid     the Amazon-670K-shaped 16-head POXM grid of bench_trial.py (p in {10, 20, 50, 100} x lam in
            {0.7, 0.8, 0.9, 1.0}, plus the hidden DM reward head): L 670,091, D 135,909, K 100, d 256,
            hidden 128, batches of 256, `--n-fit` instances (default 441,404, the real fit log's size).
+  banditnet, pm_banditnet
+           configs/amazon-670k.yaml's BanditNet (4 heads) and PM-BanditNet (16 heads) trials, sampled
+           softmax with 1,024 negatives, on the same shapes as grid.
 
 An epoch here is what `run_trial` trains per epoch (train_epoch of every head; with a DR-POXM head the
 reward model's own epoch too); no evaluation or checkpoint. Each mode builds its heads afresh from the
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -158,19 +162,24 @@ def main(argv=None) -> None:
         results["parts"].append(bench("bibtex", cfg_b, lambda c: pick_trial(c, variant="A", seed=0), prep, dev,
                                       a.epochs))
         del prep
-    if "grid" in a.parts:
+    amazon = yaml.safe_load((ROOT / "configs" / "amazon-670k.yaml").read_text())["methods"]
+    shaped = [p for p in ("grid", "banditnet", "pm_banditnet") if p in a.parts]
+    if shaped:
         L, D, n = (20000, 20000, a.n_fit or 4000) if a.small else (670091, 135909, a.n_fit or 441404)
         prep = shaped_prepared(n, D, L, 100, 256)
+    for part in shaped:
+        method = "poxm" if part == "grid" else part
 
-        def cfg_g(mode):
+        def cfg_g(mode, method=method):
             return load_config(data={
                 "name": "bench-grid", "seeds": [0], "device": a.device,
                 "datasets": [{"name": "synthetic", "synthetic": {"preset": "amazon670k"},
                               "variants": [{"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2}]}],
                 "model": {"dim": 256, "n_candidates": 100, "slate_size": 5},
                 "training": {"batch_size": 256, "hidden": 128, "batched_heads": mode == "true"},
-                "group_by": "method", "methods": {"poxm": {"p": [10, 20, 50, 100], "lam": [0.7, 0.8, 0.9, 1.0]}}})
-        results["parts"].append(bench(f"grid L={L}", cfg_g, lambda c: pick_trial(c, method="poxm"), prep, dev, a.epochs))
+                "group_by": "method", "methods": {method: amazon[method]}})
+        results["parts"].append(bench(f"{part} L={L}", cfg_g, lambda c, m=method: pick_trial(c, method=m), prep, dev,
+                                      a.epochs))
     print(json.dumps(results, indent=1))
     if a.json:
         a.json.write_text(json.dumps(results, indent=1) + "\n")

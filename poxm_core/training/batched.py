@@ -9,9 +9,12 @@ so the same step can be written over a head dimension:
   head's `HeadParams` and `RowAdam` fields become views of its slice (evaluation and checkpoints read
   them as before). A label y of head k is row k L + y of the flattened (H L, h) table.
 - Scoring: every head of a sparse kind asks for its own ids (POXM, wPOXM, DR-POXM: Phi^p(x) = the
-  first p candidates; DM: the logged actions), offset by k L; ONE unique over all of them gives the
-  rows every head touches (per head exactly the rows its own step would touch: the sets are disjoint
-  by the offset), one gather, one batched product per group of heads with the same ids. Heads whose
+  first p candidates; DM: the logged actions; BanditNet and PM-BanditNet with the sampled softmax: the
+  logged actions and the step's k negatives, drawn from each head's own generator as its plain step
+  draws them), offset by k L; ONE unique over all of them gives the rows every head touches (per head
+  exactly the rows its own step would touch: the sets are disjoint by the offset), one gather, one
+  batched product per group of heads with the same ids (the negatives, shared by the batch's
+  instances: one (B, h) x (h, k) product a head instead of B k gathered rows). Heads whose
   loss needs every label (BanditNet and PM-BanditNet with the full softmax, the skyline on frozen
   features) get (G, B, L) logits from one batched matmul of their block.
 - Losses: one evaluation per group of heads of the same kind and p (lambda, the weight scale of wPOXM
@@ -25,12 +28,15 @@ So each head sees the same batches in the same order and takes the same steps as
 loop; only the float summation order of a few reductions differs (tests/test_batched_heads.py checks
 the parameters against the sequential engine's after several steps, every supported method).
 
-Supported: methods poxm, wpoxm, dr_poxm, dm, banditnet / pm_banditnet with softmax 'full', skyline;
-policies 'network' (heads of one `NetworkStack`) and 'linear'. Other heads (sampled softmax, the
-end-to-end skyline with its own dense optimiser, plugin methods) train in the same batches through the
-sequential path; `assign` says which is which.
+Supported: methods poxm, wpoxm, dr_poxm, dm, banditnet / pm_banditnet (full or sampled softmax),
+skyline; policies 'network' (heads of one `NetworkStack`) and 'linear'. Other heads (the end-to-end
+skyline with its own dense optimiser, plugin methods) train in the same batches through the
+sequential path; `assign` says which is which. A batch with sampled-softmax heads runs eagerly (its
+negatives come from CPU generators step by step), not in the CUDA-graph loop.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -55,8 +61,8 @@ __all__ = ["BatchedHeads", "assign", "KINDS"]
 # exact method classes (a subclass may change the loss) -> the kind of batched loss
 KINDS = {POXM: "phi", WPOXM: "phi", DRPOXM: "dr", DirectMethod: "logged", BanditNet: "full", PMBanditNet: "full",
          Skyline: "skyline"}
-_ORDER = {"phi": 0, "dr": 1, "logged": 2, "full": 3, "skyline": 4}
-_SPARSE = ("phi", "dr", "logged")
+_ORDER = {"phi": 0, "dr": 1, "logged": 2, "sampled": 3, "full": 4, "skyline": 5}
+_SPARSE = ("phi", "dr", "logged", "sampled")
 _CAPTURABLE = ("phi", "dr", "logged", "full", "skyline")
 _CPU_ROWS = 4096     # rows per chunk of the row-Adam step on a CPU
 
@@ -67,9 +73,14 @@ def _kind(h) -> str | None:
         return None
     if type(h.policy) not in (NetworkPolicy, LinearPolicy):
         return None
-    if kind == "full" and getattr(h.mc, "softmax", "full") != "full":
-        return None
+    if kind == "full" and getattr(h.mc, "softmax", "full") == "sampled":
+        return "sampled"
     return kind
+
+
+def _n_neg(h, kind) -> int | None:
+    """Negatives a step of a sampled-softmax head draws (heads of one group must draw as many)."""
+    return int(h.mc.n_negatives) if kind == "sampled" else None
 
 
 def _source(h):
@@ -101,7 +112,8 @@ class BatchedHeads:
     def __init__(self, heads: list) -> None:
         if not heads:
             raise ValueError("BatchedHeads: no heads")
-        keyed = sorted(enumerate(heads), key=lambda t: (_ORDER[_kind(t[1])], t[1].spec.p or 0, t[0]))
+        keyed = sorted(enumerate(heads), key=lambda t: (_ORDER[_kind(t[1])], t[1].spec.p or 0,
+                                                         _n_neg(t[1], _kind(t[1])) or 0, t[0]))
         self.heads = [h for _, h in keyed]
         self.kinds = [_kind(h) for h in self.heads]
         self.H = len(self.heads)
@@ -109,10 +121,12 @@ class BatchedHeads:
         self.L, self.h = int(W0.shape[0]), int(W0.shape[1])
         self.device = W0.device
         self.Hs = sum(k in _SPARSE for k in self.kinds)          # heads [0, Hs) sparse, [Hs, H) full
-        # groups: contiguous runs of heads with the same kind and p (one loss evaluation each)
+        # groups: contiguous runs of heads with the same kind and p (and number of sampled negatives):
+        # one loss evaluation each
         self.groups: list[tuple[str, int | None, int, int]] = []
         for k, (h, kind) in enumerate(zip(self.heads, self.kinds)):
-            if self.groups and self.groups[-1][:2] == (kind, h.spec.p):
+            if self.groups and self.groups[-1][:2] == (kind, h.spec.p) and \
+                    _n_neg(self.heads[self.groups[-1][2]], kind) == _n_neg(h, kind):
                 g = self.groups[-1]
                 self.groups[-1] = (g[0], g[1], g[2], k + 1)
             else:
@@ -130,12 +144,14 @@ class BatchedHeads:
                       for kind, _, a, b in self.groups if kind == "phi"
                       and any(isinstance(h.method, WPOXM) for h in self.heads[a:b])}
         self._shifts: dict = {}
+        self._negs: dict[int, torch.Tensor] = {}
         self.t: torch.Tensor | None = None
         self.bind()
 
     def capturable(self) -> bool:
         """Every kind of loss here has a sync-free form (CUDA-graph loop): the skyline's labels as a padded
-        table of ids, DR-POXM's rhat computed in the step, the rest as in the eager step."""
+        table of ids, DR-POXM's rhat computed in the step, the rest as in the eager step. Not the sampled
+        softmax: its negatives come from each head's CPU generator, step by step, as on the plain path."""
         return all(k in _CAPTURABLE for k in self.kinds)
 
     # ---- parameters: one stacked tensor per field, each head's fields views of its slice -------------
@@ -183,9 +199,12 @@ class BatchedHeads:
             for kind, p, a, b in self.groups:
                 if kind not in _SPARSE:
                     continue
-                ids = batch.actions if kind == "logged" else batch.cand[:, :p]
+                ids = batch.actions if kind in ("logged", "sampled") else batch.cand[:, :p]
                 gids.append((ids.unsqueeze(0) + self._offs[a]).reshape(-1))
-                shapes.append((a, b, ids.shape[1]))
+                shapes.append((a, b, ids.shape[1], kind))
+                if kind == "sampled":     # the negatives: (G, k) rows, shared by the batch's instances
+                    neg = self._draw_negatives(a, b, ctxs, ids.device)
+                    gids.append((neg + self._offs[a].view(-1, 1)).reshape(-1))
             flat = torch.cat(gids)
             if static:
                 rows, inv, self._src = static_unique(flat)
@@ -196,7 +215,7 @@ class BatchedHeads:
             self._leaf_W = Wf.index_select(0, rows).requires_grad_(True)
             self._leaf_b = bf.index_select(0, rows).requires_grad_(True)
             start = 0
-            for a, b, m in shapes:
+            for a, b, m, kind in shapes:
                 G = b - a
                 n = G * B * m
                 iv = inv[start:start + n]
@@ -207,6 +226,14 @@ class BatchedHeads:
                 # G*B tiny products, the elementwise product and sum (measured 1.5-9x faster)
                 dots = (Wg * z.unsqueeze(1)).sum(2) if z.device.type == "cpu" else torch.bmm(Wg, z.unsqueeze(2)).squeeze(2)
                 logits_of[a] = (dots + self._leaf_b.index_select(0, iv).view(G * B, m)).view(G, B, m)
+                if kind == "sampled":
+                    # the negatives' logits: one (B, h) x (h, k) product a head, not B k gathered rows
+                    k = self._negs[a].shape[1]
+                    ivn = inv[start:start + G * k]
+                    start += G * k
+                    Wn = self._leaf_W.index_select(0, ivn).view(G, k, self.h)
+                    neg = torch.bmm(feats[a:b], Wn.transpose(1, 2)) + self._leaf_b.index_select(0, ivn).view(G, 1, k)
+                    logits_of[a] = torch.cat([logits_of[a], neg], dim=2)
         # full heads: (G, B, L) logits of their block
         self._full_W = self._full_b = None
         if self.Hs < self.H:
@@ -220,6 +247,14 @@ class BatchedHeads:
         for kind, p, a, b in self.groups:
             out.append(self._group_loss(kind, p, a, b, logits_of[a], batch, ctxs, rhat))
         return torch.cat(out)
+
+    def _draw_negatives(self, a: int, b: int, ctxs, device) -> torch.Tensor:
+        """(G, k) labels drawn uniformly with replacement for each head of the group, from the head's own
+        generator, exactly the draws of its plain step (methods/banditnet.py); kept for the loss."""
+        k = _n_neg(self.heads[a], "sampled")
+        neg = torch.stack([torch.randint(self.L, (k,), generator=ctxs[h.key].gen) for h in self.heads[a:b]])
+        self._negs[a] = neg = neg.to(device)
+        return neg
 
     def _shift(self, a: int, b: int, ctxs, dtype) -> torch.Tensor:
         vals = tuple(ctxs[h.key].shift for h in self.heads[a:b])
@@ -239,6 +274,16 @@ class BatchedHeads:
             return F.binary_cross_entropy_with_logits(s, target.expand(G, B, m), reduction="none").sum(dim=(1, 2)) / B
         if kind == "full":
             pos = batch.actions
+        elif kind == "sampled":
+            # the logged actions' logits, then the negatives' shifted by log(L / k) (the log-Q correction)
+            # and masked where a negative is one of the instance's logged actions (methods/banditnet.py)
+            neg = self._negs[a]
+            k = neg.shape[1]
+            collide = (batch.actions.view(1, B, ell, 1) == neg.view(G, 1, 1, k)).any(dim=2)      # (G, B, k)
+            neg_s = torch.where(collide, torch.full_like(s[:, :, ell:], float("-inf")), s[:, :, ell:] + math.log(self.L / k))
+            s = torch.cat([s[:, :, :ell], neg_s], dim=2)
+            m = ell + k
+            pos = torch.arange(ell, device=s.device).expand(B, ell)
         else:
             pos = selector_pos(batch.cand_pos, p)
         flat = s.reshape(G * B, m)
@@ -253,7 +298,7 @@ class BatchedHeads:
             return -((dm_term + w * (r - rhat_logged)).sum(dim=(1, 2)) / B)
         if a in self._is_w:
             w = w * torch.where(self._is_w[a], batch.inv_prop_actions.unsqueeze(0), torch.ones((), dtype=w.dtype, device=w.device))
-        elif kind == "full" and p is not None:      # PM-BanditNet: positions outside Phi^p dropped
+        elif kind in ("full", "sampled") and p is not None:      # PM-BanditNet: positions outside Phi^p dropped
             w = w * (batch.cand_pos < p).to(r.dtype)
         return -((w * (r - self._shift(a, b, ctxs, r.dtype))).sum(dim=(1, 2)) / B)
 
