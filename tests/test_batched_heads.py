@@ -186,6 +186,48 @@ def test_static_batched_step_equals_eager(tmp_path, monkeypatch):
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("cut", [0, 5])
+def test_static_loop_draws_the_sampled_negatives_of_the_plain_steps(tmp_path, monkeypatch, cut):
+    """The sync-free loop draws each sampled-softmax head's negatives for the whole epoch at its start;
+    the trial's numbers equal the plain sequential trial's (same negatives step by step, including the
+    eager last batch, and the generators' states carried into the next epoch). cut: rows cut from the fit log
+    (96 rows, batches of 16: 0 leaves no shorter last batch, 5 one of 11)."""
+    import numpy as np
+
+    import poxm_core.training.epoch as epoch_mod
+
+    prep = PREP
+    if cut:
+        import dataclasses
+        prep = dataclasses.replace(PREP, log_train=PREP.log_train.subset(np.arange(PREP.log_train.instance.shape[0] - cut)))
+    methods = {"logging": {}, "dm": GRID["dm"], "poxm": GRID["poxm"], **SAMPLED}
+    spec = pick_trial(tiny_config(methods))
+    eager = run_trial(tiny_config(methods, epochs=3), spec, prep, tmp_path / "eager", progress=False)
+    calls = []
+    orig = epoch_mod.GraphedSteps.run_epoch
+
+    def counted(self, *a):
+        calls.append(sorted(set(self.step.engine.kinds)))
+        return orig(self, *a)
+    monkeypatch.setattr(epoch_mod, "_graphable", lambda *a: True)
+    monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
+    static = run_trial(tiny_config(methods, epochs=3, batched_heads=True), spec, prep, tmp_path / "static",
+                       progress=False)
+    assert calls == [["logged", "phi", "sampled"]] * 3
+    np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_cpu_generator_draws_n_by_k_as_n_draws_of_k():
+    """What `BatchedHeads.begin_epoch` relies on: one (n, k) randint from a CPU generator gives the same
+    numbers, and leaves the generator in the same state, as n randint calls of k."""
+    for L, k, n in ((670091, 1024, 5), (40, 12, 7), (2 ** 33, 8, 4)):
+        g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        at_once = torch.randint(L, (n, k), generator=g1)
+        one_by_one = torch.stack([torch.randint(L, (k,), generator=g2) for _ in range(n)])
+        assert torch.equal(at_once, one_by_one)
+        assert torch.equal(torch.randint(L, (k,), generator=g1), torch.randint(L, (k,), generator=g2))
+
+
 @pytest.mark.slow
 def test_batched_reproduces_golden_training_values(tmp_path, monkeypatch):
     """With the key on, every method's golden training values (tests/golden) hold within their tolerance."""

@@ -6,7 +6,8 @@ sets the pace (docs/performance.md). `GraphedSteps` takes the sync-free form of 
 every full batch of each epoch: the batch is gathered on the device from the epoch's order by a batch
 counter that the graph advances itself, the sparse input padded to a fixed number of entries (weight
 0: adds exactly 0), the labels (skyline heads) as a padded table of label ids, and the reward model's
-rhat (DR-POXM heads) computed inside the graph from the same padded input. The same arithmetic as the
+rhat (DR-POXM heads) computed inside the graph from the same padded input, the sampled softmax's
+negatives drawn for the whole epoch before it and read by the counter. The same arithmetic as the
 eager loop; only the float summation order of atomic adds differs (as between two CUDA runs anyway).
 The last, shorter batch runs eagerly (the caller).
 
@@ -107,8 +108,12 @@ class GraphedSteps:
         self.total.add_(losses.double() * B)
         self.i.add_(1)
 
-    def run_epoch(self, rows: torch.Tensor, bags, total: torch.Tensor) -> int:
-        """Train the epoch's full batches; adds their losses to `total`; returns where the eager loop goes on."""
+    def run_epoch(self, rows: torch.Tensor, bags, total: torch.Tensor, ctxs: dict | None = None) -> int:
+        """Train the epoch's full batches; adds their losses to `total`; returns where the eager loop goes on.
+        ctxs: this epoch's head contexts (their generators are seeded per epoch; the captured arithmetic
+        reads none of them, `begin_epoch` draws the sampled negatives from them)."""
+        if ctxs is not None:
+            self.step.ctxs = ctxs
         full = self.data.n // self.B
         if self.rows_ep.numel() != rows.numel():      # the log's size changed (benchmarks cut it): recapture
             self.rows_ep = torch.empty_like(rows)
@@ -122,6 +127,8 @@ class GraphedSteps:
             h.policy.out_opt.sync_counter()
         if engine is not None:
             engine.sync_counter()
+            if engine.begin_epoch(full, self.i, self.step.ctxs):     # sampled negatives: a new buffer
+                self.graph = None
         for st in stacks:
             st.sync_counter()
         done = 0

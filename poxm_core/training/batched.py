@@ -31,8 +31,8 @@ the parameters against the sequential engine's after several steps, every suppor
 Supported: methods poxm, wpoxm, dr_poxm, dm, banditnet / pm_banditnet (full or sampled softmax),
 skyline; policies 'network' (heads of one `NetworkStack`) and 'linear'. Other heads (the end-to-end
 skyline with its own dense optimiser, plugin methods) train in the same batches through the
-sequential path; `assign` says which is which. A batch with sampled-softmax heads runs eagerly (its
-negatives come from CPU generators step by step), not in the CUDA-graph loop.
+sequential path; `assign` says which is which. In the CUDA-graph loop the sampled softmax's negatives
+are drawn for the whole epoch at its start (`begin_epoch`): the same numbers as step by step.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ KINDS = {POXM: "phi", WPOXM: "phi", DRPOXM: "dr", DirectMethod: "logged", Bandit
          Skyline: "skyline"}
 _ORDER = {"phi": 0, "dr": 1, "logged": 2, "sampled": 3, "full": 4, "skyline": 5}
 _SPARSE = ("phi", "dr", "logged", "sampled")
-_CAPTURABLE = ("phi", "dr", "logged", "full", "skyline")
+_CAPTURABLE = ("phi", "dr", "logged", "sampled", "full", "skyline")
 _CPU_ROWS = 4096     # rows per chunk of the row-Adam step on a CPU
 
 
@@ -145,13 +145,15 @@ class BatchedHeads:
                       and any(isinstance(h.method, WPOXM) for h in self.heads[a:b])}
         self._shifts: dict = {}
         self._negs: dict[int, torch.Tensor] = {}
+        self._neg_ep: dict[int, torch.Tensor] = {}     # static loop: the epoch's negatives (steps, G, k)
+        self._counter: torch.Tensor | None = None
         self.t: torch.Tensor | None = None
         self.bind()
 
     def capturable(self) -> bool:
         """Every kind of loss here has a sync-free form (CUDA-graph loop): the skyline's labels as a padded
-        table of ids, DR-POXM's rhat computed in the step, the rest as in the eager step. Not the sampled
-        softmax: its negatives come from each head's CPU generator, step by step, as on the plain path."""
+        table of ids, DR-POXM's rhat computed in the step, the sampled softmax's negatives drawn for the
+        whole epoch beforehand (`begin_epoch`), the rest as in the eager step."""
         return all(k in _CAPTURABLE for k in self.kinds)
 
     # ---- parameters: one stacked tensor per field, each head's fields views of its slice -------------
@@ -203,7 +205,7 @@ class BatchedHeads:
                 gids.append((ids.unsqueeze(0) + self._offs[a]).reshape(-1))
                 shapes.append((a, b, ids.shape[1], kind))
                 if kind == "sampled":     # the negatives: (G, k) rows, shared by the batch's instances
-                    neg = self._draw_negatives(a, b, ctxs, ids.device)
+                    neg = self._epoch_negatives(a) if static else self._draw_negatives(a, b, ctxs, ids.device)
                     gids.append((neg + self._offs[a].view(-1, 1)).reshape(-1))
             flat = torch.cat(gids)
             if static:
@@ -254,6 +256,34 @@ class BatchedHeads:
         k = _n_neg(self.heads[a], "sampled")
         neg = torch.stack([torch.randint(self.L, (k,), generator=ctxs[h.key].gen) for h in self.heads[a:b]])
         self._negs[a] = neg = neg.to(device)
+        return neg
+
+    def begin_epoch(self, full: int, counter: torch.Tensor, ctxs: dict[str, HeadContext]) -> bool:
+        """The static loop's epoch of `full` batches: every sampled-softmax head's negatives for all of them
+        drawn now from its generator (torch's CPU generator gives (n, k) draws at once exactly as n draws of
+        k, so the numbers and the generator's state after the epoch are the plain step's; a test checks
+        it), kept on the device; step i reads row `counter` (the loop's batch counter). True when a
+        buffer was (re)allocated: a captured graph must be captured again."""
+        changed = False
+        self._counter = counter
+        for kind, _p, a, b in self.groups:
+            if kind != "sampled":
+                continue
+            k = _n_neg(self.heads[a], kind)
+            tab = torch.stack([torch.randint(self.L, (full, k), generator=ctxs[h.key].gen)
+                               for h in self.heads[a:b]], dim=1)
+            dt = torch.int32 if self.L < 2 ** 31 else torch.int64     # half the memory: 16 heads x 1,724 steps x 1,024
+            buf = self._neg_ep.get(a)
+            if buf is None or tuple(buf.shape) != tuple(tab.shape):
+                self._neg_ep[a] = buf = torch.empty(tab.shape, dtype=dt, device=self.device)
+                changed = True
+            buf.copy_(tab)
+        return changed
+
+    def _epoch_negatives(self, a: int) -> torch.Tensor:
+        """(G, k) negatives of the static step number `self._counter` (see `begin_epoch`)."""
+        tab = self._neg_ep[a]
+        self._negs[a] = neg = tab.index_select(0, self._counter.view(1)).view(tab.shape[1], tab.shape[2]).long()
         return neg
 
     def _shift(self, a: int, b: int, ctxs, dtype) -> torch.Tensor:

@@ -118,7 +118,7 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
                 if any(h.method.needs_reward_model for h in grouped) else None,
                 labels=any(h.method.needs_labels() for h in grouped),
                 rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse)
-        start = runner.run_epoch(rows, bags, total[:len(grouped)])
+        start = runner.run_epoch(rows, bags, total[:len(grouped)], ctxs)
     # the rest eagerly: the graphed group's last, shorter batch; heads outside it (their own parameters
     # and stacks, so training them in a pass of their own is the same arithmetic) on every batch
     step = TrainStep(g_seq, g_stacks, engine, ctxs)
