@@ -38,12 +38,21 @@ def full_or_sampled_logpi(score: Scorer, batch: Batch, ctx: HeadContext) -> torc
     neg = torch.randint(L, (k,), generator=ctx.gen).to(batch.actions.device)
     ids = torch.cat([batch.actions, neg.expand(B, k)], dim=1)
     logits = score(ids)                                             # (B, ell + k)
-    collide = (batch.actions.unsqueeze(2) == neg.view(1, 1, k)).any(dim=1)   # (B, k)
-    neg_logits = torch.where(collide, torch.full_like(logits[:, ell:], float("-inf")),
-                             logits[:, ell:] + math.log(L / k))
-    scores = torch.cat([logits[:, :ell], neg_logits], dim=1)
+    scores = sampled_scores(logits[:, :ell], logits[:, ell:], batch.actions, neg, L)
     pos = torch.arange(ell, device=scores.device).expand(B, ell)
     return pl_log_conditionals_torch(scores, pos, check=False)
+
+
+def sampled_scores(logged: torch.Tensor, negs: torch.Tensor, actions: torch.Tensor, neg: torch.Tensor,
+                   L: int) -> torch.Tensor:
+    """The sampled softmax's scores (..., B, ell + k): the logged actions' logits `logged` (..., B, ell),
+    then the negatives' `negs` (..., B, k) shifted by log(L / k) (the log-Q correction) and set to -inf
+    where the negative (neg (..., k) label ids) is one of the instance's logged `actions` (B, ell).
+    Leading dims: none for one head, (G,) for a group of heads (training/batched.py)."""
+    k = neg.shape[-1]
+    collide = (actions.unsqueeze(-1) == neg.unsqueeze(-2).unsqueeze(-2)).any(dim=-2)     # (..., B, k)
+    shifted = torch.where(collide, torch.full_like(negs, float("-inf")), negs + math.log(L / k))
+    return torch.cat([logged, shifted], dim=-1)
 
 
 class BanditNet(Method):

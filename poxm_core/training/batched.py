@@ -36,14 +36,12 @@ are drawn for the whole epoch at its start (`begin_epoch`): the same numbers as 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
 from poxm_core.methods import Batch, HeadContext
-from poxm_core.methods.banditnet import BanditNet
+from poxm_core.methods.banditnet import BanditNet, sampled_scores
 from poxm_core.methods.base import masked_weights
 from poxm_core.model.core import dense_targets
 from poxm_core.methods.dm import DirectMethod
@@ -253,10 +251,14 @@ class BatchedHeads:
     def _draw_negatives(self, a: int, b: int, ctxs, device) -> torch.Tensor:
         """(G, k) labels drawn uniformly with replacement for each head of the group, from the head's own
         generator, exactly the draws of its plain step (methods/banditnet.py); kept for the loss."""
-        k = _n_neg(self.heads[a], "sampled")
-        neg = torch.stack([torch.randint(self.L, (k,), generator=ctxs[h.key].gen) for h in self.heads[a:b]])
-        self._negs[a] = neg = neg.to(device)
+        self._negs[a] = neg = self._draw(a, b, ctxs).to(device)
         return neg
+
+    def _draw(self, a: int, b: int, ctxs, *steps: int) -> torch.Tensor:
+        """(*steps, G, k) uniform labels: each head of the group's draws from its own generator."""
+        k = _n_neg(self.heads[a], "sampled")
+        return torch.stack([torch.randint(self.L, (*steps, k), generator=ctxs[h.key].gen) for h in self.heads[a:b]],
+                           dim=len(steps))
 
     def begin_epoch(self, full: int, counter: torch.Tensor, ctxs: dict[str, HeadContext]) -> bool:
         """The static loop's epoch of `full` batches: every sampled-softmax head's negatives for all of them
@@ -269,9 +271,7 @@ class BatchedHeads:
         for kind, _p, a, b in self.groups:
             if kind != "sampled":
                 continue
-            k = _n_neg(self.heads[a], kind)
-            tab = torch.stack([torch.randint(self.L, (full, k), generator=ctxs[h.key].gen)
-                               for h in self.heads[a:b]], dim=1)
+            tab = self._draw(a, b, ctxs, full)
             dt = torch.int32 if self.L < 2 ** 31 else torch.int64     # half the memory: 16 heads x 1,724 steps x 1,024
             buf = self._neg_ep.get(a)
             if buf is None or tuple(buf.shape) != tuple(tab.shape):
@@ -305,14 +305,8 @@ class BatchedHeads:
         if kind == "full":
             pos = batch.actions
         elif kind == "sampled":
-            # the logged actions' logits, then the negatives' shifted by log(L / k) (the log-Q correction)
-            # and masked where a negative is one of the instance's logged actions (methods/banditnet.py)
-            neg = self._negs[a]
-            k = neg.shape[1]
-            collide = (batch.actions.view(1, B, ell, 1) == neg.view(G, 1, 1, k)).any(dim=2)      # (G, B, k)
-            neg_s = torch.where(collide, torch.full_like(s[:, :, ell:], float("-inf")), s[:, :, ell:] + math.log(self.L / k))
-            s = torch.cat([s[:, :, :ell], neg_s], dim=2)
-            m = ell + k
+            s = sampled_scores(s[:, :, :ell], s[:, :, ell:], batch.actions, self._negs[a], self.L)
+            m = s.shape[2]
             pos = torch.arange(ell, device=s.device).expand(B, ell)
         else:
             pos = selector_pos(batch.cand_pos, p)
