@@ -184,6 +184,68 @@ def test_phi_policy_val_logpi_matches_hand_softmax():
     assert np.array_equal(arr["logpi_is"], arr["logpi_sis"])
 
 
+def test_all_label_val_arrays_match_the_full_row_and_a_hand_loop():
+    """The all-label kind (BanditNet) lumps the labels a slate does not hold into one column: log pi and
+    the DR term must equal the Plackett-Luce formulas over the whole float64 row, and a hand loop."""
+    from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch
+    from poxm_core.policy.heads import HeadParams
+    g = torch.Generator().manual_seed(3)
+    L, d = PREP.n_labels, PREP.Z_train.shape[1]
+    P = HeadParams(torch.randn(L, d, generator=g) * 2, torch.randn(L, generator=g))   # peaked rows too
+    R = HeadParams(torch.randn(L, d, generator=g), torch.randn(L, generator=g))
+    log = PREP.log_val
+    arr = val_arrays(PolicyView("all", None, P), PREP.Z_train, PREP.policy_train.cand, PREP.policy_train.rho, log, 4,
+                     (R, PREP.Z_train), torch.device("cpu"))
+    z = torch.as_tensor(PREP.Z_train[log.instance])
+    S = (z @ P.W.T + P.b).double()
+    V = torch.sigmoid((z @ R.W.T + R.b).double())
+    act = torch.as_tensor(log.actions)
+    np.testing.assert_allclose(arr["logpi_is"], pl_log_conditionals_torch(S, act).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(arr["dm_term"], pl_expectations_torch(S, V, act).numpy(), rtol=1e-6, atol=1e-7)
+    s, v = S[0].numpy(), V[0].numpy()
+    left = np.ones(L, dtype=bool)
+    for j, y in enumerate(log.actions[0]):
+        e = np.exp(s - s.max()) * left
+        assert math.isclose(arr["logpi_is"][0, j], np.log(e[y] / e.sum()), rel_tol=1e-6, abs_tol=1e-7)
+        assert math.isclose(arr["dm_term"][0, j], (e * v).sum() / e.sum(), rel_tol=1e-6)
+        left[y] = False
+    assert (arr["logpi_is"] < 0).all() and np.isfinite(arr["logpi_sis"]).any()
+
+
+def test_all_label_test_table_is_the_renormalised_top_of_the_softmax():
+    from poxm_core.policy.heads import HeadParams
+    from poxm_core.training.evaluation import test_table
+    g = torch.Generator().manual_seed(4)
+    L, d = PREP.n_labels, PREP.Z_test.shape[1]
+    P = HeadParams(torch.randn(L, d, generator=g), torch.randn(L, generator=g))
+    m = 5
+    sup, probs, ranking, lost = test_table(PolicyView("all", None, P), PREP.Z_test, PREP.policy_test.cand,
+                                           PREP.policy_test.rho, 3, m, torch.device("cpu"))
+    s = PREP.Z_test.astype(np.float64) @ P.W.numpy().T.astype(np.float64) + P.b.numpy()
+    pi = np.exp(s - s.max(axis=1, keepdims=True))
+    pi /= pi.sum(axis=1, keepdims=True)
+    top = np.argsort(-s, axis=1, kind="stable")[:, :m]
+    assert np.array_equal(sup, top) and np.array_equal(ranking, top[:, :3])
+    kept = np.take_along_axis(pi, top, axis=1)
+    np.testing.assert_allclose(probs, kept / kept.sum(axis=1, keepdims=True), rtol=1e-5)
+    assert math.isclose(lost, (1 - kept.sum(axis=1)).mean(), rel_tol=1e-5) and lost > 0
+
+
+def test_lumped_scores_handle_short_slates_and_a_slate_holding_every_label():
+    from poxm_core.estimators import pl_log_conditionals_torch
+    from poxm_core.training.evaluation import _lumped
+    S = torch.tensor([[0.0, 1.0, 2.0, 3.0], [5.0, -1.0, 0.5, 0.0]])
+    act = torch.tensor([[3, 1, -1], [0, 1, 2]])
+    lumped, pos, _ = _lumped(S.clone(), act, None)
+    lp = pl_log_conditionals_torch(lumped, pos)
+    want = pl_log_conditionals_torch(S.double(), act)
+    assert torch.allclose(lp[:, :2], want[:, :2], atol=1e-7) and torch.isneginf(lp[0, 2])
+    assert torch.allclose(lp[1], want[1], atol=1e-7)
+    lumped, pos, _ = _lumped(S[:, :3].clone(), torch.tensor([[2, 0, 1]]).expand(2, 3), None)
+    assert torch.isneginf(lumped[:, 0]).all()                     # nothing left outside the slate
+    assert torch.allclose(pl_log_conditionals_torch(lumped, pos)[:, 2], torch.zeros(2, dtype=torch.float64))
+
+
 def test_greedy_conditional_picks_best_label_outside_the_logged_prefix():
     scores = torch.tensor([[0.1, 0.9, 0.5, 0.9]], dtype=torch.float64)
     cand = torch.tensor([[7, 4, 2, 3]])
