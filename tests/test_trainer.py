@@ -229,6 +229,12 @@ def test_all_label_test_table_is_the_renormalised_top_of_the_softmax():
     kept = np.take_along_axis(pi, top, axis=1)
     np.testing.assert_allclose(probs, kept / kept.sum(axis=1, keepdims=True), rtol=1e-5)
     assert math.isclose(lost, (1 - kept.sum(axis=1)).mean(), rel_tol=1e-5) and lost > 0
+    # ties across the kmax-th place go to the smaller label id, as for every other policy
+    b = torch.zeros(L)
+    b[[5, 2]] = 1.0
+    sup, _, ranking, _ = test_table(PolicyView("all", None, HeadParams(torch.zeros(L, d), b)), PREP.Z_test,
+                                    PREP.policy_test.cand, PREP.policy_test.rho, 3, L, torch.device("cpu"))
+    assert (ranking == [2, 5, 0]).all() and sorted(sup[0]) == list(range(L))
 
 
 def test_lumped_scores_handle_short_slates_and_a_slate_holding_every_label():

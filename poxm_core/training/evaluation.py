@@ -187,6 +187,19 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
     return {k: np.concatenate(v, axis=0).astype(np.float64) for k, v in out.items() if v}
 
 
+def _ranking_of_sorted(ids: np.ndarray, s: np.ndarray, kmax: int) -> np.ndarray:
+    """`greedy_from_policy(ids, s, kmax)` for rows already sorted by score, descending (topk's output):
+    only the labels scored at least the kmax-th can rank, so the tie-break by label id runs on that
+    prefix (usually kmax columns) instead of sorting all max_support columns of every row again
+    (about 23 of the 32 s an all-label head's test table took at Amazon-670K's shape on an H100;
+    benchmarks/bench_all_label_eval.py)."""
+    from poxm_core.metrics import greedy_from_policy
+
+    k = min(kmax, s.shape[1])
+    w = int((s >= s[:, k - 1:k]).sum(axis=1).max()) if s.shape[0] else k
+    return greedy_from_policy(ids[:, :w], s[:, :w], kmax)
+
+
 def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray, rho: np.ndarray, kmax: int,
                max_support: int, device: torch.device):
     """(support (n, m) int64 | None, probs (n, m) float64 | None, ranking (n, kmax) int64, truncated mass).
@@ -216,10 +229,13 @@ def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
             kept = torch.exp(top - lse).sum(dim=1)
             lost += float((1.0 - kept).clamp(min=0).sum())
             ids_np, s_np = ids.cpu().numpy(), top.cpu().numpy()
-        else:
-            m = view.p if view.kind == "phi" else K
-            ids_np = cand[a:b, :m].astype(np.int64)
-            s_np = _gather_logits(view.params, z, phi(cd, m)).cpu().numpy()
+            rank.append(_ranking_of_sorted(ids_np, s_np, kmax))
+            sup.append(ids_np)
+            prob.append(torch.softmax(top, dim=1).cpu().numpy())
+            continue
+        m = view.p if view.kind == "phi" else K
+        ids_np = cand[a:b, :m].astype(np.int64)
+        s_np = _gather_logits(view.params, z, phi(cd, m)).cpu().numpy()
         rank.append(greedy_from_policy(ids_np, s_np, kmax))
         if view.kind != "greedy":
             e = np.exp(s_np - s_np.max(axis=1, keepdims=True))
