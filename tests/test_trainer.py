@@ -250,6 +250,14 @@ def test_lumped_scores_handle_short_slates_and_a_slate_holding_every_label():
     lumped, pos, _ = _lumped(S[:, :3].clone(), torch.tensor([[2, 0, 1]]).expand(2, 3), None)
     assert torch.isneginf(lumped[:, 0]).all()                     # nothing left outside the slate
     assert torch.allclose(pl_log_conditionals_torch(lumped, pos)[:, 2], torch.zeros(2, dtype=torch.float64))
+    # a peaked row: the logged top label 100+ nats above the rest, whose float32 exp relative to it would
+    # flush to 0, although after the first position the 2,000 unlogged labels hold most of what is left
+    S = torch.full((1, 2003), -105.0)
+    S[0, :3] = torch.tensor([0.0, -101.0, -112.0])
+    act = torch.tensor([[0, 1, 2]])
+    lumped, pos, _ = _lumped(S.clone(), act, None)
+    want = pl_log_conditionals_torch(S.double(), act)
+    assert torch.allclose(pl_log_conditionals_torch(lumped, pos), want, rtol=1e-6) and want[0, 1] < -1.0
 
 
 def test_greedy_conditional_picks_best_label_outside_the_logged_prefix():
