@@ -70,7 +70,8 @@ def _gather_logits(params: HeadParams, z: torch.Tensor, ids: torch.Tensor) -> to
 
 @torch.no_grad()
 def _full_logits32(params: HeadParams, z: torch.Tensor) -> torch.Tensor:
-    """(c, L) logits in the parameters' dtype (float32): one (c, L) array, no float64 copy."""
+    """(c, L) logits in the parameters' dtype (float32), worked on in place by the callers (the float64
+    sums over a row still make a transient float64 copy: torch upcasts before reducing)."""
     return torch.addmm(params.b, z.to(params.W.dtype), params.W.T)
 
 
