@@ -27,6 +27,9 @@ NAMES = ("R", "nDCR", "PSR")
 # float64 elements per working array of the quadrature on a GPU (about 256 MB each at 300 nodes a row;
 # more where tiny probabilities need more panels): a chunk costs a few hundred kernels whatever its size
 GPU_CHUNK_ELEMS = 1 << 25
+# float64 elements of Gumbel noise per chunk of the Monte-Carlo on a device (64 MB): the draws of a chunk
+# are a few kernels whatever its size, and a trial evaluates its heads on threads, each holding its chunk
+GPU_MC_CHUNK_ELEMS = 1 << 23
 
 __all__ = ["stochastic_metrics", "EXACT_BUDGET"]
 
@@ -94,6 +97,59 @@ def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
     idx = np.take_along_axis(idx, o, axis=-1)
     filled = np.isfinite(np.take_along_axis(sel, o, axis=-1))   # -inf key = zero prob: slate ends
     return idx, filled
+
+
+def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Tensor:
+    """Gumbel noise (b-a, S, m) float64 on `device` for rows a..b-1 (a multiple of _NOISE_BLOCK), from a
+    torch generator seeded by (seed, row block): a fixed function of them on one device, so the chunk
+    size never changes the draws (other draws than the NumPy path's; the same distribution)."""
+    out = torch.empty((b - a, S, m), dtype=torch.float64, device=device)
+    gen = torch.Generator(device=device)
+    for blk_start in range(a, b, _NOISE_BLOCK):
+        r = min(b, blk_start + _NOISE_BLOCK) - blk_start
+        gen.manual_seed(int(np.random.SeedSequence([seed, blk_start // _NOISE_BLOCK]).generate_state(1, np.uint64)[0] >> 1))
+        u = torch.rand((r, S, m), dtype=torch.float64, device=device, generator=gen)
+        # -log(-log(1 - u)), u in [0, 1); u = 0 (2^-53 a value) would give +inf: floored to a finite key
+        out[blk_start - a:blk_start - a + r] = -torch.log((-torch.log1p(-u)).clamp_(min=1e-300))
+    return out
+
+
+def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device) -> None:
+    """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there, which on a
+    GPU is two orders of magnitude faster than NumPy's noise for wide supports (an all-label head's
+    1,024 labels: 32 x 1,024 Gumbel draws a test row). Same estimator and standard error; other draws."""
+    c = pr.shape[0]
+    if ks[-1] > 1:
+        prt = torch.as_tensor(pr, device=device)
+        with torch.no_grad():
+            keys = torch.log(prt).unsqueeze(1) + _torch_gumbel(seed, a, a + c, S, prt.shape[1], device)
+            sel, idx = torch.topk(keys, kk, dim=-1, sorted=True)          # draw order: largest key first
+            del keys
+            filled = torch.isfinite(sel)                                   # -inf key = zero prob: slate ends
+            ht = torch.as_tensor(hit, device=device).unsqueeze(1).expand(c, S, -1).gather(-1, idx) & filled
+            wt = torch.as_tensor(w, device=device).unsqueeze(1).expand(c, S, -1).gather(-1, idx)
+            dt = torch.as_tensor(disc[:kk], device=device)
+            hf = ht.double()
+            ch = torch.cumsum(hf, dim=-1)
+            cdcg = torch.cumsum(hf * dt, dim=-1)
+            cps = torch.cumsum(torch.where(ht, wt, torch.zeros((), dtype=wt.dtype, device=device)), dim=-1)
+            idt = torch.as_tensor(idcg, device=device, dtype=torch.float64)
+            for k in (k for k in ks if k > 1):
+                j = min(k, kk) - 1
+                idk = idt[:, k - 1].unsqueeze(1)
+                triple = (ch[..., j] / k,
+                          torch.where(idk > 0, cdcg[..., j] / torch.where(idk > 0, idk, torch.ones_like(idk)),
+                                      torch.zeros((), dtype=torch.float64, device=device)),
+                          cps[..., j])
+                for nm, v in zip(NAMES, triple):
+                    est[nm, k] += float(v.mean(dim=1).sum())
+                    if S > 1:
+                        var[nm, k] += float(v.var(dim=1, unbiased=True).sum())
+    if ks[0] == 1:
+        p_hit = (pr * hit).sum(1)
+        est["R", 1] += float(p_hit.sum())
+        est["nDCR", 1] += float(p_hit.sum())
+        est["PSR", 1] += float((pr * w).sum())
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -172,7 +228,9 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     `exact_budget=0` forces Monte-Carlo. `device`: a torch device (the trial's GPU) computes the exact
     position probabilities there (the same quadrature; in larger chunks by default, and a chunk's
     hardest row sets its number of panels, so a row's value may move within the quadrature error,
-    ~1e-10); None: NumPy.
+    ~1e-10) and draws and scores the Monte-Carlo slates there (torch's generator, seeded per block of
+    rows like NumPy's: the same estimator and standard error, other draws, so values differ from the
+    NumPy path's within the Monte-Carlo error); None: NumPy.
 
     Y CSR (n, L); support (n, m) int64 (-1 padding, prob 0); probs (n, m) float64 rows summing to 1;
     inv_prop (L,). Memory is bounded by `chunk_elems` elements per working array.
@@ -199,7 +257,8 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
         budget = GPU_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
         chunk = max(1, budget // elements_per_row(m, max(r, 1), kmax))
     else:
-        chunk = max(1, chunk_elems // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
+        budget = GPU_MC_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
+        chunk = max(1, budget // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
 
     def one(a: int):
         """The chunk's (sum of best_i, additions to est, additions to var): chunks are independent."""
@@ -214,6 +273,8 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
         v = {(nm, k): 0.0 for nm in NAMES for k in ks}
         if exact:
             _exact_chunk(pr, hit, w, ks, idcg, disc, e, device)
+        elif device is not None:
+            _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, device)
         else:
             _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v)
         return best.sum(0), e, v
@@ -224,7 +285,7 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     # chunks run on a thread pool (NumPy's large array operations release the GIL); their sums are
     # added in chunk order, so the result is the same float for float as the sequential loop's
     starts = range(0, n, chunk)
-    for best_c, e, v in (map(one, starts) if exact and device is not None else _map_chunks(one, starts)):
+    for best_c, e, v in (map(one, starts) if device is not None else _map_chunks(one, starts)):
         best_sum += best_c
         for key in est:
             est[key] += e[key]

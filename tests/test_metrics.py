@@ -225,6 +225,46 @@ def test_monte_carlo_within_standard_errors_of_brute_force():
         assert abs(np.mean(zs)) < 3 / math.sqrt(len(zs)) + 0.2, key
 
 
+def test_torch_monte_carlo_within_standard_errors_of_the_exact_values():
+    """The Monte-Carlo a GPU trial runs (torch's generator; here on the CPU, the same code): its
+    estimates within 5 standard errors of the exact values, and those errors the actual spread."""
+    Y, support, probs, inv = _tiny_policy(12)
+    probs = probs.copy()
+    probs[:2, -2:] = 0.0                                 # two rows with two zero-probability labels of 4:
+    probs /= probs.sum(axis=1, keepdims=True)            # their slates hold 2 labels, not 3
+    Y = Y.tolil()
+    Y[0, support[0, 1:]] = 1                             # a true label drawn, two never drawn
+    Y = Y.tocsr()
+    # the exact quadrature (tested against brute force above) handles the short slates
+    want = {k: v for k, v in stochastic_metrics(Y, support, probs, inv, ks=(3,)).items() if not k.endswith("_se")}
+    z = {key: [] for key in want}
+    for seed in range(25):
+        mc = stochastic_metrics(Y, support, probs, inv, ks=(1, 3), n_slates=64, seed=seed, exact_budget=0, device="cpu")
+        for key, v in want.items():
+            assert abs(mc[key] - v) < 5 * mc[f"{key}_se"], (key, seed)
+            z[key].append((mc[key] - v) / mc[f"{key}_se"])
+        ref = stochastic_metrics(Y, support, probs, inv, ks=(1, 3), n_slates=64, seed=seed, exact_budget=0)
+        assert mc["R@1"] == pytest.approx(ref["R@1"], rel=1e-12)   # k = 1 is exact on both paths
+    for key, zs in z.items():
+        assert 0.6 < np.std(zs) < 1.5, key
+        assert abs(np.mean(zs)) < 3 / math.sqrt(len(zs)) + 0.2, key
+
+
+def test_torch_monte_carlo_does_not_depend_on_the_chunking():
+    rng = np.random.default_rng(2)
+    n, L, m = 300, 50, 20
+    Y = csr([rng.choice(L, size=rng.integers(0, 6), replace=False).tolist() for _ in range(n)], L)
+    support = np.stack([rng.choice(L, size=m, replace=False) for _ in range(n)])
+    probs = rng.dirichlet(np.ones(m) * 0.3, size=n)
+    inv = 1.0 + 3 * rng.random(L)
+    one = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0, device="cpu")
+    small = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0, chunk_elems=1, device="cpu")
+    assert small == pytest.approx(one, rel=1e-12)
+    numpy_mc = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0)
+    for key in ("R@3", "R@5", "nDCR@5", "PSR@5"):
+        assert one[f"{key}_se"] > 0 and abs(one[key] - numpy_mc[key]) < 5 * math.hypot(one[f"{key}_se"], numpy_mc[f"{key}_se"])
+
+
 def test_stochastic_chunking_and_seed():
     rng = np.random.default_rng(2)
     n, L, m = 300, 50, 20
