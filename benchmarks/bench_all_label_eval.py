@@ -6,6 +6,8 @@ Amazon-670K's shapes, the current code beside the formulas it replaced, with the
          the whole float64 row (the earlier code).
   test   `test_table` on the test set (153,025 rows; top 1,024 labels, renormalised, and the greedy
          ranking): the tie-aware prefix, against `greedy_from_policy` on all 1,024 columns.
+  metrics  `stochastic_metrics` of that table (32 Monte-Carlo slates a row, random true labels): on
+         the device (a GPU run's path) against NumPy's (a CPU run's path, timed on the same rows share).
 
 The head is random (L 670,091, hidden 128; the cost depends on the shapes only). The earlier formulas
 run on `--old-frac` of the rows (they are slow) and their time is scaled up; the differences are over
@@ -101,6 +103,20 @@ def main(argv=None) -> int:
     fig["test_old_ranking_s"] = t * a.n_test / n_old
     fig["test_rankings_equal"] = bool(np.array_equal(ref, ranking[:n_old]))
     fig["test_truncated_mass"] = lost
+
+    # the test metrics of that table: Monte-Carlo slates (32 a row) on the device against NumPy's
+    import scipy.sparse as sp
+    from poxm_core.metrics import stochastic_metrics
+    Y = sp.csr_matrix((np.ones(a.n_test * 5), rng.integers(0, L, a.n_test * 5), np.arange(0, a.n_test * 5 + 1, 5)),
+                      shape=(a.n_test, L))
+    Y.sum_duplicates()
+    inv = np.ones(L)
+    mc, fig["metrics_s"] = _timed(lambda: stochastic_metrics(Y, sup, probs, inv, n_slates=32, seed=1,
+                                                              device=dev if dev.type == "cuda" else None), dev)
+    ref, t = _timed(lambda: stochastic_metrics(Y[:n_old], sup[:n_old], probs[:n_old], inv, n_slates=32, seed=1), dev)
+    fig["metrics_numpy_s"] = t * a.n_test / n_old
+    fig["metrics_R@5"] = {"device": mc["R@5"], "device_se": mc["R@5_se"],
+                          "numpy_first_rows": ref["R@5"], "numpy_se": ref["R@5_se"]}
     print(json.dumps(fig, indent=1))
     return 0
 

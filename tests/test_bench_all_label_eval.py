@@ -20,4 +20,4 @@ def test_all_label_eval_benchmark_agrees_with_the_earlier_formulas(capsys):
                        "--max-support", "64", "--old-frac", "0.5"]) == 0
     fig = json.loads(capsys.readouterr().out)
     assert fig["val_max_abs_diff"] < 1e-6 and fig["test_rankings_equal"]
-    assert 0 < fig["test_truncated_mass"] < 1 and fig["val_s"] > 0 and fig["test_s"] > 0
+    assert 0 < fig["test_truncated_mass"] < 1 and fig["val_s"] > 0 and fig["test_s"] > 0 and fig["metrics_s"] > 0
