@@ -6,11 +6,12 @@ names of what draws from it, e.g. (seed, "batches", epoch) or (seed, head key, "
     stable_seed(seed, *names) -> int                  63-bit, sha256 of "seed/name/...", independent
                                                       of PYTHONHASHSEED, the process and the order of draws
     rng(seed, *names)         -> np.random.Generator  default_rng(stable_seed(seed, *names))
-    torch_generator(seed, *names) -> torch.Generator  (CPU) manual_seed(stable_seed(seed, *names))
+    torch_generator(seed, *names) -> torch.Generator  (CPU, or device=) manual_seed(stable_seed(seed, *names))
 
 Naming a stream by its path makes draws independent of what else runs (a head trained alone or in a
 group, a resumed trial, threads evaluating heads in any order all draw the same numbers). The trainer
-and the evaluation use it: batches, negatives, head initialisation, test and validation slates.
+and the evaluation use it: batches, negatives, head initialisation, test and validation slates (and,
+on a GPU, the Monte-Carlo slate noise: (seed, "mc-slates", block index) on the device).
 
 STREAMS THAT STAY (their numbers are in cached prepare artifacts and published results, so a
 different derivation would change them; new code must not copy them):
@@ -49,11 +50,12 @@ def rng(seed: int, *names) -> np.random.Generator:
     return np.random.default_rng(stable_seed(seed, *names))
 
 
-def torch_generator(seed: int, *names):
-    """A CPU torch.Generator of the stream (seed, *names)."""
+def torch_generator(seed: int, *names, device=None):
+    """A torch.Generator of the stream (seed, *names), on the CPU or on `device`."""
     import torch
 
-    return torch.Generator().manual_seed(stable_seed(seed, *names))
+    gen = torch.Generator() if device is None else torch.Generator(device=device)
+    return gen.manual_seed(stable_seed(seed, *names))
 
 
 def tagged_rng(seed: int, tag: str) -> np.random.Generator:

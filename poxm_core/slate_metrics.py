@@ -18,6 +18,7 @@ import torch
 from poxm_core.metric_inputs import (CHUNK_ELEMS, check_count, check_ids, check_inv_prop, check_ks, check_labels,
                                      check_probs, discount_cumsum, member, true_keys, truth_summaries)
 from poxm_core.plackett_luce import elements_per_row, position_sums, position_sums_torch
+from poxm_core.seeds import torch_generator
 
 _NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
 # Exact when instances x support <= this (e.g. 3000 test instances at m = 100): measured 2-4 ms per
@@ -100,14 +101,13 @@ def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
 
 
 def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Tensor:
-    """Gumbel noise (b-a, S, m) float64 on `device` for rows a..b-1 (a multiple of _NOISE_BLOCK), from a
-    torch generator seeded by (seed, row block): a fixed function of them on one device, so the chunk
-    size never changes the draws (other draws than the NumPy path's; the same distribution)."""
+    """Gumbel noise (b-a, S, m) float64 on `device` for rows a..b-1 (a multiple of _NOISE_BLOCK), from the
+    stream (seed, "mc-slates", row block) on the device: a fixed function of them on one device, so the
+    chunk size never changes the draws (other draws than the NumPy path's; the same distribution)."""
     out = torch.empty((b - a, S, m), dtype=torch.float64, device=device)
-    gen = torch.Generator(device=device)
     for blk_start in range(a, b, _NOISE_BLOCK):
         r = min(b, blk_start + _NOISE_BLOCK) - blk_start
-        gen.manual_seed(int(np.random.SeedSequence([seed, blk_start // _NOISE_BLOCK]).generate_state(1, np.uint64)[0] >> 1))
+        gen = torch_generator(seed, "mc-slates", blk_start // _NOISE_BLOCK, device=device)
         u = torch.rand((r, S, m), dtype=torch.float64, device=device, generator=gen)
         # -log(-log(1 - u)), u in [0, 1); u = 0 (2^-53 a value) would give +inf: floored to a finite key
         out[blk_start - a:blk_start - a + r] = -torch.log((-torch.log1p(-u)).clamp_(min=1e-300))
