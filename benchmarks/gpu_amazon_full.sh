@@ -18,7 +18,8 @@
 #   benchmarks/gpu_amazon_full.sh pack  OUTDIR      the run's files without checkpoints, per-epoch rows
 #                                                   and figures, as one tar, plus its final rows
 #
-# Each `run` prints the GPU memory peak seen by nvidia-smi (sampled every 2 s) of that invocation.
+# Each `run` prints the GPU memory peak seen by nvidia-smi (sampled every 2 s) of that invocation and,
+# once the sweep has a summary, benchmarks/orchestration_share.py's figures of its run directory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -84,3 +85,6 @@ for line in open(sys.argv[1]):
     peak[i] = max(peak.get(i, 0), m)
 print("== GPU memory peak (MiB) by card:", peak)' "$RUNS/memory.log"
 for d in "$RUNS"/*/; do [ -f "$d/sweep.json" ] && "$PY" -m orchestration.cli status "$d" | head -24; done
+for d in "$RUNS"/amazon-670k-generated-*/; do   # the figures of the issue's table: wall, share, job start-up
+  [ -f "$d/results/sweep_summary.json" ] && "$PY" benchmarks/orchestration_share.py "$d"
+done
