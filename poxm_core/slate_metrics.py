@@ -109,15 +109,17 @@ def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Te
         r = min(b, blk_start + _NOISE_BLOCK) - blk_start
         gen = torch_generator(seed, "mc-slates", blk_start // _NOISE_BLOCK, device=device)
         u = torch.rand((r, S, m), dtype=torch.float64, device=device, generator=gen)
-        # -log(-log(1 - u)), u in [0, 1); u = 0 (2^-53 a value) would give +inf: floored to a finite key
-        out[blk_start - a:blk_start - a + r] = -torch.log((-torch.log1p(-u)).clamp_(min=1e-300))
+        # -log(-log(1 - u)); an endpoint draw (u = 0, or 1 on a backend that returns it) would give an
+        # infinite key: clamped to a finite one (about 690 from the bound), as likely as 2^-53 a value
+        out[blk_start - a:blk_start - a + r] = -torch.log((-torch.log1p(-u)).clamp_(min=1e-300, max=1e300))
     return out
 
 
 def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device) -> None:
-    """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there, which on a
-    GPU is two orders of magnitude faster than NumPy's noise for wide supports (an all-label head's
-    1,024 labels: 32 x 1,024 Gumbel draws a test row). Same estimator and standard error; other draws."""
+    """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there instead of NumPy's
+    noise on the host, which for wide supports is most of an evaluation (an all-label head's 1,024
+    labels: 32 x 1,024 Gumbel draws a test row, about 2 ms of CPU). Same estimator and standard error;
+    other draws."""
     c = pr.shape[0]
     if ks[-1] > 1:
         prt = torch.as_tensor(pr, device=device)
