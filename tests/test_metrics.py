@@ -250,13 +250,19 @@ def test_torch_monte_carlo_within_standard_errors_of_the_exact_values():
         assert abs(np.mean(zs)) < 3 / math.sqrt(len(zs)) + 0.2, key
 
 
-def test_torch_monte_carlo_does_not_depend_on_the_chunking():
+def _chunking_policy():
+    """300 instances, 50 labels, supports of 20 (6,000 > one 64-row noise block per chunk at chunk_elems=1)."""
     rng = np.random.default_rng(2)
     n, L, m = 300, 50, 20
     Y = csr([rng.choice(L, size=rng.integers(0, 6), replace=False).tolist() for _ in range(n)], L)
     support = np.stack([rng.choice(L, size=m, replace=False) for _ in range(n)])
     probs = rng.dirichlet(np.ones(m) * 0.3, size=n)
     inv = 1.0 + 3 * rng.random(L)
+    return Y, support, probs, inv
+
+
+def test_torch_monte_carlo_does_not_depend_on_the_chunking():
+    Y, support, probs, inv = _chunking_policy()
     one = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0, device="cpu")
     small = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0, chunk_elems=1, device="cpu")
     assert small == pytest.approx(one, rel=1e-12)
@@ -266,12 +272,7 @@ def test_torch_monte_carlo_does_not_depend_on_the_chunking():
 
 
 def test_stochastic_chunking_and_seed():
-    rng = np.random.default_rng(2)
-    n, L, m = 300, 50, 20
-    Y = csr([rng.choice(L, size=rng.integers(0, 6), replace=False).tolist() for _ in range(n)], L)
-    support = np.stack([rng.choice(L, size=m, replace=False) for _ in range(n)])
-    probs = rng.dirichlet(np.ones(m) * 0.3, size=n)
-    inv = 1.0 + 3 * rng.random(L)
+    Y, support, probs, inv = _chunking_policy()
     one = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0)
     small = stochastic_metrics(Y, support, probs, inv, n_slates=16, seed=3, exact_budget=0, chunk_elems=1)   # 64-row chunks
     assert small == pytest.approx(one, rel=1e-12)
