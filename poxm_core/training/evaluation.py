@@ -155,12 +155,13 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
         rh = torch.as_tensor(rho[inst], device=device, dtype=torch.float64)
         act = torch.as_tensor(log.actions[a:b], device=device)
         cp = torch.as_tensor(log.cand_pos[a:b], device=device)
+        if reward is not None:
+            reward_params, Zr = reward
+            zr = _take(Zr, inst, device)
         if view.kind == "all":
             S32 = _full_logits32(view.params, z)
             lp_sis = pl_log_conditionals_torch(S32.gather(1, phi(cd, p_sis)).double(), selector_pos(cp, p_sis), check=False)
-            rw = None
-            if reward is not None:
-                rw = _full_logits32(reward[0], _take(reward[1], inst, device)).sigmoid_()
+            rw = _full_logits32(reward_params, zr).sigmoid_() if reward is not None else None
             S, pos, vals = _lumped(S32, act, rw)
             del S32, rw
             lp_is = pl_log_conditionals_torch(S, pos, check=False)
@@ -176,8 +177,6 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
         out["logpi_is"].append(lp_is.cpu().numpy())
         out["logpi_sis"].append(lp_sis.cpu().numpy())
         if reward is not None:
-            reward_params, Zr = reward
-            zr = _take(Zr, inst, device)
             rhat_log = torch.sigmoid(_gather_logits(reward_params, zr, act))
             if view.kind == "all":
                 dm = pl_expectations_torch(S, vals, pos, check=False)
