@@ -42,7 +42,8 @@ def _card() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "auto", batched: bool = False) -> Path:
+def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "auto", batched: bool = False,
+            input_adam: str = "dense") -> Path:
     import yaml
     cfg = {"name": "bench-p3", "seeds": [0], "device": "cuda", "runs_dir": str(runs),
            "datasets": [{"name": "synthetic", "synthetic": {"preset": "amazon670k", "scale": 1.0},
@@ -50,9 +51,9 @@ def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "
            "model": {"dim": 256, "epochs": model_epochs, "n_candidates": 100, "slate_size": 5, "topk_chunk_mb": 4096},
            "training": {"epochs": epochs, "batch_size": 256, "hidden": 128, "mc_slates": 32,
                         "checkpoint_every": epochs, "deterministic": {"auto": "auto", "true": True, "false": False}[det],
-                        "batched_heads": batched},
+                        "batched_heads": batched, "input_adam": input_adam},
            "group_by": "method", "methods": {"poxm": poxm}}
-    path = runs / f"bench-{len(poxm['p'])}x{len(poxm['lam'])}.yaml"
+    path = runs / f"bench-{len(poxm['p'])}x{len(poxm['lam'])}-{input_adam}.yaml"
     runs.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -66,23 +67,36 @@ def _trial(a, poxm: dict) -> dict:
     from poxm_core.training.command import pick_trial
     from poxm_core.training.trainer import run_trial
 
-    cfg = load_config(_config(Path(a.runs), poxm, a.model_epochs, a.epochs, a.deterministic, a.batched_heads), [])
+    cfg = load_config(_config(Path(a.runs), poxm, a.model_epochs, a.epochs, a.deterministic, a.batched_heads,
+                              a.input_adam), [])
     spec = pick_trial(cfg, method="poxm")
     t = time.perf_counter()
     prep = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, Path(a.runs) / "cache")
     prep_s = time.perf_counter() - t
-    out = Path(a.runs) / f"trial-{len(spec.heads)}"
+    out = Path(a.runs) / f"trial-{len(spec.heads)}-{a.input_adam}"
     torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
     # per-epoch wall times on stdout: a run cut off by the device's time limit still shows its pace
-    run_trial(cfg, spec, prep, out, progress=False, on_epoch=lambda e, m, c: print(
+    df = run_trial(cfg, spec, prep, out, progress=False, on_epoch=lambda e, m, c: print(
         f"  {len(spec.heads)} head(s) epoch {e}: {time.perf_counter() - t:.1f} s", flush=True))
     sec = time.perf_counter() - t
     summ = json.loads((out / "summary.json").read_text())
     return {"seconds": sec, "heads": len(spec.heads), "epochs": a.epochs, "n_fit": int(prep.log_train.n),
             "timing": summ.get("timing"), "prepare_or_load_s": prep_s, "deterministic": a.deterministic,
-            "batched_heads": a.batched_heads,
-            "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
+            "batched_heads": a.batched_heads, "input_adam": a.input_adam,
+            "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20, "heads_final": _head_results(df)}
+
+
+def _head_results(df) -> dict:
+    """Each head's final validation IS and test R@5 (the learning a speed setting must not cost)."""
+    fin = df[df["final"]]
+    out = {}
+    for (m, p, lam), g in fin.groupby(["method", "p", "lam"], dropna=False):
+        val = g[(g["split"] == "val") & (g["metric"] == "IS")]["value"]
+        test = g[(g["split"] == "test") & (g["metric"] == "R@5")]["value"]
+        out[f"{m}/{p}/{lam}"] = {"val_IS": float(val.iloc[0]) if len(val) else None,
+                                 "test_R@5": float(test.iloc[0]) if len(test) else None}
+    return out
 
 
 def _step(L: int, p: int, d: int, N: int = 65536) -> dict:
@@ -192,6 +206,8 @@ def main(argv=None) -> None:
                     help="training.deterministic of the timed trials (auto = off on CUDA)")
     ap.add_argument("--batched-heads", action="store_true",
                     help="training.batched_heads=true: the trial's heads as one batched step (default: one by one)")
+    ap.add_argument("--input-adam", choices=["dense", "lazy"], default="dense",
+                    help="training.input_adam of the trial (lazy: Adam on the touched rows of the input layer)")
     ap.add_argument("--merge", type=Path)
     a = ap.parse_args(argv)
     if a.merge:

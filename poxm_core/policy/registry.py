@@ -29,7 +29,7 @@ class PolicyRequest:
 
 def build_policies(reqs: list[PolicyRequest], *, W0: np.ndarray, b0: np.ndarray, n_features: int | None,
                    hidden: int, weight_decay: float, device: torch.device,
-                   use_encoder: bool = False) -> tuple[list[Policy], dict[str, NetworkStack]]:
+                   use_encoder: bool = False, input_adam: str = "dense") -> tuple[list[Policy], dict[str, NetworkStack]]:
     """The policies of `reqs` (same order) and the network stacks by group.
 
     Linear policies read the frozen encoder's features (width d = W0.shape[1]); the others have width
@@ -51,7 +51,8 @@ def build_policies(reqs: list[PolicyRequest], *, W0: np.ndarray, b0: np.ndarray,
                                  f"({d}, got {hidden}) and training.network_inputs=sparse+encoder")
         stacks[g] = NetworkStack(n_features, d, hidden, [r.init for r in rs],
                                  [torch.Generator().manual_seed(int(r.seed) ^ 0x5EED) for r in rs],
-                                 [r.lr for r in rs], weight_decay, device, use_encoder=use_encoder)
+                                 [r.lr for r in rs], weight_decay, device, use_encoder=use_encoder,
+                                 input_adam=input_adam)
     index = {g: 0 for g in members}
     for r in reqs:
         gen = torch.Generator().manual_seed(int(r.seed))

@@ -20,6 +20,16 @@ entries (`accel.static.BagSum`: padding entries of weight 0 add exactly 0), the 
 from a step counter on the device, and on CUDA the Adam update of each parameter is one fused Triton
 kernel (`accel.triton_adam.fused_adam`, one read of p, g, m, v and one write of p, m, v) instead of
 ten passes. The update itself is `poxm_core.adam`'s.
+
+Lazy input layer (`input_adam="lazy"`, `training.input_adam`): V is an embedding of the sparse input,
+and a batch reads only the rows of the features its instances hold (at Amazon-670K's shape about 15,000
+of 135,909). Dense Adam still reads and writes all of V and both moments every step (for 17 heads,
+1.2 GB each, about a third of the step's GPU time). Lazy, the forward gathers the touched rows into a
+leaf (as `RowScorer` does for the output layer) and the step updates those rows only: the "lazy" Adam of
+sparse embeddings that the output layers use (`policy.heads.RowAdam`): untouched rows keep their bits,
+weight decay reaches the touched rows only, one global step count for the bias correction. A row is
+touched when one of the batch's entries with a non-zero value reads it. U and c stay dense. This changes
+the optimiser (not only the float order), so it is a setting, off by default.
 """
 from __future__ import annotations
 
@@ -28,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poxm_core.accel.static import BagSum
+from poxm_core.accel.static import BagSum, static_unique
 from poxm_core.accel.triton_adam import fused_adam
 from poxm_core.adam import adam_update_
 
@@ -38,8 +48,12 @@ __all__ = ["NetworkStack"]
 class NetworkStack(nn.Module):
     def __init__(self, n_features: int, dim: int, hidden: int, inits: list[str], gens: list[torch.Generator],
                  lrs: list[float], weight_decay: float, device: torch.device, use_encoder: bool = False,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, input_adam: str = "dense") -> None:
         super().__init__()
+        if input_adam not in ("dense", "lazy"):
+            raise ValueError(f"input_adam: 'dense' or 'lazy', got {input_adam!r}")
+        self.lazy_input = input_adam == "lazy"
+        self._touched = None     # lazy: (rows, valid, leaf) of the last training forward
         H = len(inits)
         self.H, self.h, self.dim, self.device, self.use_encoder = H, hidden, dim, device, use_encoder
         U = torch.empty((dim, H * hidden))
@@ -72,11 +86,52 @@ class NetworkStack(nn.Module):
     def forward(self, z: torch.Tensor, bag, static: bool = False) -> torch.Tensor:
         """(B, H h) features of every head (column block k = head k). static: `bag` carries a 4th
         tensor, each entry's bag (`BagSum`, the sync-free backward)."""
-        if static:
+        if self.lazy_input and torch.is_grad_enabled() and self.V.requires_grad and bag[0].numel():
+            out = self.c + self._touched_rows_forward(bag, static)
+        elif static:
             out = self.c + BagSum.apply(self.V, bag[0], bag[1], bag[2], bag[3])
         else:
             out = self.c + F.embedding_bag(bag[0], self.V, bag[1], mode="sum", per_sample_weights=bag[2])
         return out + z @ self.U if self.use_encoder else out
+
+    def _touched_rows_forward(self, bag, static: bool) -> torch.Tensor:
+        """The bag product read from a leaf holding only the rows the batch touches (lazy input layer).
+        Slots come from `static_unique` (fixed shape, sync-free); entries of value 0 (the static bag's
+        padding) read a sentinel row D that sorts last and is never written back."""
+        idx, off, w = bag[0], bag[1], bag[2]
+        D = self.V.shape[0]
+        rows, inv, src = static_unique(torch.where(w != 0, idx, D))
+        valid = (src == torch.arange(rows.numel(), device=rows.device)) & (rows < D)
+        safe = rows.clamp(max=D - 1)
+        leaf = self.V.detach().index_select(0, safe).requires_grad_()
+        self._touched = (safe, valid, leaf)
+        if static:
+            return BagSum.apply(leaf, inv, off, w, bag[3])
+        return F.embedding_bag(inv, leaf, off, mode="sum", per_sample_weights=w)
+
+    @torch.no_grad()
+    def _lazy_input_step(self, step, sqrt_c2) -> None:
+        """Adam on the rows of V the last forward touched (`_touched_rows_forward`): slots that are not a
+        touched row (padding, the sentinel) write slot 0's new row to slot 0's row, as
+        `row_adam_update_` does; when no slot is (every entry of the batch zero) nothing changes."""
+        if self._touched is None:
+            return
+        safe, valid, leaf = self._touched
+        self._touched = None
+        if leaf.grad is None:
+            return
+        m, v = self.moments["V"]
+        ar = torch.arange(safe.numel(), device=safe.device)
+        src = torch.where(valid, ar, torch.zeros_like(ar))
+        parts = [t.index_select(0, safe) for t in (self.V, m, v)]
+        first = [t[0].clone() for t in parts]
+        adam_update_(*parts[:1], leaf.grad, *parts[1:], step=step, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
+                     weight_decay=self.weight_decay, scale_after_divide=True)
+        for t, old in zip(parts, first):
+            t[0] = torch.where(valid[0], t[0], old)
+        dst = safe.index_select(0, src)
+        for full, t in zip((self.V, m, v), parts):
+            full.index_copy_(0, dst, t.index_select(0, src))
 
     def head_features(self, k: int, z: torch.Tensor, bag) -> torch.Tensor:
         """(B, h) features of head k alone (evaluation: only its columns are read)."""
@@ -94,12 +149,14 @@ class NetworkStack(nn.Module):
         c1, c2 = 1 - b1 ** t, 1 - b2 ** t
         for n, p in self.named_parameters():
             g = p.grad
-            if g is None:
+            if g is None or (self.lazy_input and n == "V"):    # lazy: V's rows are stepped below
+                p.grad = None
                 continue
             m, v = self.moments[n]
             adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=c2 ** 0.5, betas=self.betas, eps=self.eps,
                          weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
+        self._lazy_input_step(self.lr / c1, c2 ** 0.5)
 
     @torch.no_grad()
     def step_static(self) -> None:
@@ -113,7 +170,8 @@ class NetworkStack(nn.Module):
         sc = torch.stack([c1, sqrt_c2]) if self.V.is_cuda else None
         for n, p in self.named_parameters():
             g = p.grad
-            if g is None:
+            if g is None or (self.lazy_input and n == "V"):    # lazy: V's rows are stepped below
+                p.grad = None
                 continue
             m, v = self.moments[n]
             lr = self.lr if p.dim() == 1 or p.shape[-1] == self.lr.numel() else None
@@ -123,6 +181,7 @@ class NetworkStack(nn.Module):
                 adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
                              weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
+        self._lazy_input_step(self.lr / c1, sqrt_c2)
 
     def sync_counter(self) -> None:
         """Set the device step counter `t` (float64) to the host's step_count."""

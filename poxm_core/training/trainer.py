@@ -10,7 +10,9 @@ reward model (the DM head) is fitted first, for all its epochs (phase 1), so tha
 DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
 estimates and ESS of its test-time policy on the validation log; a checkpoint is written every
 training.checkpoint_every epochs and after the last; then `on_epoch(e, metrics, ckpt_dir)` (ckpt_dir None
-after an epoch without a checkpoint). At the end: test metrics (docs/metrics.md), the final validation
+after an epoch without a checkpoint). The last epoch's checkpoint is written on a thread while the final
+evaluation runs (both only read the parameters; at Amazon-670K's size it is gigabytes), and its
+on_epoch comes once both are done. At the end: test metrics (docs/metrics.md), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
 written as long-form rows to out_dir/rows.csv with out_dir/summary.json and out_dir/config.yaml.
 
@@ -30,6 +32,7 @@ import json
 import shutil
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -121,6 +124,15 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
     return 0, []
 
 
+def _in_background(fn, *args) -> Future:
+    """fn(*args) on a thread of its own; the Future gives its result (or raises its exception)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
 def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
               resume_from: Path | None = None, on_epoch: OnEpoch | None = None, progress: bool = True) -> pd.DataFrame:
     """Train every head of `spec` on `prepared`; returns (and writes to out_dir/rows.csv) the result rows.
@@ -178,6 +190,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     with deterministic(det):
         # phase 1: the reward model (DM) alone, all its epochs; its per-epoch metrics join phase 2's
         early: dict[int, dict[str, float]] = {}
+        writing = None
         for epoch in phase1:
             losses = timed("train_s", train_epoch, cfg, spec, prepared, [reward], epoch, device, None, data)
             check_finite([reward], spec, epoch)
@@ -192,19 +205,36 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
             new, metrics = timed("eval_s", epoch_report, spec, [h for h in visible if h in others], losses, ev, epoch)
             metrics.update(early.get(epoch, {}))
             rows += new
+            if bar is not None:
+                bar.update(1)
+            if epoch == E:
+                # the last checkpoint is written while the final evaluation runs (nothing changes the
+                # parameters any more: both only read them); on_epoch gets it once it is complete
+                t = time.perf_counter()
+                writing = _in_background(save_checkpoint, out_dir, epoch, _state(heads, stacks, epoch, rows, spec, rhash),
+                                         {"trial": spec.name, "result_hash": rhash})
+                timing["checkpoint_s"] += time.perf_counter() - t
+                last_epoch = (epoch, metrics)
+                continue
             ckpt_dir = None
-            if epoch % cfg.training.checkpoint_every == 0 or epoch == E:
+            if epoch % cfg.training.checkpoint_every == 0:
                 ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch,
                                  _state(heads, stacks, epoch, rows, spec, rhash),
                                  {"trial": spec.name, "result_hash": rhash})
-            if bar is not None:
-                bar.update(1)
             if on_epoch is not None:
                 on_epoch(epoch, metrics, ckpt_dir)
         if bar is not None:
             bar.close()
         last = max(E, start) if any(h.trains for h in heads) else 0
-        final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last)
+        try:
+            final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last)
+        finally:
+            if writing is not None:     # waited for even when the evaluation failed: a resume reads it
+                t = time.perf_counter()
+                ckpt_dir = writing.result()
+                timing["checkpoint_s"] += time.perf_counter() - t
+        if writing is not None and on_epoch is not None:
+            on_epoch(*last_epoch, ckpt_dir)
     if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
         timing["cross_fit_s"] = 0.0
         crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)

@@ -112,7 +112,7 @@ def build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
     policies, stacks = build_policies(reqs, W0=np.asarray(prepared.W), b0=np.asarray(prepared.b),
                                       n_features=None if X is None else X.shape[1], hidden=tr.hidden,
                                       weight_decay=tr.weight_decay, device=device,
-                                      use_encoder=tr.network_inputs == "sparse+encoder")
+                                      use_encoder=tr.network_inputs == "sparse+encoder", input_adam=tr.input_adam)
     it = iter(policies)
     heads = [TrialHead(h, m, mc, next(it) if m.trains else None, hidden=hidden_reward and h.key == REWARD_KEY)
              for h, m, mc in metas]
