@@ -62,8 +62,53 @@ def check_adam() -> dict:
         out["row_kernel_self_check"] = bool(triton_adam.row_kernel_ok(dev))
     except Exception as exc:   # noqa: BLE001
         out["row_kernel_self_check"] = f"{type(exc).__name__}: {exc}"[:300]
-    out["ok"] = err < 1e-5 and out["row_kernel_self_check"] is True
+    out["lazy_input"] = check_lazy_input()
+    out["ok"] = err < 1e-5 and out["row_kernel_self_check"] is True and out["lazy_input"]["ok"]
     return out
+
+
+def check_lazy_input() -> dict:
+    """The lazy input layer on CUDA (the graph's sync-free step, the fused lazy-rows kernel) against the
+    same stack on the CPU (the eager step, torch ops): 4 steps of random batches with padded bags."""
+    import numpy as np
+    import scipy.sparse as sp
+    import torch
+
+    from poxm_core.accel import triton_adam
+    from poxm_core.model.core import csr_to_bag
+    from poxm_core.policy.stack import NetworkStack
+
+    dev, cpu = torch.device("cuda"), torch.device("cpu")
+    D, H, h, n = 5000, 3, 32, 256
+    X = sp.random(n, D, density=20 / D, format="csr", random_state=0, dtype=np.float32)
+    stacks = {d: NetworkStack(D, 8, h, ["fresh"] * H, [torch.Generator().manual_seed(i) for i in range(H)],
+                              [5e-3, 5e-3, 1e-3], 1e-4, d, input_adam="lazy") for d in (cpu, dev)}
+    tg = torch.randn(n, H * h, generator=torch.Generator().manual_seed(1))
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        rows = np.sort(rng.choice(n, 64, replace=False))
+        for d, st in stacks.items():
+            idx, off, w = csr_to_bag(X[rows], d)
+            if d.type == "cuda":
+                pad = 100
+                idx = torch.cat([idx, torch.zeros(pad, dtype=idx.dtype, device=d)])
+                w = torch.cat([w, torch.zeros(pad, dtype=w.dtype, device=d)])
+                bag_of = torch.searchsorted(off, torch.arange(idx.numel(), device=d), right=True) - 1
+                st.sync_counter()
+                out = st(torch.zeros(64, 8, device=d), (idx, off, w, bag_of), static=True)
+            else:
+                out = st(torch.zeros(64, 8), (idx, off, w))
+            (torch.tanh(out) * tg[rows].to(d)).sum().backward()
+            if d.type == "cuda":
+                st.step_static()
+                st.step_count += 1
+            else:
+                st.step()
+    a, b = stacks[cpu], stacks[dev]
+    err = max(float(((x.cpu() - y).norm() / y.norm().clamp(min=1e-30)).item())
+              for x, y in [(b.V, a.V), (b.moments["V"][0], a.moments["V"][0]), (b.moments["V"][1], a.moments["V"][1])])
+    kernel = bool(triton_adam.lazy_rows_kernel_ok(dev))
+    return {"fused_kernel": kernel, "max_rel_err_vs_cpu": err, "ok": kernel and err < 1e-5}
 
 
 def check_trial(a) -> dict:

@@ -4,6 +4,9 @@
   every slot of `static_unique` updates its row of W, b and both moments in one kernel.
 - `fused_adam(...)`: the dense Adam of the network stack's sync-free step (`NetworkStack.step_static`),
   a learning rate per column.
+- `fused_lazy_rows_adam(...)`: the lazy input layer's step (`NetworkStack`, input_adam="lazy"): the
+  touched rows of V updated in place from their slots' gradient, a learning rate per column; slots
+  that are not a touched row read and write nothing.
 
 Both compute `poxm_core.adam`'s update with `scale_after_divide=True` (IEEE sqrt and division; (1 - b1),
 (1 - b2) from the host in double, as torch). Each kernel is built on first use and checked then against
@@ -19,10 +22,12 @@ import torch
 from poxm_core.accel.static import static_unique
 from poxm_core.adam import adam_update_, row_adam_update_
 
-__all__ = ["fused_row_adam", "fused_adam", "row_kernel_ok", "dense_kernel_ok"]
+__all__ = ["fused_row_adam", "fused_adam", "fused_lazy_rows_adam", "row_kernel_ok", "dense_kernel_ok",
+           "lazy_rows_kernel_ok"]
 
 _ROW = None       # None: not built yet; False: unavailable or failed its check; else the kernel
 _DENSE = None
+_LAZY = None
 
 
 def _next_pow2(x: int) -> int:
@@ -222,6 +227,110 @@ def fused_adam(p, g, m, v, lr, sc, betas, eps, weight_decay) -> bool:
         warnings.warn(f"fused Adam unavailable ({type(exc).__name__}: {exc}); using torch ops", RuntimeWarning,
                       stacklevel=2)
         return False
+    return True
+
+
+# ------------------------------------------------------------------------------ lazy rows (input layer)
+
+def _lazy_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def lazy_rows_kernel(p_ptr, m_ptr, v_ptr, g_ptr, rows_ptr, valid_ptr, lr_ptr, sc_ptr, N, ncol, omb1, b2, omb2,
+                         eps, wd, HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+        j = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+        jm = j < N
+        ok = jm & (tl.load(valid_ptr + j, mask=jm, other=0) != 0)
+        r = tl.load(rows_ptr + j, mask=ok, other=0).to(tl.int64)
+        cm = cols < ncol
+        mask = ok[:, None] & cm[None, :]
+        off = r[:, None] * ncol + cols[None, :]
+        c1 = tl.load(sc_ptr)
+        sqrt_c2 = tl.load(sc_ptr + 1)
+        g = tl.load(g_ptr + j[:, None] * ncol + cols[None, :], mask=mask, other=0.0)
+        p = tl.load(p_ptr + off, mask=mask, other=0.0)
+        m = tl.load(m_ptr + off, mask=mask, other=0.0)
+        v = tl.load(v_ptr + off, mask=mask, other=0.0)
+        lr = tl.load(lr_ptr + cols, mask=cm, other=0.0)
+        if HAS_WD:
+            g = g + wd * p
+        m = m + omb1 * (g - m)
+        v = v * b2 + omb2 * g * g
+        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps
+        p = p - tl.div_rn(m, denom) * tl.div_rn(lr, c1)[None, :]
+        tl.store(p_ptr + off, p, mask=mask)
+        tl.store(m_ptr + off, m, mask=mask)
+        tl.store(v_ptr + off, v, mask=mask)
+
+    return lazy_rows_kernel
+
+
+def _launch_lazy(kernel, p, m, v, g, rows, valid, lr, sc, betas, eps, wd) -> None:
+    b1, b2 = betas
+    N, ncol = g.shape
+    block_c = min(256, _next_pow2(ncol))
+    block_r = max(1, 2048 // block_c)
+    grid = ((N + block_r - 1) // block_r, (ncol + block_c - 1) // block_c)
+    kernel[grid](p, m, v, g, rows, valid, lr, sc, N, ncol, 1 - b1, b2, 1 - b2, eps, float(wd), HAS_WD=bool(wd),
+                 BLOCK_R=block_r, BLOCK_C=block_c)
+
+
+def _lazy_reference(p, m, v, g, rows, valid, lr, c1, sqrt_c2, betas, eps, wd) -> None:
+    """The plain update the kernel must equal: `adam_update_` on the valid slots' rows (unique)."""
+    sel = rows[valid]
+    ps, ms, vs = p[sel], m[sel], v[sel]
+    adam_update_(ps, g[valid], ms, vs, step=lr / c1, sqrt_c2=sqrt_c2, betas=betas, eps=eps, weight_decay=wd,
+                 scale_after_divide=True)
+    p[sel], m[sel], v[sel] = ps, ms, vs
+
+
+def _check_lazy(kernel, device) -> bool:
+    """The kernel against `_lazy_reference` on random data: 3 steps, 40 x 300 columns (two column
+    blocks and a partial one), slots with padding and a sentinel, a rate per column, weight decay."""
+    g = torch.Generator(device=device).manual_seed(0)
+    L, C = 40, 300
+    p0 = torch.randn(L, C, generator=g, device=device)
+    lr = torch.rand(C, generator=g, device=device) * 1e-2
+    betas, eps, wd = (0.9, 0.999), 1e-8, 1e-3
+    res = []
+    for fused in (False, True):
+        p, m, v = p0.clone(), torch.zeros_like(p0), torch.zeros_like(p0)
+        gg = torch.Generator(device=device).manual_seed(1)
+        t = torch.zeros((), dtype=torch.float64, device=device)
+        for _ in range(3):
+            ids = torch.randint(0, L + 1, (17,), generator=gg, device=device)       # L: the sentinel
+            rows, _, src = static_unique(ids)
+            valid = (src == torch.arange(rows.numel(), device=device)) & (rows < L)
+            grad = torch.randn(rows.numel(), C, generator=gg, device=device)
+            t.add_(1.0)
+            c1 = (1.0 - torch.pow(betas[0], t)).float()
+            sqrt_c2 = (1.0 - torch.pow(betas[1], t)).sqrt().float()
+            safe = rows.clamp(max=L - 1)
+            if fused:
+                _launch_lazy(kernel, p, m, v, grad, safe, valid, lr, torch.stack([c1, sqrt_c2]), betas, eps, wd)
+            else:
+                _lazy_reference(p, m, v, grad, safe, valid, lr, c1, sqrt_c2, betas, eps, wd)
+        res.append((p, m, v))
+    return all(torch.allclose(x, y, rtol=1e-6, atol=1e-7) for x, y in zip(*res))
+
+
+def lazy_rows_kernel_ok(device: torch.device) -> bool:
+    """Build the lazy-rows kernel and check it (once per process); False where it cannot be used."""
+    global _LAZY
+    if _LAZY is None:
+        _LAZY = _first_use(_lazy_kernel, _check_lazy, device, "fused lazy-rows Adam")
+    return _LAZY is not False
+
+
+def fused_lazy_rows_adam(p, m, v, g, rows, valid, lr, sc, betas, eps, weight_decay) -> bool:
+    """Adam (scale_after_divide=True, step = lr / c1, lr a rate per column) on rows[j] of p, m, v from
+    g[j] for every slot j with valid[j] (those rows distinct); `sc` = [c1, sqrt(c2)] float32 on the
+    device; p, m, v, g contiguous. False (nothing done) where the kernel cannot be used."""
+    if not p.is_cuda or not lazy_rows_kernel_ok(p.device):
+        return False
+    _launch_lazy(_LAZY, p, m, v, g, rows, valid, lr, sc, betas, eps, weight_decay)
     return True
 
 

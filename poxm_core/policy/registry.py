@@ -8,6 +8,7 @@ import torch
 
 from poxm_core.errors import PoxmInputError, nearest
 from poxm_core.policy.base import Policy
+from poxm_core.policy.heads import draw_in_threads
 from poxm_core.policy.network import EndToEndPolicy, LinearPolicy, NetworkPolicy, fresh_output, logging_output
 from poxm_core.policy.stack import NetworkStack
 
@@ -54,13 +55,20 @@ def build_policies(reqs: list[PolicyRequest], *, W0: np.ndarray, b0: np.ndarray,
                                  [r.lr for r in rs], weight_decay, device, use_encoder=use_encoder,
                                  input_adam=input_adam)
     index = {g: 0 for g in members}
-    for r in reqs:
-        gen = torch.Generator().manual_seed(int(r.seed))
+    gens = [torch.Generator().manual_seed(int(r.seed)) for r in reqs]
+
+    def fresh(k: int):     # the fresh output layers of linear and network heads, drawn in threads
+        r = reqs[k]
+        if r.name in ("linear", "network") and r.init != "logging":
+            return fresh_output(L, d if r.name == "linear" else hidden, gens[k], device)
+        return None
+    fresh_heads = draw_in_threads(fresh, len(reqs))
+    for r, gen, new_head in zip(reqs, gens, fresh_heads):
         if r.name == "linear":
-            head = logging_output(W0, b0, device) if r.init == "logging" else fresh_output(L, d, gen, device)
+            head = logging_output(W0, b0, device) if r.init == "logging" else new_head
             out.append(LinearPolicy(head, r.lr, weight_decay, device))
         elif r.name == "network":
-            head = logging_output(W0, b0, device) if r.init == "logging" else fresh_output(L, hidden, gen, device)
+            head = logging_output(W0, b0, device) if r.init == "logging" else new_head
             out.append(NetworkPolicy(head, r.lr, weight_decay, device, stack=stacks[r.group], index=index[r.group]))
             index[r.group] += 1
         else:

@@ -39,8 +39,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from poxm_core.accel.static import BagSum, static_unique
-from poxm_core.accel.triton_adam import fused_adam
+from poxm_core.accel.triton_adam import fused_adam, fused_lazy_rows_adam
 from poxm_core.adam import adam_update_
+from poxm_core.policy.heads import draw_in_threads
 
 __all__ = ["NetworkStack"]
 
@@ -59,7 +60,8 @@ class NetworkStack(nn.Module):
         U = torch.empty((dim, H * hidden))
         c = torch.empty(H * hidden)
         V = torch.empty((n_features, H * hidden))
-        for k, (init, gen) in enumerate(zip(inits, gens)):
+        def init_head(k: int) -> None:     # head k's block, from its own generator (threads: disjoint blocks)
+            init, gen = inits[k], gens[k]
             cols = slice(k * hidden, (k + 1) * hidden)
             if init == "logging":          # starts at the logging model's features: U = I, V = 0, c = 0
                 U[:, cols] = torch.eye(dim, hidden)
@@ -70,6 +72,7 @@ class NetworkStack(nn.Module):
                 U[:, cols] = (torch.rand((hidden, dim), generator=gen) * 2 * bound - bound).T
                 c[cols] = torch.rand(hidden, generator=gen) * 2 * bound - bound
                 V[:, cols] = torch.randn((n_features, hidden), generator=gen) / hidden ** 0.5
+        draw_in_threads(init_head, H)
         if not use_encoder:
             if any(i == "logging" for i in inits):
                 raise ValueError("init='logging' needs the encoder input (training.network_inputs=sparse+encoder)")
@@ -110,10 +113,12 @@ class NetworkStack(nn.Module):
         return F.embedding_bag(inv, leaf, off, mode="sum", per_sample_weights=w)
 
     @torch.no_grad()
-    def _lazy_input_step(self, step, sqrt_c2) -> None:
-        """Adam on the rows of V the last forward touched (`_touched_rows_forward`): slots that are not a
-        touched row (padding, the sentinel) write slot 0's new row to slot 0's row, as
-        `row_adam_update_` does; when no slot is (every entry of the batch zero) nothing changes."""
+    def _lazy_input_step(self, c1, sqrt_c2) -> None:
+        """Adam on the rows of V the last forward touched (`_touched_rows_forward`); c1 = 1 - b1^t. On
+        CUDA one fused kernel updates the touched rows in place (`fused_lazy_rows_adam`); else the rows
+        are gathered, updated and written back by slot: slots that are not a touched row (padding, the
+        sentinel) write slot 0's new row to slot 0's row, as `row_adam_update_` does, and when no slot is
+        (every entry of the batch zero) nothing changes."""
         if self._touched is None:
             return
         safe, valid, leaf = self._touched
@@ -121,12 +126,18 @@ class NetworkStack(nn.Module):
         if leaf.grad is None:
             return
         m, v = self.moments["V"]
+        if self.V.is_cuda:
+            sc = torch.stack([torch.as_tensor(c1, dtype=torch.float32, device=self.V.device).reshape(()),
+                              torch.as_tensor(sqrt_c2, dtype=torch.float32, device=self.V.device).reshape(())])
+            if fused_lazy_rows_adam(self.V, m, v, leaf.grad, safe, valid, self.lr, sc, self.betas, self.eps,
+                                    self.weight_decay):
+                return
         ar = torch.arange(safe.numel(), device=safe.device)
         src = torch.where(valid, ar, torch.zeros_like(ar))
         parts = [t.index_select(0, safe) for t in (self.V, m, v)]
         first = [t[0].clone() for t in parts]
-        adam_update_(*parts[:1], leaf.grad, *parts[1:], step=step, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
-                     weight_decay=self.weight_decay, scale_after_divide=True)
+        adam_update_(*parts[:1], leaf.grad, *parts[1:], step=self.lr / c1, sqrt_c2=sqrt_c2, betas=self.betas,
+                     eps=self.eps, weight_decay=self.weight_decay, scale_after_divide=True)
         for t, old in zip(parts, first):
             t[0] = torch.where(valid[0], t[0], old)
         dst = safe.index_select(0, src)
@@ -156,7 +167,7 @@ class NetworkStack(nn.Module):
             adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=c2 ** 0.5, betas=self.betas, eps=self.eps,
                          weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
-        self._lazy_input_step(self.lr / c1, c2 ** 0.5)
+        self._lazy_input_step(c1, c2 ** 0.5)
 
     @torch.no_grad()
     def step_static(self) -> None:
@@ -181,7 +192,7 @@ class NetworkStack(nn.Module):
                 adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
                              weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
-        self._lazy_input_step(self.lr / c1, sqrt_c2)
+        self._lazy_input_step(c1, sqrt_c2)
 
     def sync_counter(self) -> None:
         """Set the device step counter `t` (float64) to the host's step_count."""

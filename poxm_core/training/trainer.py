@@ -24,7 +24,9 @@ one (CPU; deterministic kernels there: training.deterministic, auto = CPU only).
 Stages, one module each: trial_setup.py (checks, heads, settings hash), batches.py (the data on the
 device), epoch.py (one epoch of a group of heads), reporting.py (validation estimates, test metrics),
 checkpoint.py (state on disk). This module runs them in order and writes the outputs.
-summary.json's "timing" splits the wall time into training, evaluation and checkpoints.
+summary.json's "timing" splits the wall time into set-up (of it: setup_heads_s, the heads' initial draws,
+and setup_data_s, the data on the device), training, evaluation (of it: eval_final_s, the final report;
+the rest is the per-epoch validation estimates) and checkpoints.
 """
 from __future__ import annotations
 
@@ -157,6 +159,8 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     det = wants_deterministic(cfg, device)
     with deterministic(det), torch.no_grad():
         heads, stacks = build_heads(cfg, spec, prepared, device)
+    _sync(device)
+    timing["setup_heads_s"] = time.perf_counter() - t0     # parts of setup_s: the heads' initial draws
     rows: list[dict] = []
     start = 0
     if resume_from is not None:
@@ -171,9 +175,11 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     others = [h for h in heads if h is not reward] if two_phase else heads
     epochs = range(start + 1, E + 1) if any(h.trains for h in heads) else range(0)
     phase1 = range(1, E + 1) if two_phase and start == 0 and len(epochs) else range(0)
+    t = time.perf_counter()
     data = train_data_for(prepared, heads, device)
     ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X)
     _sync(device)
+    timing["setup_data_s"] = time.perf_counter() - t     # ... and the data on the device
     timing["setup_s"] = time.perf_counter() - t0
     bar = None
     if progress:
@@ -227,7 +233,9 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
             bar.close()
         last = max(E, start) if any(h.trains for h in heads) else 0
         try:
+            before = timing["eval_s"]
             final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last)
+            timing["eval_final_s"] = timing["eval_s"] - before     # part of eval_s: the final report
         finally:
             if writing is not None:     # waited for even when the evaluation failed: a resume reads it
                 t = time.perf_counter()
