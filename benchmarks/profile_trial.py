@@ -103,6 +103,10 @@ def _eval(a, cfg, spec, prep, dev, heads, data, log, name):
     _sync()
     log(f"[{name}] epoch_report ({len(visible)} heads): {time.perf_counter() - t:.2f} s")
     if name != "single":
+        t = time.perf_counter()
+        R.final_report(cfg, spec, visible, reward, ev, 10)
+        _sync()
+        log(f"[{name}] final_report ({len(visible)} heads): {time.perf_counter() - t:.2f} s")
         return
     h = visible[0]
     t = time.perf_counter()
@@ -120,12 +124,17 @@ def _eval(a, cfg, spec, prep, dev, heads, data, log, name):
     g = greedy_metrics(prep.Y_test, ranking, prep.inv_propensity, R.KS)
     log(f"[{name}] greedy_metrics: {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
+    R._stochastic(prep.Y_test, sup, probs, {k: (v, 0) for k, v in g.items()}, prep.inv_propensity, R.KS,
+                  cfg.training.mc_slates, stable_seed(spec.seed, h.key, "test-slates"))
+    log(f"[{name}] stochastic_metrics, NumPy (test, {sup.shape}): {time.perf_counter() - t:.2f} s")
+    t = time.perf_counter()
     pr = cProfile.Profile()
     pr.enable()
     R._stochastic(prep.Y_test, sup, probs, {k: (v, 0) for k, v in g.items()}, prep.inv_propensity, R.KS,
-                  cfg.training.mc_slates, stable_seed(spec.seed, h.key, "test-slates"))
+                  cfg.training.mc_slates, stable_seed(spec.seed, h.key, "test-slates"), ev.gpu)
+    _sync()
     pr.disable()
-    log(f"[{name}] stochastic_metrics (test, {sup.shape}): {time.perf_counter() - t:.2f} s")
+    log(f"[{name}] stochastic_metrics, on {ev.gpu} (a GPU trial's path): {time.perf_counter() - t:.2f} s")
     s = io.StringIO()
     pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(15)
     log(s.getvalue())
