@@ -62,8 +62,10 @@ def check_adam() -> dict:
         out["row_kernel_self_check"] = bool(triton_adam.row_kernel_ok(dev))
     except Exception as exc:   # noqa: BLE001
         out["row_kernel_self_check"] = f"{type(exc).__name__}: {exc}"[:300]
+    out["slot_kernel_self_check"] = bool(triton_adam.slot_rows_kernel_ok(dev))
     out["lazy_input"] = check_lazy_input()
-    out["ok"] = err < 1e-5 and out["row_kernel_self_check"] is True and out["lazy_input"]["ok"]
+    out["ok"] = (err < 1e-5 and out["row_kernel_self_check"] is True and out["slot_kernel_self_check"]
+                 and out["lazy_input"]["ok"])
     return out
 
 

@@ -4,6 +4,9 @@
   every slot of `static_unique` updates its row of W, b and both moments in one kernel.
 - `fused_adam(...)`: the dense Adam of the network stack's sync-free step (`NetworkStack.step_static`),
   a learning rate per column.
+- `fused_slot_rows_adam(...)`: the batched heads' row step (`training.batched.BatchedHeads.step_static`):
+  each slot's row of the stacked (H L, h) output layers updated in place with its head's rate and bias
+  correction (one value per slot); padding slots read and write nothing.
 - `fused_lazy_rows_adam(...)`: the lazy input layer's step (`NetworkStack`, input_adam="lazy"): the
   touched rows of V updated in place from their slots' gradient, a learning rate per column; slots
   that are not a touched row read and write nothing.
@@ -22,12 +25,13 @@ import torch
 from poxm_core.accel.static import static_unique
 from poxm_core.adam import adam_update_, row_adam_update_
 
-__all__ = ["fused_row_adam", "fused_adam", "fused_lazy_rows_adam", "row_kernel_ok", "dense_kernel_ok",
-           "lazy_rows_kernel_ok"]
+__all__ = ["fused_row_adam", "fused_adam", "fused_lazy_rows_adam", "fused_slot_rows_adam", "row_kernel_ok",
+           "dense_kernel_ok", "lazy_rows_kernel_ok", "slot_rows_kernel_ok"]
 
 _ROW = None       # None: not built yet; False: unavailable or failed its check; else the kernel
 _DENSE = None
 _LAZY = None
+_SLOTS = None
 
 
 def _next_pow2(x: int) -> int:
@@ -331,6 +335,98 @@ def fused_lazy_rows_adam(p, m, v, g, rows, valid, lr, sc, betas, eps, weight_dec
     if not p.is_cuda or not lazy_rows_kernel_ok(p.device):
         return False
     _launch_lazy(_LAZY, p, m, v, g, rows, valid, lr, sc, betas, eps, weight_decay)
+    return True
+
+
+# ------------------------------------------------------------------------------ slot rows (batched heads)
+
+def _slots_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def slot_rows_kernel(p_ptr, m_ptr, v_ptr, g_ptr, rows_ptr, src_ptr, step_ptr, sq_ptr, N, ncol, omb1, b2, omb2,
+                         eps, wd, HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+        j = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+        jm = j < N
+        ok = jm & (tl.load(src_ptr + j, mask=jm, other=-1) == j)
+        r = tl.load(rows_ptr + j, mask=ok, other=0).to(tl.int64)
+        step = tl.load(step_ptr + j, mask=ok, other=0.0)
+        sqrt_c2 = tl.load(sq_ptr + j, mask=ok, other=1.0)
+        mask = ok[:, None] & (cols < ncol)[None, :]
+        off = r[:, None] * ncol + cols[None, :]
+        g = tl.load(g_ptr + j[:, None] * ncol + cols[None, :], mask=mask, other=0.0)
+        p = tl.load(p_ptr + off, mask=mask, other=0.0)
+        m = tl.load(m_ptr + off, mask=mask, other=0.0)
+        v = tl.load(v_ptr + off, mask=mask, other=0.0)
+        if HAS_WD:
+            g = g + wd * p
+        m = m + omb1 * (g - m)
+        v = v * b2 + omb2 * g * g
+        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2[:, None]) + eps
+        p = p - tl.div_rn(m, denom) * step[:, None]
+        tl.store(p_ptr + off, p, mask=mask)
+        tl.store(m_ptr + off, m, mask=mask)
+        tl.store(v_ptr + off, v, mask=mask)
+
+    return slot_rows_kernel
+
+
+def _launch_slots(kernel, p, m, v, g, rows, src, step, sq, betas, eps, wd) -> None:
+    b1, b2 = betas
+    N = g.shape[0]
+    ncol = g.numel() // max(N, 1)
+    block_c = min(256, _next_pow2(ncol))
+    block_r = max(1, 2048 // block_c)
+    grid = ((N + block_r - 1) // block_r, (ncol + block_c - 1) // block_c)
+    kernel[grid](p, m, v, g, rows, src, step, sq, N, ncol, 1 - b1, b2, 1 - b2, eps, float(wd), HAS_WD=bool(wd),
+                 BLOCK_R=block_r, BLOCK_C=block_c)
+
+
+def _check_slots(kernel, device) -> bool:
+    """The kernel against `row_adam_update_` (scale_after_divide=True) on random data: 3 steps of rows
+    of width 20 and of width 1 (a bias), slots with padding, a rate and a step count per slot, weight decay."""
+    g = torch.Generator(device=device).manual_seed(0)
+    betas, eps, wd = (0.9, 0.999), 1e-8, 1e-3
+    ok = True
+    for C in (20, 1):
+        p0 = torch.randn(300, C, generator=g, device=device)
+        res = []
+        for fused in (False, True):
+            p, m, v = p0.clone(), torch.zeros_like(p0), torch.zeros_like(p0)
+            gg = torch.Generator(device=device).manual_seed(1)
+            for t in range(1, 4):
+                rows, _, src = static_unique(torch.randint(0, 300, (9, 6), generator=gg, device=device))
+                grad = torch.randn(rows.numel(), C, generator=gg, device=device)
+                step = torch.rand(rows.numel(), generator=gg, device=device) * 1e-2 / (1 - betas[0] ** t)
+                sq = torch.full((rows.numel(),), (1 - betas[1] ** t) ** 0.5, device=device)
+                if fused:
+                    _launch_slots(kernel, p, m, v, grad, rows, src, step, sq, betas, eps, wd)
+                else:
+                    row_adam_update_(p, grad, m, v, rows, src=src, step=step.view(-1, 1), sqrt_c2=sq.view(-1, 1),
+                                     betas=betas, eps=eps, weight_decay=wd, scale_after_divide=True)
+            res.append((p, m, v))
+        ok = ok and all(torch.allclose(x, y, rtol=1e-6, atol=1e-7) for x, y in zip(*res))
+    return ok
+
+
+def slot_rows_kernel_ok(device: torch.device) -> bool:
+    """Build the slot-rows kernel and check it (once per process); False where it cannot be used."""
+    global _SLOTS
+    if _SLOTS is None:
+        _SLOTS = _first_use(_slots_kernel, _check_slots, device, "fused slot-rows Adam")
+    return _SLOTS is not False
+
+
+def fused_slot_rows_adam(p, m, v, g, rows, src, step, sqrt_c2, betas, eps, weight_decay) -> bool:
+    """`row_adam_update_` with src (the sync-free slots; scale_after_divide=True) in one kernel, with a
+    step (lr / c1) and a sqrt(c2) per slot (N,) float32: every real slot (src[j] == j) updates row
+    rows[j] of p, m, v (viewed as (rows, g.numel() // N)) from g[j]; padding slots do nothing. False
+    (nothing done) where the kernel cannot be used."""
+    if not p.is_cuda or not slot_rows_kernel_ok(p.device):
+        return False
+    _launch_slots(_SLOTS, p, m, v, g, rows, src, step, sqrt_c2, betas, eps, weight_decay)
     return True
 
 

@@ -52,6 +52,7 @@ from poxm_core.methods.skyline import Skyline
 from poxm_core.methods.wpoxm import WPOXM
 from poxm_core.adam import adam_update_, row_adam_update_
 from poxm_core.accel.static import static_unique
+from poxm_core.accel.triton_adam import fused_slot_rows_adam
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 
 __all__ = ["BatchedHeads", "assign", "KINDS"]
@@ -386,8 +387,10 @@ class BatchedHeads:
             hk = torch.div(rows, self.L, rounding_mode="floor")
             ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
             for full, mom, vel, g, shape in self._row_blocks():
-                row_adam_update_(full, g, mom, vel, rows, src=src, step=ss.view(shape), sqrt_c2=sc.view(shape),
-                                 betas=self.betas, eps=self.eps, weight_decay=self.wd)
+                if not (g.is_contiguous() and fused_slot_rows_adam(full, mom, vel, g, rows, src, ss, sc, self.betas,
+                                                                   self.eps, self.wd)):
+                    row_adam_update_(full, g, mom, vel, rows, src=src, step=ss.view(shape), sqrt_c2=sc.view(shape),
+                                     betas=self.betas, eps=self.eps, weight_decay=self.wd)
         if self._full_W is not None:
             self._step_full(step_t, sq_t)
         self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = self._src = None

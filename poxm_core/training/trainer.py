@@ -126,11 +126,17 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
     return 0, []
 
 
-def _in_background(fn, *args) -> Future:
-    """fn(*args) on a thread of its own; the Future gives its result (or raises its exception)."""
+def _in_background(device: torch.device, fn, *args) -> Future:
+    """fn(*args) on a thread of its own; the Future gives its result (or raises its exception). On CUDA
+    the thread's copies go to a stream of their own: the default stream stays with the evaluation."""
+    def run():
+        if device.type != "cuda":
+            return fn(*args)
+        with torch.cuda.stream(torch.cuda.Stream(device=device)):
+            return fn(*args)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
     try:
-        return pool.submit(fn, *args)
+        return pool.submit(run)
     finally:
         pool.shutdown(wait=False)
 
@@ -217,7 +223,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 # the last checkpoint is written while the final evaluation runs (nothing changes the
                 # parameters any more: both only read them); on_epoch gets it once it is complete
                 t = time.perf_counter()
-                writing = _in_background(save_checkpoint, out_dir, epoch, _state(heads, stacks, epoch, rows, spec, rhash),
+                writing = _in_background(device, save_checkpoint, out_dir, epoch, _state(heads, stacks, epoch, rows, spec, rhash),
                                          {"trial": spec.name, "result_hash": rhash})
                 timing["checkpoint_s"] += time.perf_counter() - t
                 last_epoch = (epoch, metrics)
