@@ -136,6 +136,7 @@ def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device
             cdcg = torch.cumsum(hf * dt, dim=-1)
             cps = torch.cumsum(torch.where(ht, wt, torch.zeros((), dtype=wt.dtype, device=device)), dim=-1)
             idt = torch.as_tensor(idcg, device=device, dtype=torch.float64)
+            keys, sums = [], []       # read back in one transfer (a synchronisation per value cost more)
             for k in (k for k in ks if k > 1):
                 j = min(k, kk) - 1
                 idk = idt[:, k - 1].unsqueeze(1)
@@ -144,9 +145,13 @@ def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device
                                       torch.zeros((), dtype=torch.float64, device=device)),
                           cps[..., j])
                 for nm, v in zip(NAMES, triple):
-                    est[nm, k] += float(v.mean(dim=1).sum())
+                    keys.append((est, (nm, k)))
+                    sums.append(v.mean(dim=1).sum())
                     if S > 1:
-                        var[nm, k] += float(v.var(dim=1, unbiased=True).sum())
+                        keys.append((var, (nm, k)))
+                        sums.append(v.var(dim=1, unbiased=True).sum())
+            for (acc, key), value in zip(keys, torch.stack(sums).tolist() if sums else []):
+                acc[key] += value
     if ks[0] == 1:
         p_hit = (pr * hit).sum(1)
         est["R", 1] += float(p_hit.sum())

@@ -237,6 +237,25 @@ def test_all_label_test_table_is_the_renormalised_top_of_the_softmax():
     assert (ranking == [2, 5, 0]).all() and sorted(sup[0]) == list(range(L))
 
 
+def test_device_ranking_and_softmax_equal_the_host_ones_with_ties():
+    """The GPU trial's test table (sort and softmax on the device, tie-break on the sorted prefix) gives
+    greedy_from_policy's ranking and NumPy's softmax; run here on CPU tensors, the same code."""
+    from poxm_core.metrics import greedy_from_policy
+    from poxm_core.training.evaluation import _ranking_probs_on_device
+    rng = np.random.default_rng(3)
+    n, m = 200, 12
+    ids = np.stack([rng.permutation(50)[:m] for _ in range(n)]).astype(np.int64)
+    s = np.round(rng.normal(size=(n, m)), 1)          # coarse scores: many ties, across the kmax-th place too
+    s[0] = 0.0                                          # a row of equal scores: label ids decide
+    for kmax in (1, 3, 5, m + 2):
+        ranking, probs = _ranking_probs_on_device(torch.tensor(s), ids, kmax, True)
+        assert np.array_equal(ranking, greedy_from_policy(ids, s, kmax)), kmax
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(probs, e / e.sum(axis=1, keepdims=True), rtol=1e-12)
+    assert np.array_equal(ranking[0, :m], np.sort(ids[0]))
+    assert _ranking_probs_on_device(torch.tensor(s), ids, 3, False)[1] is None
+
+
 def test_lumped_scores_handle_short_slates_and_a_slate_holding_every_label():
     from poxm_core.estimators import pl_log_conditionals_torch
     from poxm_core.training.evaluation import _lumped

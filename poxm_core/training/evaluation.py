@@ -204,6 +204,19 @@ def _ranking_of_sorted(ids: np.ndarray, s: np.ndarray, kmax: int) -> np.ndarray:
     return greedy_from_policy(ids[:, :w], s[:, :w], kmax)
 
 
+def _ranking_probs_on_device(s: torch.Tensor, ids: np.ndarray, kmax: int, probs: bool):
+    """(greedy_from_policy(ids, s, kmax), softmax(s) or None) with the sort and the softmax where s is
+    (a GPU trial's table: there the host would otherwise lexsort all m columns of every row) and on the
+    host only the tie-break by label id over the sorted prefix (`_ranking_of_sorted`)."""
+    m = s.shape[1]
+    top, pos = torch.sort(s, dim=1, descending=True)
+    w = min(m, kmax)
+    w = int((top >= top[:, w - 1:w]).sum(dim=1).max()) if top.shape[0] else w
+    ids_sorted = torch.as_tensor(ids, device=s.device).gather(1, pos[:, :w])
+    ranking = _ranking_of_sorted(ids_sorted.cpu().numpy(), top[:, :w].cpu().numpy(), kmax)
+    return ranking, (torch.softmax(s, dim=1).cpu().numpy() if probs else None)
+
+
 def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray, rho: np.ndarray, kmax: int,
                max_support: int, device: torch.device):
     """(support (n, m) int64 | None, probs (n, m) float64 | None, ranking (n, kmax) int64, truncated mass).
@@ -239,7 +252,15 @@ def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
             continue
         m = view.p if view.kind == "phi" else K
         ids_np = cand[a:b, :m].astype(np.int64)
-        s_np = _gather_logits(view.params, z, phi(cd, m)).cpu().numpy()
+        s = _gather_logits(view.params, z, phi(cd, m))
+        if s.is_cuda:
+            r, pr = _ranking_probs_on_device(s, ids_np, kmax, view.kind != "greedy")
+            rank.append(r)
+            if pr is not None:
+                sup.append(ids_np)
+                prob.append(pr)
+            continue
+        s_np = s.cpu().numpy()
         rank.append(greedy_from_policy(ids_np, s_np, kmax))
         if view.kind != "greedy":
             e = np.exp(s_np - s_np.max(axis=1, keepdims=True))
