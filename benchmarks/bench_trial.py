@@ -13,7 +13,8 @@ Parts (each writes <out>/<part>.json; `--merge` folds them into docs/benchmarks/
           final evaluation). Also the step benchmark (bench_step.py, same L, p, d = hidden, B) and
           trial_vs_step_ratio = (fit-log instances x epochs / trial training seconds) / step samples/s.
   grid    the POXM grid of one seed: p in {10, 20, 50, 100} x lam in {0.7, 0.8, 0.9, 1.0}, 16 heads in
-          one trial (group_by: method), same data.
+          one trial (group_by: method), same data; --batched-heads and --input-adam lazy as
+          configs/amazon-670k.yaml trains it. Records each head's final validation IS and test R@5.
   l3m     L = 3,000,000: bench_step's POXM head step (d 256 and 128, p 100) with its peak memory; the
           logging model (one epoch) and prepare's chunked top-100 on a generated 20,000 x 3M label
           matrix (a dense n x L float32 array would be 240 GB), with their peak GPU memory.
@@ -184,8 +185,10 @@ def merge(src: Path) -> None:
                                                             "L 670091, p 100, d 128, B 256",
                                                  whole_trial_ratio=res["ratio_whole"], step=res["step"])
         elif f.stem == "grid":
-            perf["p3_grid_seconds"] = _entry(round(res["seconds"], 1), card, date, cmd.format(part="grid"),
-                                             target="<= 300", heads=res["heads"], timing=res["timing"])
+            flags = (" --batched-heads" if res.get("batched_heads") else "") + f" --input-adam {res.get('input_adam', 'dense')}"
+            perf["p3_grid_seconds"] = _entry(round(res["seconds"], 1), card, date, cmd.format(part="grid" + flags),
+                                             target="<= 120", heads=res["heads"], timing=res["timing"],
+                                             heads_final=res.get("heads_final"))
         elif f.stem == "l3m":
             ok = "samples_per_s" in res["step_d256"]
             perf["l3m_head_trains"] = _entry(ok, card, date, cmd.format(part="l3m"),
