@@ -25,6 +25,7 @@ mostly measures the other jobs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -84,7 +85,11 @@ def _sync(dev) -> None:
         torch.cuda.synchronize(dev)
 
 
-def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict]:
+@contextlib.contextmanager
+def trial_epochs(cfg, spec, prep, dev):
+    """The trial's heads, built as run_trial builds them; yields (epoch, data): epoch(e) trains what
+    run_trial trains in epoch e (the reward model's epoch first when a head needs it) and returns the
+    heads' training losses."""
     import torch
 
     from poxm_core.training.epoch import train_data_for, train_epoch
@@ -97,14 +102,22 @@ def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict
         reward = next(h for h in heads if h.key == REWARD_KEY)
         two = any(h.method.needs_reward_model for h in heads)
         others = [h for h in heads if h is not reward] if two else heads
-        out, cpu, losses = [], [], {}
+
+        def epoch(e: int) -> dict:
+            losses = train_epoch(cfg, spec, prep, [reward], e, dev, None, data) if two else {}
+            losses.update(train_epoch(cfg, spec, prep, others, e, dev, reward, data))
+            _sync(dev)
+            return losses
+        yield epoch, data
+
+
+def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict]:
+    out, cpu, losses = [], [], {}
+    with trial_epochs(cfg, spec, prep, dev) as (epoch, data):
         for e in range(1, epochs + 1):
             _sync(dev)
             t, c = time.perf_counter(), time.process_time()
-            if two:
-                losses.update(train_epoch(cfg, spec, prep, [reward], e, dev, None, data))
-            losses.update(train_epoch(cfg, spec, prep, others, e, dev, reward, data))
-            _sync(dev)
+            losses.update(epoch(e))
             out.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
     return out, cpu, getattr(data, "engine_heads", {}), losses

@@ -62,9 +62,9 @@ def check_adam() -> dict:
         out["row_kernel_self_check"] = bool(triton_adam.row_kernel_ok(dev))
     except Exception as exc:   # noqa: BLE001
         out["row_kernel_self_check"] = f"{type(exc).__name__}: {exc}"[:300]
-    out["slot_kernel_self_check"] = bool(triton_adam.slot_rows_kernel_ok(dev))
+    out["touched_kernel_self_check"] = bool(triton_adam.touched_rows_kernel_ok(dev))
     out["lazy_input"] = check_lazy_input()
-    out["ok"] = (err < 1e-5 and out["row_kernel_self_check"] is True and out["slot_kernel_self_check"]
+    out["ok"] = (err < 1e-5 and out["row_kernel_self_check"] is True and out["touched_kernel_self_check"]
                  and out["lazy_input"]["ok"])
     return out
 
@@ -109,7 +109,7 @@ def check_lazy_input() -> dict:
     a, b = stacks[cpu], stacks[dev]
     err = max(float(((x.cpu() - y).norm() / y.norm().clamp(min=1e-30)).item())
               for x, y in [(b.V, a.V), (b.moments["V"][0], a.moments["V"][0]), (b.moments["V"][1], a.moments["V"][1])])
-    kernel = bool(triton_adam.lazy_rows_kernel_ok(dev))
+    kernel = bool(triton_adam.touched_rows_kernel_ok(dev))
     return {"fused_kernel": kernel, "max_rel_err_vs_cpu": err, "ok": kernel and err < 1e-5}
 
 

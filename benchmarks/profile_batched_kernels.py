@@ -27,28 +27,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def profile_part(name, cfg, spec, prep, dev, top: int) -> dict:
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from bench_batched_heads import trial_epochs
     from orchestration.gather import busy_seconds
-    from poxm_core.training.epoch import train_data_for, train_epoch
-    from poxm_core.training.trial_setup import REWARD_KEY, build_heads, deterministic, wants_deterministic
 
-    with deterministic(wants_deterministic(cfg, dev)):
-        with torch.no_grad():
-            heads, _ = build_heads(cfg, spec, prep, dev)
-        data = train_data_for(prep, heads, dev)
-        reward = next(h for h in heads if h.key == REWARD_KEY)
-        two = any(h.method.needs_reward_model for h in heads)
-        others = [h for h in heads if h is not reward] if two else heads
-
-        def epoch(e):
-            if two:
-                train_epoch(cfg, spec, prep, [reward], e, dev, None, data)
-            train_epoch(cfg, spec, prep, others, e, dev, reward, data)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-
+    with trial_epochs(cfg, spec, prep, dev) as (epoch, _):
         t = time.perf_counter()
         epoch(1)
         first = time.perf_counter() - t
@@ -56,10 +40,10 @@ def profile_part(name, cfg, spec, prep, dev, top: int) -> dict:
             t = time.perf_counter()
             epoch(2)
             wall = time.perf_counter() - t
-        with tempfile.TemporaryDirectory() as tmp:
-            trace = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(trace))
-            events = json.loads(trace.read_text())["traceEvents"]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
     kernels = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"]) for e in events
                if e.get("ph") == "X" and e.get("cat") == "kernel"]
     batches = -(-len(prep.log_train.actions) // int(cfg.training.batch_size))

@@ -4,12 +4,11 @@
   every slot of `static_unique` updates its row of W, b and both moments in one kernel.
 - `fused_adam(...)`: the dense Adam of the network stack's sync-free step (`NetworkStack.step_static`),
   a learning rate per column.
-- `fused_slot_rows_adam(...)`: the batched heads' row step (`training.batched.BatchedHeads.step_static`):
-  each slot's row of the stacked (H L, h) output layers updated in place with its head's rate and bias
-  correction (one value per slot); padding slots read and write nothing.
-- `fused_lazy_rows_adam(...)`: the lazy input layer's step (`NetworkStack`, input_adam="lazy"): the
-  touched rows of V updated in place from their slots' gradient, a learning rate per column; slots
-  that are not a touched row read and write nothing.
+- `fused_slot_rows_adam(...)`, `fused_lazy_rows_adam(...)`: one kernel that updates touched rows in
+  place from their slots' gradient (slots that are not a touched row read and write nothing): for the
+  batched heads' row step (`training.batched.BatchedHeads.step_static`: rows of the stacked (H L, h)
+  output layers, each slot with its head's rate and bias correction) and for the lazy input layer
+  (`NetworkStack`, input_adam="lazy": a rate per column).
 
 Both compute `poxm_core.adam`'s update with `scale_after_divide=True` (IEEE sqrt and division; (1 - b1),
 (1 - b2) from the host in double, as torch). Each kernel is built on first use and checked then against
@@ -26,12 +25,11 @@ from poxm_core.accel.static import static_unique
 from poxm_core.adam import adam_update_, row_adam_update_
 
 __all__ = ["fused_row_adam", "fused_adam", "fused_lazy_rows_adam", "fused_slot_rows_adam", "row_kernel_ok",
-           "dense_kernel_ok", "lazy_rows_kernel_ok", "slot_rows_kernel_ok"]
+           "dense_kernel_ok", "touched_rows_kernel_ok"]
 
 _ROW = None       # None: not built yet; False: unavailable or failed its check; else the kernel
 _DENSE = None
-_LAZY = None
-_SLOTS = None
+_TOUCHED = None
 
 
 def _next_pow2(x: int) -> int:
@@ -234,199 +232,122 @@ def fused_adam(p, g, m, v, lr, sc, betas, eps, weight_decay) -> bool:
     return True
 
 
-# ------------------------------------------------------------------------------ lazy rows (input layer)
+# ------------------------------------------------------------------------------ touched rows, updated in place
 
-def _lazy_kernel():
+def _touched_kernel():
+    """Slot j with src[j] == j updates row rows[j] of p, m, v (viewed as (rows, ncol)) from g[j];
+    other slots read and write nothing. The step: PER_ROW, step[j] (lr / c1 of the slot's head) and
+    sqrt_c2[j]; else lr[col] / c1 with c1, sqrt_c2 = sc[0], sc[1]."""
     import triton
     import triton.language as tl
 
     @triton.jit
-    def lazy_rows_kernel(p_ptr, m_ptr, v_ptr, g_ptr, rows_ptr, valid_ptr, lr_ptr, sc_ptr, N, ncol, omb1, b2, omb2,
-                         eps, wd, HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    def touched_rows_kernel(p_ptr, m_ptr, v_ptr, g_ptr, rows_ptr, src_ptr, a_ptr, b_ptr, N, ncol, omb1, b2, omb2,
+                            eps, wd, PER_ROW: tl.constexpr, HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr,
+                            BLOCK_C: tl.constexpr):
         j = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
         cols = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
         jm = j < N
-        ok = jm & (tl.load(valid_ptr + j, mask=jm, other=0) != 0)
-        r = tl.load(rows_ptr + j, mask=ok, other=0).to(tl.int64)
         cm = cols < ncol
+        ok = jm & (tl.load(src_ptr + j, mask=jm, other=-1) == j)
+        r = tl.load(rows_ptr + j, mask=ok, other=0).to(tl.int64)
         mask = ok[:, None] & cm[None, :]
         off = r[:, None] * ncol + cols[None, :]
-        c1 = tl.load(sc_ptr)
-        sqrt_c2 = tl.load(sc_ptr + 1)
+        if PER_ROW:      # a_ptr: step (N,), b_ptr: sqrt_c2 (N,)
+            step = tl.load(a_ptr + j, mask=ok, other=0.0)[:, None]
+            sqrt_c2 = tl.load(b_ptr + j, mask=ok, other=1.0)[:, None]
+        else:            # a_ptr: lr (ncol,), b_ptr: [c1, sqrt_c2]
+            step = tl.div_rn(tl.load(a_ptr + cols, mask=cm, other=0.0), tl.load(b_ptr))[None, :]
+            sqrt_c2 = tl.load(b_ptr + 1)
         g = tl.load(g_ptr + j[:, None] * ncol + cols[None, :], mask=mask, other=0.0)
         p = tl.load(p_ptr + off, mask=mask, other=0.0)
         m = tl.load(m_ptr + off, mask=mask, other=0.0)
         v = tl.load(v_ptr + off, mask=mask, other=0.0)
-        lr = tl.load(lr_ptr + cols, mask=cm, other=0.0)
         if HAS_WD:
             g = g + wd * p
         m = m + omb1 * (g - m)
         v = v * b2 + omb2 * g * g
         denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps
-        p = p - tl.div_rn(m, denom) * tl.div_rn(lr, c1)[None, :]
+        p = p - tl.div_rn(m, denom) * step
         tl.store(p_ptr + off, p, mask=mask)
         tl.store(m_ptr + off, m, mask=mask)
         tl.store(v_ptr + off, v, mask=mask)
 
-    return lazy_rows_kernel
+    return touched_rows_kernel
 
 
-def _launch_lazy(kernel, p, m, v, g, rows, valid, lr, sc, betas, eps, wd) -> None:
-    b1, b2 = betas
-    N, ncol = g.shape
-    block_c = min(256, _next_pow2(ncol))
-    block_r = max(1, 2048 // block_c)
-    grid = ((N + block_r - 1) // block_r, (ncol + block_c - 1) // block_c)
-    kernel[grid](p, m, v, g, rows, valid, lr, sc, N, ncol, 1 - b1, b2, 1 - b2, eps, float(wd), HAS_WD=bool(wd),
-                 BLOCK_R=block_r, BLOCK_C=block_c)
-
-
-def _lazy_reference(p, m, v, g, rows, valid, lr, c1, sqrt_c2, betas, eps, wd) -> None:
-    """The plain update the kernel must equal: `adam_update_` on the valid slots' rows (unique)."""
-    sel = rows[valid]
-    ps, ms, vs = p[sel], m[sel], v[sel]
-    adam_update_(ps, g[valid], ms, vs, step=lr / c1, sqrt_c2=sqrt_c2, betas=betas, eps=eps, weight_decay=wd,
-                 scale_after_divide=True)
-    p[sel], m[sel], v[sel] = ps, ms, vs
-
-
-def _check_lazy(kernel, device) -> bool:
-    """The kernel against `_lazy_reference` on random data: 3 steps, 40 x 300 columns (two column
-    blocks and a partial one), slots with padding and a sentinel, a rate per column, weight decay."""
-    g = torch.Generator(device=device).manual_seed(0)
-    L, C = 40, 300
-    p0 = torch.randn(L, C, generator=g, device=device)
-    lr = torch.rand(C, generator=g, device=device) * 1e-2
-    betas, eps, wd = (0.9, 0.999), 1e-8, 1e-3
-    res = []
-    for fused in (False, True):
-        p, m, v = p0.clone(), torch.zeros_like(p0), torch.zeros_like(p0)
-        gg = torch.Generator(device=device).manual_seed(1)
-        t = torch.zeros((), dtype=torch.float64, device=device)
-        for _ in range(3):
-            ids = torch.randint(0, L + 1, (17,), generator=gg, device=device)       # L: the sentinel
-            rows, _, src = static_unique(ids)
-            valid = (src == torch.arange(rows.numel(), device=device)) & (rows < L)
-            grad = torch.randn(rows.numel(), C, generator=gg, device=device)
-            t.add_(1.0)
-            c1 = (1.0 - torch.pow(betas[0], t)).float()
-            sqrt_c2 = (1.0 - torch.pow(betas[1], t)).sqrt().float()
-            safe = rows.clamp(max=L - 1)
-            if fused:
-                _launch_lazy(kernel, p, m, v, grad, safe, valid, lr, torch.stack([c1, sqrt_c2]), betas, eps, wd)
-            else:
-                _lazy_reference(p, m, v, grad, safe, valid, lr, c1, sqrt_c2, betas, eps, wd)
-        res.append((p, m, v))
-    return all(torch.allclose(x, y, rtol=1e-6, atol=1e-7) for x, y in zip(*res))
-
-
-def lazy_rows_kernel_ok(device: torch.device) -> bool:
-    """Build the lazy-rows kernel and check it (once per process); False where it cannot be used."""
-    global _LAZY
-    if _LAZY is None:
-        _LAZY = _first_use(_lazy_kernel, _check_lazy, device, "fused lazy-rows Adam")
-    return _LAZY is not False
-
-
-def fused_lazy_rows_adam(p, m, v, g, rows, valid, lr, sc, betas, eps, weight_decay) -> bool:
-    """Adam (scale_after_divide=True, step = lr / c1, lr a rate per column) on rows[j] of p, m, v from
-    g[j] for every slot j with valid[j] (those rows distinct); `sc` = [c1, sqrt(c2)] float32 on the
-    device; p, m, v, g contiguous. False (nothing done) where the kernel cannot be used."""
-    if not p.is_cuda or not lazy_rows_kernel_ok(p.device):
-        return False
-    _launch_lazy(_LAZY, p, m, v, g, rows, valid, lr, sc, betas, eps, weight_decay)
-    return True
-
-
-# ------------------------------------------------------------------------------ slot rows (batched heads)
-
-def _slots_kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def slot_rows_kernel(p_ptr, m_ptr, v_ptr, g_ptr, rows_ptr, src_ptr, step_ptr, sq_ptr, N, ncol, omb1, b2, omb2,
-                         eps, wd, HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-        j = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-        cols = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
-        jm = j < N
-        ok = jm & (tl.load(src_ptr + j, mask=jm, other=-1) == j)
-        r = tl.load(rows_ptr + j, mask=ok, other=0).to(tl.int64)
-        step = tl.load(step_ptr + j, mask=ok, other=0.0)
-        sqrt_c2 = tl.load(sq_ptr + j, mask=ok, other=1.0)
-        mask = ok[:, None] & (cols < ncol)[None, :]
-        off = r[:, None] * ncol + cols[None, :]
-        g = tl.load(g_ptr + j[:, None] * ncol + cols[None, :], mask=mask, other=0.0)
-        p = tl.load(p_ptr + off, mask=mask, other=0.0)
-        m = tl.load(m_ptr + off, mask=mask, other=0.0)
-        v = tl.load(v_ptr + off, mask=mask, other=0.0)
-        if HAS_WD:
-            g = g + wd * p
-        m = m + omb1 * (g - m)
-        v = v * b2 + omb2 * g * g
-        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2[:, None]) + eps
-        p = p - tl.div_rn(m, denom) * step[:, None]
-        tl.store(p_ptr + off, p, mask=mask)
-        tl.store(m_ptr + off, m, mask=mask)
-        tl.store(v_ptr + off, v, mask=mask)
-
-    return slot_rows_kernel
-
-
-def _launch_slots(kernel, p, m, v, g, rows, src, step, sq, betas, eps, wd) -> None:
+def _launch_touched(kernel, p, m, v, g, rows, src, a, b, per_row: bool, betas, eps, wd) -> None:
     b1, b2 = betas
     N = g.shape[0]
     ncol = g.numel() // max(N, 1)
     block_c = min(256, _next_pow2(ncol))
     block_r = max(1, 2048 // block_c)
     grid = ((N + block_r - 1) // block_r, (ncol + block_c - 1) // block_c)
-    kernel[grid](p, m, v, g, rows, src, step, sq, N, ncol, 1 - b1, b2, 1 - b2, eps, float(wd), HAS_WD=bool(wd),
-                 BLOCK_R=block_r, BLOCK_C=block_c)
+    kernel[grid](p, m, v, g, rows, src, a, b, N, ncol, 1 - b1, b2, 1 - b2, eps, float(wd), PER_ROW=per_row,
+                 HAS_WD=bool(wd), BLOCK_R=block_r, BLOCK_C=block_c)
 
 
-def _check_slots(kernel, device) -> bool:
-    """The kernel against `row_adam_update_` (scale_after_divide=True) on random data: 3 steps of rows
-    of width 20 and of width 1 (a bias), slots with padding, a rate and a step count per slot, weight decay."""
+def _check_touched(kernel, device) -> bool:
+    """The kernel against `row_adam_update_` (scale_after_divide=True) on random data, 3 steps each:
+    a step per slot (rows of width 20 and of width 1, a bias) and a rate per column (300 columns: two
+    column blocks and a partial one), slots with padding, weight decay."""
     g = torch.Generator(device=device).manual_seed(0)
     betas, eps, wd = (0.9, 0.999), 1e-8, 1e-3
     ok = True
-    for C in (20, 1):
-        p0 = torch.randn(300, C, generator=g, device=device)
+    for C, per_row in ((20, True), (1, True), (300, False)):
+        p0 = torch.randn(60, C, generator=g, device=device)
+        lr = torch.rand(C, generator=g, device=device) * 1e-2
         res = []
         for fused in (False, True):
             p, m, v = p0.clone(), torch.zeros_like(p0), torch.zeros_like(p0)
             gg = torch.Generator(device=device).manual_seed(1)
             for t in range(1, 4):
-                rows, _, src = static_unique(torch.randint(0, 300, (9, 6), generator=gg, device=device))
+                rows, _, src = static_unique(torch.randint(0, 60, (5, 6), generator=gg, device=device))
                 grad = torch.randn(rows.numel(), C, generator=gg, device=device)
-                step = torch.rand(rows.numel(), generator=gg, device=device) * 1e-2 / (1 - betas[0] ** t)
-                sq = torch.full((rows.numel(),), (1 - betas[1] ** t) ** 0.5, device=device)
-                if fused:
-                    _launch_slots(kernel, p, m, v, grad, rows, src, step, sq, betas, eps, wd)
+                c1, sqrt_c2 = 1 - betas[0] ** t, (1 - betas[1] ** t) ** 0.5
+                if per_row:
+                    step = torch.rand(rows.numel(), generator=gg, device=device) * 1e-2 / c1
+                    sq = torch.full((rows.numel(),), sqrt_c2, device=device)
+                    coef = dict(step=step.view(-1, 1), sqrt_c2=sq.view(-1, 1))
+                    a, b = step, sq
                 else:
-                    row_adam_update_(p, grad, m, v, rows, src=src, step=step.view(-1, 1), sqrt_c2=sq.view(-1, 1),
-                                     betas=betas, eps=eps, weight_decay=wd, scale_after_divide=True)
+                    coef = dict(step=lr / torch.tensor(c1, device=device), sqrt_c2=torch.tensor(sqrt_c2, device=device))
+                    a, b = lr, torch.tensor([c1, sqrt_c2], dtype=torch.float32, device=device)
+                if fused:
+                    _launch_touched(kernel, p, m, v, grad, rows, src, a, b, per_row, betas, eps, wd)
+                else:
+                    row_adam_update_(p, grad, m, v, rows, src=src, betas=betas, eps=eps, weight_decay=wd,
+                                     scale_after_divide=True, **coef)
             res.append((p, m, v))
         ok = ok and all(torch.allclose(x, y, rtol=1e-6, atol=1e-7) for x, y in zip(*res))
     return ok
 
 
-def slot_rows_kernel_ok(device: torch.device) -> bool:
-    """Build the slot-rows kernel and check it (once per process); False where it cannot be used."""
-    global _SLOTS
-    if _SLOTS is None:
-        _SLOTS = _first_use(_slots_kernel, _check_slots, device, "fused slot-rows Adam")
-    return _SLOTS is not False
+def touched_rows_kernel_ok(device: torch.device) -> bool:
+    """Build the touched-rows kernel and check it (once per process); False where it cannot be used."""
+    global _TOUCHED
+    if _TOUCHED is None:
+        _TOUCHED = _first_use(_touched_kernel, _check_touched, device, "fused touched-rows Adam")
+    return _TOUCHED is not False
 
 
 def fused_slot_rows_adam(p, m, v, g, rows, src, step, sqrt_c2, betas, eps, weight_decay) -> bool:
     """`row_adam_update_` with src (the sync-free slots; scale_after_divide=True) in one kernel, with a
     step (lr / c1) and a sqrt(c2) per slot (N,) float32: every real slot (src[j] == j) updates row
-    rows[j] of p, m, v (viewed as (rows, g.numel() // N)) from g[j]; padding slots do nothing. False
-    (nothing done) where the kernel cannot be used."""
-    if not p.is_cuda or not slot_rows_kernel_ok(p.device):
+    rows[j] of p, m, v (viewed as (rows, g.numel() // N)) from g[j]; padding slots do nothing (the
+    batched heads' row step). False (nothing done) where the kernel cannot be used."""
+    if not p.is_cuda or not touched_rows_kernel_ok(p.device):
         return False
-    _launch_slots(_SLOTS, p, m, v, g, rows, src, step, sqrt_c2, betas, eps, weight_decay)
+    _launch_touched(_TOUCHED, p, m, v, g, rows, src, step, sqrt_c2, True, betas, eps, weight_decay)
+    return True
+
+
+def fused_lazy_rows_adam(p, m, v, g, rows, src, lr, sc, betas, eps, weight_decay) -> bool:
+    """The same with a rate per column: step = lr / c1, `sc` = [c1, sqrt(c2)] float32 on the device (the
+    lazy input layer). False (nothing done) where the kernel cannot be used."""
+    if not p.is_cuda or not touched_rows_kernel_ok(p.device):
+        return False
+    _launch_touched(_TOUCHED, p, m, v, g, rows, src, lr, sc, False, betas, eps, weight_decay)
     return True
 
 

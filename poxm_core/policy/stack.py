@@ -126,13 +126,13 @@ class NetworkStack(nn.Module):
         if leaf.grad is None:
             return
         m, v = self.moments["V"]
+        ar = torch.arange(safe.numel(), device=safe.device)
         if self.V.is_cuda:
             sc = torch.stack([torch.as_tensor(c1, dtype=torch.float32, device=self.V.device).reshape(()),
                               torch.as_tensor(sqrt_c2, dtype=torch.float32, device=self.V.device).reshape(())])
-            if fused_lazy_rows_adam(self.V, m, v, leaf.grad, safe, valid, self.lr, sc, self.betas, self.eps,
-                                    self.weight_decay):
+            if fused_lazy_rows_adam(self.V, m, v, leaf.grad, safe, torch.where(valid, ar, -1), self.lr, sc,
+                                    self.betas, self.eps, self.weight_decay):
                 return
-        ar = torch.arange(safe.numel(), device=safe.device)
         src = torch.where(valid, ar, torch.zeros_like(ar))
         parts = [t.index_select(0, safe) for t in (self.V, m, v)]
         first = [t[0].clone() for t in parts]
