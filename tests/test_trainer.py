@@ -86,6 +86,33 @@ def test_checkpoint_every_resumes_from_last_written_and_equals_uninterrupted(tmp
     pd.testing.assert_frame_equal(full, again)
 
 
+def test_last_checkpoint_is_complete_when_the_final_report_fails_and_the_rerun_equals(tmp_path, monkeypatch):
+    """The last epoch's checkpoint is written while the final report runs: when the report fails, the
+    trial still waits for it, so the rerun restarts from it (no training) and ends as an uninterrupted run;
+    on_epoch of the last epoch comes after the report, with the written checkpoint."""
+    import poxm_core.training.trainer as trainer_mod
+    cfg = tiny_config(SMALL, epochs=2)
+    spec = spec_of(cfg, "poxm")
+    full = run_trial(cfg, spec, PREP, tmp_path / "a", progress=False)
+    real = trainer_mod.final_report
+
+    def broken(*a, **k):
+        raise RuntimeError("report failed")
+    monkeypatch.setattr(trainer_mod, "final_report", broken)
+    seen = []
+    with pytest.raises(RuntimeError, match="report failed"):
+        run_trial(cfg, spec, PREP, tmp_path / "b", progress=False, on_epoch=lambda e, m, c: seen.append((e, c)))
+    assert [e for e, _ in seen] == [1]              # the last epoch's on_epoch waits for the report
+    last = tmp_path / "b" / "checkpoints" / "epoch_0002"
+    assert (last / "state.pt").is_file() and not list((tmp_path / "b" / "checkpoints").glob(".tmp-*"))
+    monkeypatch.setattr(trainer_mod, "final_report", real)
+    trained = []
+    monkeypatch.setattr(trainer_mod, "train_epoch", lambda *a, **k: trained.append(1))
+    again = run_trial(cfg, spec, PREP, tmp_path / "b", progress=False, on_epoch=lambda e, m, c: seen.append((e, c)))
+    assert not trained
+    pd.testing.assert_frame_equal(full, again)
+
+
 def test_resume_from_other_config_is_refused(tmp_path):
     spec = spec_of(tiny_config(SMALL), "poxm")
     run_trial(tiny_config(SMALL, epochs=1), spec, PREP, tmp_path, progress=False)

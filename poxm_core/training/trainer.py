@@ -10,9 +10,9 @@ reward model (the DM head) is fitted first, for all its epochs (phase 1), so tha
 DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
 estimates and ESS of its test-time policy on the validation log; a checkpoint is written every
 training.checkpoint_every epochs and after the last; then `on_epoch(e, metrics, ckpt_dir)` (ckpt_dir None
-after an epoch without a checkpoint). The last epoch's checkpoint is written on a thread while the final
-evaluation runs (both only read the parameters; at Amazon-670K's size it is gigabytes), and its
-on_epoch comes once both are done. At the end: test metrics (docs/metrics.md), the final validation
+after an epoch without a checkpoint). The last epoch's checkpoint is copied to the host and written on a
+thread while the final evaluation runs (at Amazon-670K's size it is gigabytes), and its on_epoch comes
+once both are done. At the end: test metrics (docs/metrics.md), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
 written as long-form rows to out_dir/rows.csv with out_dir/summary.json and out_dir/config.yaml.
 
@@ -126,17 +126,23 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
     return 0, []
 
 
-def _in_background(device: torch.device, fn, *args) -> Future:
-    """fn(*args) on a thread of its own; the Future gives its result (or raises its exception). On CUDA
-    the thread's copies go to a stream of their own: the default stream stays with the evaluation."""
-    def run():
-        if device.type != "cuda":
-            return fn(*args)
-        with torch.cuda.stream(torch.cuda.Stream(device=device)):
-            return fn(*args)
+def _on_host(obj):
+    """`obj` with every device tensor copied to the host (the rest as it is)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu() if obj.device.type != "cpu" else obj
+    if isinstance(obj, dict):
+        return {k: _on_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        out = [_on_host(v) for v in obj]
+        return out if isinstance(obj, list) else tuple(out)
+    return obj
+
+
+def _in_background(fn, *args) -> Future:
+    """fn(*args) on a thread of its own; the Future gives its result (or raises its exception)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
     try:
-        return pool.submit(run)
+        return pool.submit(fn, *args)
     finally:
         pool.shutdown(wait=False)
 
@@ -223,7 +229,10 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 # the last checkpoint is written while the final evaluation runs (nothing changes the
                 # parameters any more: both only read them); on_epoch gets it once it is complete
                 t = time.perf_counter()
-                writing = _in_background(device, save_checkpoint, out_dir, epoch, _state(heads, stacks, epoch, rows, spec, rhash),
+                # copied to the host first (seconds), then written on a thread (a file write beside the
+                # report; written from the device, the copies slowed the report by about as much as they saved)
+                writing = _in_background(save_checkpoint, out_dir, epoch,
+                                         _on_host(_state(heads, stacks, epoch, rows, spec, rhash)),
                                          {"trial": spec.name, "result_hash": rhash})
                 timing["checkpoint_s"] += time.perf_counter() - t
                 last_epoch = (epoch, metrics)
