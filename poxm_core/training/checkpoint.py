@@ -35,7 +35,7 @@ import torch
 from poxm_core.atomic import publish
 from poxm_core.errors import PoxmInputError
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "CKPT_RE"]
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "on_host", "CKPT_RE"]
 
 CKPT_RE = re.compile(r"^epoch_(\d{4,})$")
 
@@ -95,6 +95,19 @@ def remove_stale_tmp(root: Path) -> None:
         pid = p.name.rsplit("-", 1)[-1]
         if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
+
+
+def on_host(state):
+    """`state` with every device tensor copied to the host (the rest as it is): a checkpoint that can be
+    written on a thread while the device goes on (the trial's last one, beside the final evaluation)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu() if state.device.type != "cpu" else state
+    if isinstance(state, dict):
+        return {k: on_host(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        out = [on_host(v) for v in state]
+        return out if isinstance(state, list) else tuple(out)
+    return state
 
 
 def plain_state(obj):

@@ -48,7 +48,7 @@ from poxm_core.errors import DivergedError, PoxmInputError
 from poxm_core.policy import NetworkStack
 from poxm_core.prepared import Prepared
 from poxm_core.results import COLUMNS, to_frame
-from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
 from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
@@ -124,18 +124,6 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
             ckpt.rename(aside)
             warnings.warn(f"{exc}; set aside as {aside.name}, continuing from the previous checkpoint", stacklevel=2)
     return 0, []
-
-
-def _on_host(obj):
-    """`obj` with every device tensor copied to the host (the rest as it is)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.cpu() if obj.device.type != "cpu" else obj
-    if isinstance(obj, dict):
-        return {k: _on_host(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        out = [_on_host(v) for v in obj]
-        return out if isinstance(obj, list) else tuple(out)
-    return obj
 
 
 def _in_background(fn, *args) -> Future:
@@ -226,13 +214,12 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
             if bar is not None:
                 bar.update(1)
             if epoch == E:
-                # the last checkpoint is written while the final evaluation runs (nothing changes the
-                # parameters any more: both only read them); on_epoch gets it once it is complete
+                # the last checkpoint: copied to the host here, then written on a thread while the final
+                # evaluation runs (written from the device, its copies slowed the evaluation about as
+                # much as the overlap saved); on_epoch gets it once it is complete
                 t = time.perf_counter()
-                # copied to the host first (seconds), then written on a thread (a file write beside the
-                # report; written from the device, the copies slowed the report by about as much as they saved)
                 writing = _in_background(save_checkpoint, out_dir, epoch,
-                                         _on_host(_state(heads, stacks, epoch, rows, spec, rhash)),
+                                         on_host(_state(heads, stacks, epoch, rows, spec, rhash)),
                                          {"trial": spec.name, "result_hash": rhash})
                 timing["checkpoint_s"] += time.perf_counter() - t
                 last_epoch = (epoch, metrics)
