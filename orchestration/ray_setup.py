@@ -33,6 +33,8 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     ours = signal.getsignal(signal.SIGTERM)     # poxm's handler (orchestration.cli), before Ray replaces it
     kwargs = dict(address=addr, include_dashboard=False, log_to_driver=verbose,
                   logging_level=logging.INFO if verbose else logging.WARNING, **extra)
+    if not addr and preload_modules():
+        kwargs["_system_config"] = {"preload_python_modules": preload_modules()}
     if addr:
         ray.init(**kwargs)
     else:
@@ -43,6 +45,23 @@ def ray_init(address: str | None, verbose: bool) -> bool:
             ray.init(**kwargs)
     _restore_sigterm_handler(ours)
     return True
+
+
+PRELOAD_ENV = "POXM_RAY_PRELOAD"
+# what a job's processes import before their work can start: the Tune trial (drive_trial), Ray Train's
+# controller and worker actors, the worker's torch and the trial's modules
+PRELOAD_DEFAULT = ("ray.tune", "ray.train", "ray.train.v2.api.data_parallel_trainer",
+                   "ray.tune.integration.ray_train", "torch", "orchestration.trial", "poxm_core.training.trainer")
+
+
+def preload_modules(environ=None) -> list[str]:
+    """$POXM_RAY_PRELOAD: modules every worker process of a local Ray imports when it starts (Ray's
+    preload_python_modules), so that Ray's prestarted, idle workers hold them before the jobs need them:
+    '1' for PRELOAD_DEFAULT, or a comma-separated list; unset, '' or '0': none."""
+    raw = (os.environ if environ is None else environ).get(PRELOAD_ENV, "").strip()
+    if raw in ("", "0"):
+        return []
+    return list(PRELOAD_DEFAULT) if raw == "1" else [m.strip() for m in raw.split(",") if m.strip()]
 
 
 def _restore_sigterm_handler(ours) -> None:

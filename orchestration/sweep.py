@@ -140,6 +140,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     finally:
         # each step runs even if an earlier one fails or a second Ctrl-C/SIGTERM interrupts it:
         # MPS stops after Ray, and the run directory's lock is always released last
+        from orchestration.report.figure_pool import discard_prestarted
+        discard_prestarted()        # the report's drawing processes, when it was never built
         try:
             try:
                 abort_tracking(plan, runs, parent_open)

@@ -45,6 +45,20 @@ class StorageSync(Callback):
     on_trial_error = on_trial_complete
 
 
+class ReportPrestart(Callback):
+    """When the sweep's first trial finishes, the report's drawing processes start
+    (orchestration.report.figure_pool.prestart): they are ready when the last trial ends."""
+
+    def __init__(self):
+        self.started = False
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not self.started and result.get("member_finished"):
+            self.started = True
+            from orchestration.report.figure_pool import prestart
+            prestart()
+
+
 def members(config: dict) -> list[str]:
     """The trials of a Tune trial (a job): its config's 'members' (a pack), else the one trial."""
     t = config.get("trial", {})
@@ -123,7 +137,7 @@ def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
                                         trial_name_creator=trial_dirname),
         run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
-                                      callbacks=[progress] + ([StorageSync(plan)] if plan.storage else []),
+                                      callbacks=[progress, ReportPrestart()] + ([StorageSync(plan)] if plan.storage else []),
                                       stop=stop, verbose=0),
     ), False
 

@@ -518,6 +518,34 @@ def test_a_broken_figure_pool_falls_back_to_this_process(capsys):
     assert capsys.readouterr().err.count("figure processes stopped") == 1
 
 
+def _pid() -> int:
+    import os
+    return os.getpid()
+
+
+@pytest.mark.slow
+def test_prestarted_drawing_processes_are_taken_by_the_next_pool_once():
+    """prestart: the processes start before the report; the report's pool takes them (whatever the
+    number of figures), the next pool does not find them again, and discard_prestarted shuts down
+    processes no report took."""
+    import os
+
+    from orchestration.report import figure_pool as fp
+    assert fp.prestart(procs=1) is False and fp._prestarted is None      # one process: nothing to start
+    assert fp.prestart(procs=2) is True
+    started = fp._prestarted
+    assert fp.prestart(procs=2) is False and fp._prestarted is started  # not twice
+    with fp.FigurePool(expected=2, procs=2) as pool:     # too few figures to start a pool, but one is there
+        assert pool.pool is started and fp._prestarted is None
+        pids = {f.result() for f in [pool.submit(_pid) for _ in range(4)]}
+        assert os.getpid() not in pids and pool.drawn_by_pool == 4
+    with fp.FigurePool(expected=2, procs=2) as pool:
+        assert pool.pool is None                          # taken once
+    assert fp.prestart(procs=2) is True
+    fp.discard_prestarted()
+    assert fp._prestarted is None
+
+
 def test_spearman_matches_scipy_with_ties_constants_and_missing():
     """The report's own Spearman (no p-value: thousands of calls a report) against scipy's statistic."""
     import warnings

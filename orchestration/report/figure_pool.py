@@ -61,22 +61,71 @@ class _Figure:
         return self.value
 
 
+_prestarted: ProcessPoolExecutor | None = None     # started before the report (prestart), not yet taken
+
+
+def _spawn(procs: int) -> ProcessPoolExecutor | None:
+    import multiprocessing
+    try:
+        return ProcessPoolExecutor(max_workers=procs, mp_context=multiprocessing.get_context("spawn"))
+    except (OSError, ValueError):
+        return None
+
+
+def _ready() -> bool:
+    """Run in each new process: importing this module (to find this function) imported the report's
+    drawing code; matplotlib's pyplot is the rest of what a figure needs."""
+    import matplotlib.pyplot  # noqa: F401
+    return True
+
+
+def prestart(procs: int | None = None) -> bool:
+    """Start the drawing processes now, for a report this process builds later (a sweep calls this while
+    its last trials run): they start and import matplotlib meanwhile, and the report's FigurePool takes
+    them over. Nothing happens with one process (report_procs) or when they are already started."""
+    global _prestarted
+    procs = report_procs() if procs is None else procs
+    if procs <= 1 or _prestarted is not None:
+        return False
+    _prestarted = _spawn(procs)
+    if _prestarted is None:
+        return False
+    try:
+        for _ in range(procs):          # one task per process: each one is started and imports
+            _prestarted.submit(_ready)
+    except (BrokenProcessPool, RuntimeError, OSError):
+        discard_prestarted()
+        return False
+    return True
+
+
+def discard_prestarted() -> None:
+    """Shut down prestarted processes that no report took (the sweep ended before its report)."""
+    global _prestarted
+    pool, _prestarted = _prestarted, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _take_prestarted() -> ProcessPoolExecutor | None:
+    global _prestarted
+    pool, _prestarted = _prestarted, None
+    return pool
+
+
 class FigurePool:
     """submit(fn, *args) -> a figure whose .result() is fn's return value. `expected` figures decide
-    whether a pool is worth starting; close() (or leaving the `with` block) shuts the pool down."""
+    whether a pool is worth starting; processes started earlier (prestart) are used whatever the number;
+    close() (or leaving the `with` block) shuts the pool down."""
 
     def __init__(self, expected: int, procs: int | None = None):
         procs = report_procs() if procs is None else procs
         self.procs = min(procs, max(1, expected))
-        self.pool = None
+        self.pool = _take_prestarted() if procs > 1 else None
         self.drawn_by_pool = 0
         self._warned = False
-        if self.procs > 1 and expected >= MIN_FIGURES:
-            import multiprocessing
-            try:
-                self.pool = ProcessPoolExecutor(max_workers=self.procs, mp_context=multiprocessing.get_context("spawn"))
-            except (OSError, ValueError):
-                self.pool = None
+        if self.pool is None and self.procs > 1 and expected >= MIN_FIGURES:
+            self.pool = _spawn(self.procs)
 
     def submit(self, fn, *args, **kwargs) -> _Figure:
         future = None

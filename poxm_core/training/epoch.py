@@ -122,11 +122,28 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     # the rest eagerly: the graphed group's last, shorter batch; heads outside it (their own parameters
     # and stacks, so training them in a pass of their own is the same arithmetic) on every batch
     step = TrainStep(g_seq, g_stacks, engine, ctxs)
-    rest = TrainStep(e_seq, e_stacks, None, ctxs) if e_seq else None
+    rest = e_step = TrainStep(e_seq, e_stacks, None, ctxs) if e_seq else None
     k = len(step.order)
     # what the batches below `start` must carry: only what the heads of the separate pass read
     e_labels = any(h.method.needs_labels() for h in e_seq)
     e_reward = any(h.method.needs_reward_model for h in e_seq)
+    side = None
+    if rest is not None and graphed and device.type == "cuda":
+        # The separate pass is host-bound (eager launches, a sync inside EmbeddingBag's backward) while the
+        # graph's replays, already queued, keep the GPU busy: on a stream of its own it runs beside them
+        # instead of after them. It shares no tensor that either side writes (its own heads and stacks;
+        # `total` in disjoint slices); the main stream waits for it before the losses are read.
+        side = data.graphs.get("side_stream")
+        if side is None:
+            side = data.graphs["side_stream"] = torch.cuda.Stream(device=device)
+        main = torch.cuda.current_stream(device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for a in range(0, n, B):
+                b = min(n, a + B)
+                batch = data.batch(rows, perm, a, b, bags, e_labels)
+                total[k:] += rest(batch, _reward_fn(reward, batch) if e_reward else None).double() * (b - a)
+        rest = None
     for a in range(start if rest is None else 0, n if trainable else 0, B):
         b = min(n, a + B)
         batch = data.batch(rows, perm, a, b, bags, labels if a >= start else e_labels)
@@ -135,7 +152,9 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
             total[:k] += step(batch, rhat).double() * (b - a)
         if rest is not None:
             total[k:] += rest(batch, rhat).double() * (b - a)
-    order = step.order + (rest.order if rest is not None else [])
+    if side is not None:
+        main.wait_stream(side)
+    order = step.order + (e_step.order if e_step is not None else [])
     values = total.tolist()
     for h, v in zip(order, values):
         if v != v or v in (float("inf"), float("-inf")):
