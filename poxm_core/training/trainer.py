@@ -26,7 +26,8 @@ device), epoch.py (one epoch of a group of heads), reporting.py (validation esti
 checkpoint.py (state on disk). This module runs them in order and writes the outputs.
 summary.json's "timing" splits the wall time into set-up (of it: setup_heads_s, the heads' initial draws,
 and setup_data_s, the data on the device), training, evaluation (of it: eval_final_s, the final report;
-the rest is the per-epoch validation estimates) and checkpoints.
+the rest is the per-epoch validation estimates), checkpoints and, with an on_epoch callback, report_s:
+the time spent in it (on Ray: handing each epoch's report to Ray Train, which takes one report a poll).
 """
 from __future__ import annotations
 
@@ -153,7 +154,8 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
     t0 = time.perf_counter()
-    timing = {"setup_s": 0.0, "train_s": 0.0, "eval_s": 0.0, "checkpoint_s": 0.0}
+    timing = {"setup_s": 0.0, "train_s": 0.0, "eval_s": 0.0, "checkpoint_s": 0.0,
+              **({"report_s": 0.0} if on_epoch is not None else {})}
     rhash = result_hash(cfg, spec)
     E = cfg.training.epochs
     det = wants_deterministic(cfg, device)
@@ -230,7 +232,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                                  _state(heads, stacks, epoch, rows, spec, rhash),
                                  {"trial": spec.name, "result_hash": rhash})
             if on_epoch is not None:
-                on_epoch(epoch, metrics, ckpt_dir)
+                timed("report_s", on_epoch, epoch, metrics, ckpt_dir)
         if bar is not None:
             bar.close()
         last = max(E, start) if any(h.trains for h in heads) else 0
@@ -244,7 +246,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 ckpt_dir = writing.result()
                 timing["checkpoint_s"] += time.perf_counter() - t
         if writing is not None and on_epoch is not None:
-            on_epoch(*last_epoch, ckpt_dir)
+            timed("report_s", on_epoch, *last_epoch, ckpt_dir)
     if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
         timing["cross_fit_s"] = 0.0
         crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
