@@ -21,11 +21,6 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     if not verbose:
         quiet_libraries()
     addr = address or os.environ.get("RAY_ADDRESS") or None
-    # Ray Train's controller takes ONE report from its worker per poll, every 2 s by default, and the
-    # worker's next report waits for it: a trial whose epochs are shorter than that waits at each one
-    # (measured on 4 H100s: 20 of a Corel5k trial's 46 s). Polled every TRAIN_POLL_S instead; the
-    # controller inherits this (a local Ray) or gets it through runtime_env (WORKER_ENV_ALLOW).
-    os.environ.setdefault(TRAIN_POLL_ENV, str(TRAIN_POLL_S))
     if not addr:
         # Tune + Train start ~8 Python workers at once; with the default start-up concurrency (= CPUs)
         # a 2-core machine's raylet pushes a "4x the maximum expected startup concurrency" warning to
@@ -38,8 +33,6 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     ours = signal.getsignal(signal.SIGTERM)     # poxm's handler (orchestration.cli), before Ray replaces it
     kwargs = dict(address=addr, include_dashboard=False, log_to_driver=verbose,
                   logging_level=logging.INFO if verbose else logging.WARNING, **extra)
-    if not addr and preload_modules():
-        kwargs["_system_config"] = {"preload_python_modules": preload_modules()}
     if addr:
         ray.init(**kwargs)
     else:
@@ -52,25 +45,13 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     return True
 
 
+# Ray Train's controller takes ONE report from its worker per poll (every 2 s by default) and the worker's
+# next report waits for it, so a trial with epochs shorter than that waits at each one (on 4 H100s: 20 of
+# a Corel5k trial's 46 s, summary.json's report_s). Ray reads the interval from this variable; a remote
+# cluster's workers are handed it when it is set (WORKER_ENV_ALLOW). poxm leaves Ray's default: with
+# 0.2 s the trials of the four-dataset benchmark ran 15-45 % faster, but that sweep did not return after
+# its last trial had finished (docs/performance.md).
 TRAIN_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
-TRAIN_POLL_S = 0.2
-
-PRELOAD_ENV = "POXM_RAY_PRELOAD"
-# what a job's processes import before their work can start: the Tune trial (drive_trial), Ray Train's
-# controller and worker actors, the worker's torch and the trial's modules
-PRELOAD_DEFAULT = ("ray.tune", "ray.train", "ray.train.v2.api.data_parallel_trainer",
-                   "ray.tune.integration.ray_train", "torch", "orchestration.trial", "poxm_core.training.trainer")
-
-
-def preload_modules(environ=None) -> list[str]:
-    """$POXM_RAY_PRELOAD: modules every worker process of a local Ray imports when it starts (Ray's
-    preload_python_modules), so that Ray's prestarted, idle workers hold them before the jobs need them:
-    '1' for PRELOAD_DEFAULT, or a comma-separated list; unset, '' or '0': none."""
-    raw = (os.environ if environ is None else environ).get(PRELOAD_ENV, "").strip()
-    if raw in ("", "0"):
-        return []
-    return list(PRELOAD_DEFAULT) if raw == "1" else [m.strip() for m in raw.split(",") if m.strip()]
-
 
 def _restore_sigterm_handler(ours) -> None:
     """ray.init replaces the SIGTERM handler (with one that exits at once: `sys.exit(15)`, and a native
