@@ -8,7 +8,9 @@ wall time and end) and trials/<t>/timing.json (per attempt: start, end, run_tria
 Per run directory it prints the trials, the Ray Train jobs they ran in (a job runs one trial, or a
 pack of them: resources.trials_per_job), the sweep's wall time, the trials' compute, the busy time,
 the share (also with the prepare stage counted as computing), each job's start-up and the timeline (trials
-computing every 15 s) (from the trainer's fit's start to its first trial's start: Ray
+computing every 15 s), and the trials' time outside their computing parts (summary.json: report_s, the
+time spent handing epochs to Ray Train, which takes one report per poll, and what no part explains)
+(job start-up: from the trainer's fit's start to its first trial's start: Ray
 Train's worker group, placement, imports, loading the prepared data). Only the attempts of the
 latest invocation (`poxm run` or `poxm resume`) count, as in sweep_summary.json.
 """
@@ -40,10 +42,13 @@ def share(run_dir: str | Path) -> dict:
     t0 = t1 - wall
     trials = json.loads((rd / "sweep.json").read_text())["trials"]
     spans, compute, jobs = [], 0.0, {}
+    waits = {"report_s": [], "unexplained_s": []}
     for t in trials:
         f = rd / "trials" / t / "timing.json"
         if not f.is_file():
             continue
+        if any(a["end"] >= t0 - 1 for a in json.loads(f.read_text()).get("attempts", [])):
+            _trial_waits(rd / "trials" / t / "summary.json", waits)
         for a in json.loads(f.read_text()).get("attempts", []):
             if a["end"] < t0 - 1:          # an earlier invocation's attempt
                 continue
@@ -88,7 +93,31 @@ def share(run_dir: str | Path) -> dict:
             "job_startup_parts_median_s": ({k: round(sorted(p[i] for p in parts)[len(parts) // 2], 1) for i, k in
                                             enumerate(("ray_train", "worker_torch_cuda", "prepare_wait", "first_trial_load"))}
                                            if parts else None),
-            "timeline": timeline}
+            "timeline": timeline,
+            "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(_median(v), 2), "trials": len(v)}
+                                           for k, v in waits.items() if v}}
+
+
+PARTS = ("setup_s", "train_s", "eval_s", "checkpoint_s", "cross_fit_s")
+
+
+def _trial_waits(summary_path: Path, waits: dict) -> None:
+    """A trial's time outside its computing parts (summary.json, its last attempt): report_s, the time
+    spent handing epochs to Ray Train (recorded since it exists), and what no part explains."""
+    if not summary_path.is_file():
+        return
+    s = json.loads(summary_path.read_text())
+    timing = s.get("timing", {})
+    if "report_s" in timing:
+        waits["report_s"].append(float(timing["report_s"]))
+    if "seconds" in s:
+        waits["unexplained_s"].append(float(s["seconds"]) - sum(float(timing.get(k, 0.0)) for k in PARTS)
+                                      - float(timing.get("report_s", 0.0)))
+
+
+def _median(v: list[float]) -> float:
+    v = sorted(v)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
 def main(argv=None) -> int:
@@ -118,7 +147,10 @@ def main(argv=None) -> int:
                  f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else "")
               + (f"\n  first job started at {r['timeline']['first_job_start_s']} s, first trial computed at "
                  f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s"
-                 f"\n  trials computing every {TIMELINE_STEP} s: {' '.join(map(str, r['timeline']['running']))}"))
+                 f"\n  trials computing every {TIMELINE_STEP} s: {' '.join(map(str, r['timeline']['running']))}")
+              + "".join(f"\n  trial time in {k[:-2]} (outside setup, training, evaluation, checkpoints): total {v['total']} s, "
+                        f"median {v['median']} s a trial ({v['trials']} trials)"
+                        for k, v in r["trial_time_outside_parts_s"].items()))
     return 0
 
 

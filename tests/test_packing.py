@@ -175,10 +175,18 @@ def test_orchestration_share_script(tmp_path):
             {"start": a, "end": b, "run_trial_s": b - a, "job": j, "job_start": js,
              **({"worker_start": 1004, "worker_ready": 1006} if j == "j1" else {}),
              **({"prepare_wait_s": 1.5} if t == "x" else {})}]})
+    # x: 21 s, of which 17 s in its parts and 3 s handing epochs to Ray (report_s): 1 s unexplained;
+    # y (before report_s existed): 30 s, 20 s in its parts; w did not run now: not counted
+    write_json(rd / "trials" / "x" / "summary.json", {"seconds": 21.0, "timing": {
+        "setup_s": 1.0, "train_s": 10.0, "eval_s": 5.0, "checkpoint_s": 1.0, "report_s": 3.0, "setup_heads_s": 0.5}})
+    write_json(rd / "trials" / "y" / "summary.json", {"seconds": 30.0, "timing": {"setup_s": 2.0, "train_s": 18.0}})
+    write_json(rd / "trials" / "w" / "summary.json", {"seconds": 99.0, "timing": {"report_s": 99.0}})
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(rd), "--json"],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
+    assert r["trial_time_outside_parts_s"] == {"report_s": {"total": 3.0, "median": 3.0, "trials": 1},
+                                               "unexplained_s": {"total": 11.0, "median": 5.5, "trials": 2}}
     assert r["busy_s"] == 60.0 and r["orchestration_share"] == pytest.approx(0.4)
     assert r["prepare_s"] == 5.0 and r["share_prepare_as_compute"] == pytest.approx(0.35)
     assert r["trial_compute_s"] == 70.0 and r["jobs"] == 2 and r["trials_run"] == 3
