@@ -134,6 +134,24 @@ def test_grouped_heads_equal_heads_trained_alone(tmp_path):
 
 # --------------------------------------------------------------------------------- rows and files
 
+@pytest.mark.slow
+def test_time_in_on_epoch_is_report_s(tmp_path):
+    """summary.json's timing: report_s is the time spent in on_epoch (on Ray: handing the epoch to Ray
+    Train), outside training and evaluation; absent without a callback."""
+    import time
+    cfg = tiny_config({"dm": {"lr": 0.01}}, epochs=2)
+    spec = spec_of(cfg, "dm")
+    run_trial(cfg, spec, PREP, tmp_path / "a", on_epoch=lambda e, m, c: time.sleep(0.2), progress=False)
+    s = json.loads((tmp_path / "a" / "summary.json").read_text())
+    t = s["timing"]
+    assert 0.4 <= t["report_s"] < 0.4 + 0.5
+    # the parts and report_s account for the trial's time: the callback is in none of the others
+    parts = sum(t[k] for k in ("setup_s", "train_s", "eval_s", "checkpoint_s"))
+    assert abs(s["seconds"] - parts - t["report_s"]) < 0.3
+    run_trial(cfg, spec, PREP, tmp_path / "b", progress=False)
+    assert "report_s" not in json.loads((tmp_path / "b" / "summary.json").read_text())["timing"]
+
+
 def test_rows_schema_files_and_metric_names(tmp_path):
     cfg = tiny_config(epochs=1)          # every method of the registry
     spec = trial_specs(cfg, "seed")[0]
