@@ -47,25 +47,6 @@ def final_table(df: pd.DataFrame, metrics=TABLE_METRICS) -> pd.DataFrame:
     return t[[m for m in metrics if m in t.columns]]
 
 
-def _start_cuda(device: str) -> None:
-    """A fresh process's first CUDA call takes seconds on some machines (the driver's start): begun on a
-    thread now, it runs beside loading the prepared data and the training modules, and the trial's
-    first use of the GPU waits for it (torch initialises CUDA once, under a lock)."""
-    if device == "cpu":
-        return
-    import threading
-
-    import torch
-    def init() -> None:
-        try:
-            torch.cuda.init()
-        except Exception:    # noqa: BLE001  (the trial's own first CUDA call raises it, in its place)
-            pass
-
-    if torch.cuda.is_available():
-        threading.Thread(target=init, name="poxm-cuda-init", daemon=True).start()
-
-
 def train_command(config_path, overrides=None, out_dir=None, print_config: bool = False, dataset=None,
                   variant=None, method=None, seed=None, cache_dir=None, progress: bool = True) -> pd.DataFrame | None:
     """Load the config, pick one trial, load its prepared inputs, run it into `out_dir`, print a table."""
@@ -79,7 +60,6 @@ def train_command(config_path, overrides=None, out_dir=None, print_config: bool 
     if out_dir is None:
         raise PoxmInputError("--out: an output directory is required")
     spec = pick_trial(cfg, dataset, variant, method, seed)
-    _start_cuda(cfg.device)
     cache = Path(cache_dir) if cache_dir is not None else Path(cfg.runs_dir) / "cache"
     prepared = load_prepared(cfg, spec.dataset, spec.variant, spec.seed, cache)
     df = run_trial(cfg, spec, prepared, Path(out_dir), progress=progress)
