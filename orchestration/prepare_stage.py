@@ -161,6 +161,7 @@ class PrepareRun:
             raise
         finally:
             self.seconds, self.ended_at = time.perf_counter() - self._t0, time.time()
+        self._result = (out, compute)
         return out, compute
 
     def watch(self, on_done=None) -> None:
@@ -188,9 +189,9 @@ class PrepareRun:
         return self._error
 
     def result(self) -> tuple[dict, float]:
-        """The watched stage's result (waits for it); its failure raised here."""
+        """The stage's result: waited for (watched, or here), or the one wait_all gave; its failure raised here."""
         if self._thread is None:
-            return self.wait_all()
+            return self._result if self._result is not None else self.wait_all()
         self._thread.join()
         _FAILED.pop(str(self.plan.rd.root), None)
         if self._error is not None:

@@ -95,6 +95,10 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
 
         prep = PrepareRun(plan, say)
+        # every trial done while Ray winds down: gather, select and report meanwhile (local run dirs:
+        # in storage mode the trials' files reach the run directory through callbacks, then the end)
+        early = EarlyReport(plan, prep, progress_say(progress)) if plan.storage is None else None
+        hook = early.start if early is not None else None
         if prep.overlapped:
             # the trials start now; each job's worker waits for its own (dataset, seed). The points'
             # data checksums are tagged once the stage is over (ensure_points adds them).
@@ -106,28 +110,30 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                        lambda prepared: stage_points(plan, uri, exp_id, parent, tags, prepared))
             inputs = sweep_inputs(plan, prep.refs, runs)
             try:
-                done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper())
+                done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper(),
+                                                           on_all_done=hook)
             finally:
                 if prep.failed() is not None:   # Tune stopped every job: start afresh on `poxm resume`
                     forget_tune_state(plan)
-            prepared, prepare_compute = prep.result()
-            gather_prepare(rd, prepared)
         else:
-            prepared, prepare_compute = prep.wait_all()
+            prepared, _ = prep.wait_all()
             gather_prepare(rd, prepared)
             if cfg.mlflow.enabled:
                 runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
             inputs = sweep_inputs(plan, prepared, runs)
-            done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say)
+            done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, on_all_done=hook)
         prepare_s = prep.seconds
 
         t2 = time.perf_counter()
-        rows = gather_rows(rd, plan.names)
-        report = select_and_report(rd, cfg.selection.criterion, rows, say)
+        built = early.result() if early is not None else None
+        if built is None:       # not every trial was done, or none ran now: as always, after the trials
+            built = gather_select_report(plan, prep, say)
+        prepared, prepare_compute, rows, report, report_s = built
         wall = time.perf_counter() - t_start
         summary = sweep_summary(rd, len(plan.specs), len(plan.grid()), done, errored, before,
                                 {"wall": wall, "ray_init": ray_s, "prepare": prepare_s, "prepare_compute": prepare_compute,
-                                 "tune": tune_s, "gather_select_report": time.perf_counter() - t2}, max_conc,
+                                 "tune": tune_s, "gather_select_report": report_s,
+                                 "after_trials": time.perf_counter() - t2}, max_conc,
                                 {"prepare_overlapped": prep.overlapped,
                                  "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)]})
         if runs is not None:
@@ -153,6 +159,53 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                 services.close()
             finally:
                 release_driver(rd)
+
+
+def gather_select_report(plan: SweepPlan, prep, say) -> tuple:
+    """The prepare stage's statistics, every finished trial's rows, selection and the report:
+    (prepared, prepare compute seconds, rows, report dir or None, seconds)."""
+    t = time.perf_counter()
+    prepared, compute = prep.result()
+    gather_prepare(plan.rd, prepared)
+    rows = gather_rows(plan.rd, plan.names)
+    report = select_and_report(plan.rd, plan.cfg.selection.criterion, rows, say)
+    return prepared, compute, rows, report, time.perf_counter() - t
+
+
+class EarlyReport:
+    """gather_select_report on a thread, started (`start`, once) when every trial is done, while Ray Tune
+    and Ray Train wind down (about 7 s of a GPU sweep's tail: their 2 s polls, the jobs' shut-down).
+    `result()` waits for it: its outcome, or None when it never started; its error is raised there."""
+
+    def __init__(self, plan: SweepPlan, prep, say):
+        import threading
+        self.plan, self.prep, self.say = plan, prep, say
+        self._lock = threading.Lock()
+        self._thread = None
+        self._out = self._exc = None
+
+    def start(self) -> None:
+        import threading
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="poxm-report", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = gather_select_report(self.plan, self.prep, self.say)
+        except BaseException as exc:      # noqa: BLE001 -- raised again by result() in the main thread
+            self._exc = exc
+
+    def result(self):
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return None
+        thread.join()
+        if self._exc is not None:
+            raise self._exc
+        return self._out
 
 
 def progress_say(progress: bool):

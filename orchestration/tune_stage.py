@@ -4,6 +4,8 @@ unfinished and errored jobs (their finished trials are skipped).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from ray.tune import Callback
 
 from orchestration.handoff import PreparedAt, SweepInputs
@@ -45,18 +47,34 @@ class StorageSync(Callback):
     on_trial_error = on_trial_complete
 
 
-class ReportPrestart(Callback):
-    """When the sweep's first trial finishes, the report's drawing processes start
-    (orchestration.report.figure_pool.prestart): they are ready when the last trial ends."""
+_ALL_DONE: dict[str, object] = {}    # run dir -> what to call once every trial is done (run_trials sets it)
 
-    def __init__(self):
-        self.started = False
+
+class ReportEarly(Callback):
+    """The report's preparations while the trials run. When the sweep's first trial finishes, the
+    report's drawing processes start (orchestration.report.figure_pool.prestart), so they are ready when
+    the last trial ends. When every trial of the plan is done (done.json), the hook `run_trials` was
+    given is called once: the sweep then gathers and reports while Ray Tune and Ray Train wind down
+    (orchestration.sweep). Tune pickles its callbacks with the experiment (a restored Tuner uses those),
+    so this holds only names; the hook is looked up by run directory in this process."""
+
+    def __init__(self, root, names):
+        self.root, self.names = str(root), list(names)
+        self.started = self.all_done = False
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if not self.started and result.get("member_finished"):
+        if not result.get("member_finished"):
+            return
+        if not self.started:
             self.started = True
             from orchestration.report.figure_pool import prestart
             prestart()
+        hook = _ALL_DONE.get(self.root)
+        if hook is not None and not self.all_done:
+            from orchestration.trial import done_trials
+            if len(done_trials(Path(self.root), self.names)) == len(self.names):
+                self.all_done = True
+                hook()
 
 
 def members(config: dict) -> list[str]:
@@ -137,15 +155,17 @@ def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
                                         trial_name_creator=trial_dirname),
         run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
-                                      callbacks=[progress, ReportPrestart()] + ([StorageSync(plan)] if plan.storage else []),
+                                      callbacks=[progress, ReportEarly(plan.rd.root, plan.names)]
+                                      + ([StorageSync(plan)] if plan.storage else []),
                                       stop=stop, verbose=0),
     ), False
 
 
 def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress: bool, say,
-               stop=None) -> tuple[list, list, set, float]:
+               stop=None, on_all_done=None) -> tuple[list, list, set, float]:
     """Fit (or continue) the Tuner; (done, errored, done before this call, seconds). `stop`: a
-    Tune stopper (orchestration.prepare_stage.PrepareFailed while the prepare stage runs beside)."""
+    Tune stopper (orchestration.prepare_stage.PrepareFailed while the prepare stage runs beside).
+    `on_all_done()`: called once, in this process, when every trial of the plan is done (ReportEarly)."""
     import time
 
     from orchestration.merge import tune_caught_up, tune_covers
@@ -165,12 +185,15 @@ def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
     try:
         # Ray Tune copies AWS_* credentials from this process's environment into every trial's
         # runtime_env, which Ray's runtime-env agent logs in plain text: hold secrets back while it runs.
+        if on_all_done is not None:
+            _ALL_DONE[str(rd.root)] = on_all_done
         with secrets_withheld():
             tuner.fit()
         tune_caught_up(plan)
     except KeyboardInterrupt:      # Ctrl-C or SIGTERM: the command line prints this one line, exit 130
         raise KeyboardInterrupt(f"interrupted; continue with `poxm resume {rd.root}`") from None
     finally:
+        _ALL_DONE.pop(str(rd.root), None)
         if plan.storage is not None:     # whatever the callbacks missed (a driver restart, a late file)
             from orchestration.trial import fetch_trial
             for n in plan.names:
