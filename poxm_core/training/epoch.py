@@ -108,6 +108,22 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     g_seq, e_seq = ([], seq) if split else (seq, [])
     grouped = (engine.heads if engine is not None else []) + g_seq
     g_stacks, e_stacks = _stacks_of(grouped), _stacks_of(e_seq)
+    # what the batches below `start` must carry: only what the heads of the separate pass read
+    e_labels = any(h.method.needs_labels() for h in e_seq)
+    e_reward = any(h.method.needs_reward_model for h in e_seq)
+    side = None
+    if split and device.type == "cuda":
+        # The separate pass is host-bound (eager launches, a sync inside EmbeddingBag's backward) while the
+        # graph's replays keep the GPU busy: on a stream of its own it runs beside them instead of after
+        # them. It shares no tensor that either side writes (its own heads and stacks; `total` in disjoint
+        # slices) and reads only what is ready now (the epoch's order, sparse input and `total`), so it
+        # waits for this point, not for the replays queued next; the main stream waits for it before
+        # the losses are read.
+        side = data.graphs.get("side_stream")
+        if side is None:
+            side = data.graphs["side_stream"] = torch.cuda.Stream(device=device)
+        main = torch.cuda.current_stream(device)
+        side.wait_stream(main)
     if graphed:
         key = ("graph", engine is not None) + tuple(h.key for h in trainable)
         runner = data.graphs.get(key)
@@ -124,20 +140,9 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     step = TrainStep(g_seq, g_stacks, engine, ctxs)
     rest = e_step = TrainStep(e_seq, e_stacks, None, ctxs) if e_seq else None
     k = len(step.order)
-    # what the batches below `start` must carry: only what the heads of the separate pass read
-    e_labels = any(h.method.needs_labels() for h in e_seq)
-    e_reward = any(h.method.needs_reward_model for h in e_seq)
-    side = None
-    if rest is not None and graphed and device.type == "cuda":
-        # The separate pass is host-bound (eager launches, a sync inside EmbeddingBag's backward) while the
-        # graph's replays, already queued, keep the GPU busy: on a stream of its own it runs beside them
-        # instead of after them. It shares no tensor that either side writes (its own heads and stacks;
-        # `total` in disjoint slices); the main stream waits for it before the losses are read.
-        side = data.graphs.get("side_stream")
-        if side is None:
-            side = data.graphs["side_stream"] = torch.cuda.Stream(device=device)
-        main = torch.cuda.current_stream(device)
-        side.wait_stream(main)
+    if side is not None:
+        if e_reward:     # the reward model it reads is the DM head's, which may train in the graph
+            side.wait_stream(main)
         with torch.cuda.stream(side):
             for a in range(0, n, B):
                 b = min(n, a + B)
