@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -47,9 +48,10 @@ def share(run_dir: str | Path) -> dict:
         f = rd / "trials" / t / "timing.json"
         if not f.is_file():
             continue
-        if any(a["end"] >= t0 - 1 for a in json.loads(f.read_text()).get("attempts", [])):
+        attempts = json.loads(f.read_text()).get("attempts", [])
+        if any(a["end"] >= t0 - 1 for a in attempts):      # the trial ran in this invocation
             _trial_waits(rd / "trials" / t / "summary.json", waits)
-        for a in json.loads(f.read_text()).get("attempts", []):
+        for a in attempts:
             if a["end"] < t0 - 1:          # an earlier invocation's attempt
                 continue
             spans.append((max(a["start"], t0), min(a["end"], t1)))
@@ -94,7 +96,7 @@ def share(run_dir: str | Path) -> dict:
                                             enumerate(("ray_train", "worker_torch_cuda", "prepare_wait", "first_trial_load"))}
                                            if parts else None),
             "timeline": timeline,
-            "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(_median(v), 2), "trials": len(v)}
+            "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(statistics.median(v), 2), "trials": len(v)}
                                            for k, v in waits.items() if v}}
 
 
@@ -114,10 +116,6 @@ def _trial_waits(summary_path: Path, waits: dict) -> None:
         waits["unexplained_s"].append(float(s["seconds"]) - sum(float(timing.get(k, 0.0)) for k in PARTS)
                                       - float(timing.get("report_s", 0.0)))
 
-
-def _median(v: list[float]) -> float:
-    v = sorted(v)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,14 +179,12 @@ class EarlyReport:
     `result()` waits for it: its outcome, or None when it never started; its error is raised there."""
 
     def __init__(self, plan: SweepPlan, prep, say):
-        import threading
         self.plan, self.prep, self.say = plan, prep, say
         self._lock = threading.Lock()
         self._thread = None
         self._out = self._exc = None
 
     def start(self) -> None:
-        import threading
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="poxm-report", daemon=True)
