@@ -9,6 +9,7 @@ import math
 import os
 import sys
 
+from orchestration.report_pace import POLL_ENV
 from poxm_core.config import SweepConfig
 from poxm_core.errors import PoxmInputError
 
@@ -46,12 +47,11 @@ def ray_init(address: str | None, verbose: bool) -> bool:
 
 
 # Ray Train's controller takes ONE report from its worker per poll (every 2 s by default) and the worker's
-# next report waits for it, so a trial with epochs shorter than that waits at each one (on 4 H100s: 20 of
-# a Corel5k trial's 46 s, summary.json's report_s). Ray reads the interval from this variable; a remote
-# cluster's workers are handed it when it is set (WORKER_ENV_ALLOW). poxm leaves Ray's default: with
-# 0.2 s the trials of the four-dataset benchmark ran 15-45 % faster, but that sweep did not return after
-# its last trial had finished (docs/performance.md).
-TRAIN_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+# next report waits for it; trials therefore pace their reports by it (orchestration/report_pace.py). Ray
+# reads the interval from this variable; a remote cluster's workers are handed it when it is set
+# (WORKER_ENV_ALLOW). poxm leaves Ray's default: with 0.2 s, one run of the four-dataset benchmark did not
+# return after its last trial had finished (docs/performance.md).
+TRAIN_POLL_ENV = POLL_ENV
 
 def _restore_sigterm_handler(ours) -> None:
     """ray.init replaces the SIGTERM handler (with one that exits at once: `sys.exit(15)`, and a native

@@ -9,8 +9,8 @@ function; benchmarks/ray_train_startup.py).
     Tuner ──> drive_trial(config, sweep)       Tune trial actor, one per job: a trial (TrialSpec, a group
                 │                              of heads) or a pack of trials (resources.trials_per_job)
                 └─ DataParallelTrainer(worker_loop)  Ray Train job 'train-<job name>' under run_dir/ray
-                     └─ worker_loop({'job': WorkerJob})   per trial: load Prepared, run_trial, report +
-                                                          checkpoint each epoch
+                     └─ worker_loop({'job': WorkerJob})   per trial: load Prepared, run_trial, report
+                                                          epochs + checkpoints as Ray takes them
 
 `sweep` (`SweepInputs`) and the job (`WorkerJob`) are the typed hand-offs of orchestration/handoff.py.
 
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from orchestration.handoff import JobMember, PreparedRef, SweepInputs, WorkerJob, worker_job
+from orchestration.report_pace import ReportPace
 from orchestration.rundir import read_json, set_trial_state, write_json
 
 CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
@@ -36,13 +37,18 @@ def crash_spec() -> str | None:
     return os.environ.get(CRASH_ENV) or None
 
 
-def _maybe_crash(spec: str | None, trial: str, epoch: int, trial_dir: Path) -> None:
-    """Fault injection for tests: the worker process dies right after epoch `e` was checkpointed,
-    once per trial (a marker file in the trial's working dir records that it fired)."""
+def crashes_after(spec: str | None, trial: str, epoch: int) -> bool:
+    """Whether fault injection (`spec`, see CRASH_ENV) targets this trial's epoch."""
     if not spec:
-        return
+        return False
     e, _, only = spec.partition(":")
-    if int(e) != epoch or (only and only != trial):
+    return int(e) == epoch and (not only or only == trial)
+
+
+def _maybe_crash(spec: str | None, trial: str, epoch: int, trial_dir: Path) -> None:
+    """Fault injection for tests: the worker process dies right after epoch `e` was checkpointed and
+    reported, once per trial (a marker file in the trial's working dir records that it fired)."""
+    if not crashes_after(spec, trial, epoch):
         return
     marker = trial_dir / ".crash_injected"
     if marker.exists():
@@ -123,6 +129,7 @@ def worker_loop(train_loop_config: dict) -> None:
         ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0].name
     loaded: dict = {}                 # the last prepared variant loaded: {variant_dir: Prepared}
     head_epochs = 0                   # of this job, for the progress bar
+    pace = ReportPace()               # epoch reports only as often as Ray Train takes them
     for i, m in enumerate(members):
         files = TrialFiles(m.name, job.run_root, job.storage)
         n_heads = len(m.spec["heads"])
@@ -130,10 +137,17 @@ def worker_loop(train_loop_config: dict) -> None:
             head_epochs += n_heads * E
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
-        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts)
+        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
         head_epochs += n_heads * E
         ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
                           **({"finished": 1} if i == len(members) - 1 else {})})
+        pace.sent()
+
+
+def checkpoint_epoch(dirname: str) -> int:
+    """The epoch in a checkpoint folder's name ('epoch_0007', '<trial>.epoch_0007'); -1 if none."""
+    tail = dirname.rpartition("epoch_")[2]
+    return int(tail) if tail.isdigit() else -1
 
 
 def job_cuda_index() -> int:
@@ -146,9 +160,10 @@ def job_cuda_index() -> int:
 
 
 def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
-                base_head_epochs: int, packed: bool, starts: dict | None = None) -> None:
+                base_head_epochs: int, packed: bool, starts: dict | None = None, pace: ReportPace | None = None) -> None:
     """One trial of a job: load its prepared variant (kept when the previous trial used the same),
-    run_trial with a report + checkpoint each epoch, its MLflow runs, timing.json, done.json."""
+    run_trial with its epochs reported to Ray (with their checkpoints) as often as Ray takes them
+    (`pace`, orchestration/report_pace.py), its MLflow runs, timing.json, done.json."""
     import ray.train
 
     from orchestration.storage import node_dir
@@ -188,19 +203,27 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
         if logger is not None:
             logger.log_epoch(epoch, metrics)
         files.set_state("running", epoch=epoch, epochs=E)
-        extra = {"epoch": epoch, "member": index, "head_epochs": base_head_epochs + n_heads * epoch}
-        if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
-            ray.train.report({**metrics, **extra})
-        else:
-            ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
-                             checkpoint_dir_name=f"{spec.name}.epoch_{epoch:04d}" if packed else f"epoch_{epoch:04d}")
+        if pace is None or pace.epoch_report_due(epoch, E, forced=crashes_after(job.crash, spec.name, epoch)):
+            extra = {"epoch": epoch, "member": index, "head_epochs": base_head_epochs + n_heads * epoch}
+            if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
+                ray.train.report({**metrics, **extra})
+            else:
+                ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
+                                 checkpoint_dir_name=f"{spec.name}.epoch_{epoch:04d}" if packed else f"epoch_{epoch:04d}")
+            if pace is not None:
+                pace.sent()
         _maybe_crash(job.crash, spec.name, epoch, out_dir)
 
+    # Ray's latest checkpoint of this trial, unless the trial folder has a newer one: epochs are reported
+    # to Ray only as often as it takes them, and a worker that died right after a report can leave Ray
+    # without it. (In storage mode the folder is this node's: on another node Ray's is the one there.)
+    from poxm_core.training.checkpoint import latest_checkpoint
+    last = latest_checkpoint(out_dir)
+    if ckpt is not None and last is not None and checkpoint_epoch(last.name) > checkpoint_epoch(Path(ckpt.path).name):
+        ckpt = None
     if ckpt is not None:
         resumed = f"ray:{Path(ckpt.path).name}"
-    else:   # a worker that died right after a report can leave Ray without it; the trial dir has it
-        from poxm_core.training.checkpoint import latest_checkpoint
-        last = latest_checkpoint(out_dir)
+    else:
         resumed = None if last is None else f"trial_dir:{last.name}"
     try:
         t1, wall1 = time.perf_counter(), time.time()

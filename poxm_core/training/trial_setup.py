@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,20 +158,29 @@ def wants_deterministic(cfg: SweepConfig, device: torch.device) -> bool:
     return device.type == "cpu" if mode == "auto" else bool(mode)
 
 
+def set_deterministic(on: bool, warn_only: bool = False) -> None:
+    """torch.use_deterministic_algorithms(on, warn_only), without importing torch._inductor when nothing
+    else has: the public call also sets inductor's copy of the flag (read by torch.compile only, which
+    poxm never uses), and that import pulls in torch._dynamo, sympy and more: about 4 s of a fresh
+    process's first trial on an H100 machine, 2.5 s on a 2-core CPU (docs/performance.md)."""
+    if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == \
+            (bool(on), bool(warn_only) and bool(on)):
+        return
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(on, warn_only=warn_only)
+    else:
+        setter(on, warn_only=warn_only)
+
+
 @contextlib.contextmanager
 def deterministic(on: bool = True):
     """torch.use_deterministic_algorithms(on) for the trial (warn-only where an op has no such kernel)."""
     prev, prev_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    if not on:
-        torch.use_deterministic_algorithms(False)
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
-        return
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    set_deterministic(on, warn_only=on)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
+        set_deterministic(prev, warn_only=prev_warn)
