@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from poxm_core.config import ModelConfig
 from poxm_core.csr import check_csr
 from poxm_core.model.core import CoreModel, csr_to_bag, dense_targets, resolve_device
+from poxm_core.torch_lean import adam
 from poxm_core.seeds import tagged_rng
 
 _BYTES_PER_LOGIT = 16
@@ -77,7 +78,7 @@ def train_logging_model(X: sp.csr_matrix, Y: sp.csr_matrix, mcfg: ModelConfig, a
         prior = (np.asarray(Ys.getnnz(axis=0), dtype=np.float64) + 0.5) / (n + 1.0)
         model.head.bias.copy_(torch.as_tensor(np.log(prior) - np.log1p(-prior), dtype=torch.float32))
     model.to(dev).train()
-    opt = torch.optim.Adam(model.parameters(), lr=mcfg.lr, weight_decay=mcfg.weight_decay)
+    opt = adam(model.parameters(), lr=mcfg.lr, weight_decay=mcfg.weight_decay)   # torch.optim.Adam, without torch._dynamo
     micro = micro_batch_rows(L, mcfg.topk_chunk_mb)
     shuffle = tagged_rng(seed, "logging-shuffle")
     n_batches = math.ceil(n / mcfg.batch_size)

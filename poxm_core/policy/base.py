@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
+from poxm_core.torch_lean import adam
 
 __all__ = ["Policy", "Bag"]
 
@@ -51,7 +52,8 @@ class Policy(nn.Module):
         self.to(self.device)
         params = [p for p in self.parameters() if p.requires_grad]
         if params:
-            self.dense_opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+            # torch.optim.Adam's arithmetic; built so that it does not import torch._dynamo (seconds of set-up)
+            self.dense_opt = adam(params, lr=self.lr, weight_decay=self.weight_decay)
 
     @property
     def n_labels(self) -> int:

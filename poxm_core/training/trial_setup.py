@@ -161,8 +161,8 @@ def wants_deterministic(cfg: SweepConfig, device: torch.device) -> bool:
 def set_deterministic(on: bool, warn_only: bool = False) -> None:
     """torch.use_deterministic_algorithms(on, warn_only), without importing torch._inductor when nothing
     else has: the public call also sets inductor's copy of the flag (read by torch.compile only, which
-    poxm never uses), and that import pulls in torch._dynamo, sympy and more: about 4 s of a fresh
-    process's first trial on an H100 machine, 2.5 s on a 2-core CPU (docs/performance.md)."""
+    poxm never uses), and that import pulls in torch._dynamo, sympy and more: 1 s of a fresh process on a
+    2-core CPU, several on an H100 machine without a bytecode cache (poxm_core/torch_lean.py)."""
     if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == \
             (bool(on), bool(warn_only) and bool(on)):
         return
