@@ -29,12 +29,13 @@ from poxm_core.metrics import greedy_metrics, stochastic_metrics
 from poxm_core.prepared import Prepared
 from poxm_core.results import make_row, mlflow_name
 from poxm_core.training.batches import DeviceCSR
-from poxm_core.training.evaluation import test_table, val_arrays
+from poxm_core.policy.heads import HeadParams
+from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
 from poxm_core.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 
-__all__ = ["KS", "EvalInputs", "map_heads", "epoch_report", "final_report"]
+__all__ = ["KS", "EvalInputs", "map_heads", "epoch_report", "epoch_rows", "freeze", "frozen_bytes", "final_report"]
 
 KS = (1, 3, 5)
 
@@ -102,15 +103,19 @@ def _p_sis(h: TrialHead, K: int) -> int:
     return h.spec.p if h.spec.p is not None else K
 
 
-def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None) -> dict[str, tuple[float, float]]:
+def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None,
+                  frozen: "tuple[PolicyView, torch.Tensor] | None" = None) -> dict[str, tuple[float, float]]:
     """{metric: (value, stderr)} on the validation log: every reported estimator of the registry (IS,
-    sIS, SNIS, PIS, ...; DR with a reward model) and ESS. Features are computed for the logged rows only (the log is re-indexed)."""
+    sIS, SNIS, PIS, ...; DR with a reward model) and ESS. Features are computed for the logged rows only
+    (the log is re-indexed). `frozen`: the head's (view, validation features) as `freeze` took them,
+    instead of its current parameters."""
     prepared = ev.prepared
     full = prepared.log_val
     log = dataclasses.replace(full, instance=np.arange(full.n, dtype=np.int64))
     K = prepared.policy_train.cand.shape[1]
     rw = (reward.params, ev.features(reward, "val")) if reward is not None else None
-    arr = val_arrays(h.view(), ev.features(h, "val"), ev.val_cand, ev.val_rho, log, _p_sis(h, K), rw, ev.device)
+    view, feats = frozen if frozen is not None else (h.view(), ev.features(h, "val"))
+    arr = val_arrays(view, feats, ev.val_cand, ev.val_rho, log, _p_sis(h, K), rw, ev.device)
     q = log.q.astype(np.float64)
     # every reported estimator of the registry (estimators.validation): DR only with a reward model
     aux = {k: arr[k] for k in ("dm_term", "rhat_logged") if k in arr}
@@ -171,7 +176,27 @@ def epoch_report(spec: TrialSpec, heads: list[TrialHead], losses: dict[str, floa
                  epoch: int) -> tuple[list[dict], dict[str, float]]:
     """Per-epoch rows (train loss, validation estimates) and MLflow metrics of the trained `heads`."""
     trained = [h for h in heads if h.trains]
-    ests = map_heads(lambda h: val_estimates(h, ev, None), trained)
+    return epoch_rows(spec, trained, losses, map_heads(lambda h: val_estimates(h, ev, None), trained), epoch)
+
+
+def freeze(h: TrialHead, ev: EvalInputs) -> tuple[PolicyView, torch.Tensor]:
+    """What `val_estimates` reads of a head's parameters, copied now: its view with a copy of its output
+    layer, and its validation features (new tensors): the estimates of this moment, computed later while
+    the head trains on."""
+    view = h.view()
+    if view.params is not None:
+        view = dataclasses.replace(view, params=HeadParams(view.params.W.clone(), view.params.b.clone()))
+    return view, ev.features(h, "val")
+
+
+def frozen_bytes(heads: list[TrialHead]) -> int:
+    """What `freeze` copies of the trained `heads`' output layers, in bytes (the features are smaller)."""
+    return sum(h.params.W.numel() * h.params.W.element_size() for h in heads if h.trains and h.params is not None)
+
+
+def epoch_rows(spec: TrialSpec, trained: list[TrialHead], losses: dict[str, float], ests: list[dict], epoch: int
+               ) -> tuple[list[dict], dict[str, float]]:
+    """`epoch_report`'s rows and metrics from the trained heads' validation estimates `ests`."""
     new: list[dict] = []
     metrics: dict[str, float] = {}
     for h, est in zip(trained, ests):

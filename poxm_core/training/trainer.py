@@ -10,7 +10,9 @@ reward model (the DM head) is fitted first, for all its epochs (phase 1), so tha
 DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
 estimates and ESS of its test-time policy on the validation log; a checkpoint is written every
 training.checkpoint_every epochs and after the last; then `on_epoch(e, metrics, ckpt_dir)` (ckpt_dir None
-after an epoch without a checkpoint). The last epoch's checkpoint is copied to the host and written on a
+after an epoch without a checkpoint). On a GPU, epoch e's estimates are computed beside epoch e+1's
+training (overlap.py); its rows, its checkpoint (its state as at the end of epoch e) and its on_epoch
+follow once they are in, so the outputs are the same. The last epoch's checkpoint is copied to the host and written on a
 thread while the final evaluation runs (at Amazon-670K's size it is gigabytes), and its on_epoch comes
 once both are done. At the end: test metrics (docs/metrics.md), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
@@ -26,7 +28,8 @@ device), epoch.py (one epoch of a group of heads), reporting.py (validation esti
 checkpoint.py (state on disk). This module runs them in order and writes the outputs.
 summary.json's "timing" splits the wall time into set-up (of it: setup_heads_s, the heads' initial draws,
 and setup_data_s, the data on the device), training, evaluation (of it: eval_final_s, the final report;
-the rest is the per-epoch validation estimates), checkpoints and, with an on_epoch callback, report_s:
+the rest is the per-epoch validation estimates, or the wait for them when they overlap training),
+checkpoints and, with an on_epoch callback, report_s:
 the time spent in it (on Ray: handing each epoch's report to Ray Train, which takes one report a poll).
 """
 from __future__ import annotations
@@ -52,6 +55,7 @@ from poxm_core.results import COLUMNS, to_frame
 from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
+from poxm_core.training.overlap import BackgroundValidation, overlap_wanted
 from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import (REWARD_KEY, TrialHead, build_heads, check_spec, deterministic, head_lr,
@@ -195,44 +199,93 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         timing[key] += time.perf_counter() - t
         return out
 
+    # GPU: an epoch's validation estimates are computed beside the next epoch's training (overlap.py)
+    bg = BackgroundValidation(device) if overlap_wanted(device, heads) else None
+    pending: dict | None = None     # the epoch whose estimates are being computed: what waits for them
+
+    def report(heads_: list[TrialHead], losses: dict, epoch: int, last: bool) -> tuple[list[dict], dict] | None:
+        """The epoch's rows and metrics now, or None when they are computed beside the next epoch."""
+        nonlocal pending
+        if bg is None or last:
+            return timed("eval_s", epoch_report, spec, heads_, losses, ev, epoch)
+        pending = {"epoch": epoch, "future": bg.start(spec, heads_, losses, ev, epoch)}
+        return None
+
+    def collect() -> tuple[int, list[dict], dict, dict | None]:
+        """The pending epoch's (epoch, rows, metrics, host state to checkpoint or None)."""
+        nonlocal pending
+        t = time.perf_counter()
+        new, metrics = pending["future"].result()
+        timing["eval_s"] += time.perf_counter() - t
+        done, pending = pending, None
+        return done["epoch"], new, metrics, done.get("state")
+
+    def finish_epoch(epoch: int, metrics: dict, state: dict | None) -> None:
+        """A phase-2 epoch's checkpoint (every checkpoint_every epochs) and report, its rows complete."""
+        ckpt_dir = None
+        if epoch % cfg.training.checkpoint_every == 0:
+            if state is None:
+                state = _state(heads, stacks, epoch, rows, spec, rhash)
+            else:      # copied to the host at the end of its epoch; its rows are complete only now
+                state["rows"] = list(rows)
+            ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch, state,
+                             {"trial": spec.name, "result_hash": rhash})
+        if on_epoch is not None:
+            timed("report_s", on_epoch, epoch, metrics, ckpt_dir)
+
+    try:
+        with deterministic(det):
+            # phase 1: the reward model (DM) alone, all its epochs; its per-epoch metrics join phase 2's
+            early: dict[int, dict[str, float]] = {}
+            writing = None
+            for epoch in phase1:
+                losses = timed("train_s", train_epoch, cfg, spec, prepared, [reward], epoch, device, None, data)
+                check_finite([reward], spec, epoch)
+                if pending is not None:
+                    e, new, early[e], _ = collect()
+                    rows += new
+                done = report([reward] if not reward.hidden else [], losses, epoch, epoch == phase1[-1])
+                if done is not None:
+                    new, early[epoch] = done
+                    rows += new
+                if bar is not None:
+                    bar.update(1)
+            for epoch in epochs:
+                losses = timed("train_s", train_epoch, cfg, spec, prepared, others, epoch, device, reward, data)
+                check_finite(others, spec, epoch)
+                if pending is not None:        # the previous epoch's estimates, computed meanwhile
+                    e, new, metrics, state = collect()
+                    metrics.update(early.get(e, {}))
+                    rows += new
+                    finish_epoch(e, metrics, state)
+                done = report([h for h in visible if h in others], losses, epoch, epoch == E)
+                if bar is not None:
+                    bar.update(1)
+                if done is None:
+                    if epoch % cfg.training.checkpoint_every == 0:     # this epoch's state, as it is now
+                        t = time.perf_counter()
+                        pending["state"] = on_host(_state(heads, stacks, epoch, [], spec, rhash), copy=True)
+                        timing["checkpoint_s"] += time.perf_counter() - t
+                    continue
+                new, metrics = done
+                metrics.update(early.get(epoch, {}))
+                rows += new
+                if epoch == E:
+                    # the last checkpoint: copied to the host here, then written on a thread while the final
+                    # evaluation runs (written from the device, its copies slowed the evaluation about as
+                    # much as the overlap saved); on_epoch gets it once it is complete
+                    t = time.perf_counter()
+                    writing = _in_background(save_checkpoint, out_dir, epoch,
+                                             on_host(_state(heads, stacks, epoch, rows, spec, rhash)),
+                                             {"trial": spec.name, "result_hash": rhash})
+                    timing["checkpoint_s"] += time.perf_counter() - t
+                    last_epoch = (epoch, metrics)
+                    continue
+                finish_epoch(epoch, metrics, None)
+    finally:
+        if bg is not None:
+            bg.close()
     with deterministic(det):
-        # phase 1: the reward model (DM) alone, all its epochs; its per-epoch metrics join phase 2's
-        early: dict[int, dict[str, float]] = {}
-        writing = None
-        for epoch in phase1:
-            losses = timed("train_s", train_epoch, cfg, spec, prepared, [reward], epoch, device, None, data)
-            check_finite([reward], spec, epoch)
-            new, early[epoch] = timed("eval_s", epoch_report, spec, [reward] if not reward.hidden else [], losses, ev,
-                                      epoch)
-            rows += new
-            if bar is not None:
-                bar.update(1)
-        for epoch in epochs:
-            losses = timed("train_s", train_epoch, cfg, spec, prepared, others, epoch, device, reward, data)
-            check_finite(others, spec, epoch)
-            new, metrics = timed("eval_s", epoch_report, spec, [h for h in visible if h in others], losses, ev, epoch)
-            metrics.update(early.get(epoch, {}))
-            rows += new
-            if bar is not None:
-                bar.update(1)
-            if epoch == E:
-                # the last checkpoint: copied to the host here, then written on a thread while the final
-                # evaluation runs (written from the device, its copies slowed the evaluation about as
-                # much as the overlap saved); on_epoch gets it once it is complete
-                t = time.perf_counter()
-                writing = _in_background(save_checkpoint, out_dir, epoch,
-                                         on_host(_state(heads, stacks, epoch, rows, spec, rhash)),
-                                         {"trial": spec.name, "result_hash": rhash})
-                timing["checkpoint_s"] += time.perf_counter() - t
-                last_epoch = (epoch, metrics)
-                continue
-            ckpt_dir = None
-            if epoch % cfg.training.checkpoint_every == 0:
-                ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch,
-                                 _state(heads, stacks, epoch, rows, spec, rhash),
-                                 {"trial": spec.name, "result_hash": rhash})
-            if on_epoch is not None:
-                timed("report_s", on_epoch, epoch, metrics, ckpt_dir)
         if bar is not None:
             bar.close()
         last = max(E, start) if any(h.trains for h in heads) else 0
