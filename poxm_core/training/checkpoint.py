@@ -97,20 +97,32 @@ def remove_stale_tmp(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def on_host(state, copy: bool = False):
+def on_host(state):
     """`state` with every device tensor copied to the host (the rest as it is): a checkpoint that can be
-    written on a thread while the device goes on (the trial's last one, beside the final evaluation).
-    copy=True: host tensors and NumPy arrays are copied too, so the result keeps this moment's values
-    while training goes on in place (a checkpoint written an epoch later: training/overlap.py)."""
+    written on a thread while the device goes on (the trial's last one, beside the final evaluation)."""
+    if isinstance(state, torch.Tensor):
+        return state.cpu() if state.device.type != "cpu" else state
+    if isinstance(state, dict):
+        return {k: on_host(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        out = [on_host(v) for v in state]
+        return out if isinstance(state, list) else tuple(out)
+    return state
+
+
+def snapshot(state):
+    """`state` with every tensor cloned where it lives and every NumPy array copied: this moment's values,
+    kept while training goes on in place, for a checkpoint written an epoch later (training/overlap.py).
+    A device tensor's clone is queued on its stream (no host synchronisation, unlike `on_host`)."""
     import numpy as np
     if isinstance(state, torch.Tensor):
-        return state.cpu() if state.device.type != "cpu" else (state.clone() if copy else state)
-    if copy and isinstance(state, np.ndarray):
+        return state.clone()
+    if isinstance(state, np.ndarray):
         return state.copy()
     if isinstance(state, dict):
-        return {k: on_host(v, copy) for k, v in state.items()}
+        return {k: snapshot(v) for k, v in state.items()}
     if isinstance(state, (list, tuple)):
-        out = [on_host(v, copy) for v in state]
+        out = [snapshot(v) for v in state]
         return out if isinstance(state, list) else tuple(out)
     return state
 

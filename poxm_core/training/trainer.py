@@ -52,7 +52,7 @@ from poxm_core.errors import DivergedError, PoxmInputError
 from poxm_core.policy import NetworkStack
 from poxm_core.prepared import Prepared
 from poxm_core.results import COLUMNS, to_frame
-from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint
+from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint, snapshot
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
 from poxm_core.training.overlap import BackgroundValidation, overlap_wanted
@@ -226,7 +226,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         if epoch % cfg.training.checkpoint_every == 0:
             if state is None:
                 state = _state(heads, stacks, epoch, rows, spec, rhash)
-            else:      # copied to the host at the end of its epoch; its rows are complete only now
+            else:      # copied (on the device) at the end of its epoch; its rows are complete only now
                 state["rows"] = list(rows)
             ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch, state,
                              {"trial": spec.name, "result_hash": rhash})
@@ -264,7 +264,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 if done is None:
                     if epoch % cfg.training.checkpoint_every == 0:     # this epoch's state, as it is now
                         t = time.perf_counter()
-                        pending["state"] = on_host(_state(heads, stacks, epoch, [], spec, rhash), copy=True)
+                        pending["state"] = snapshot(_state(heads, stacks, epoch, [], spec, rhash))
                         timing["checkpoint_s"] += time.perf_counter() - t
                     continue
                 new, metrics = done
