@@ -9,3 +9,8 @@ def test_a_remote_clusters_workers_are_handed_the_poll_interval():
     assert worker_env({TRAIN_POLL_ENV: "0.5", "HOME": "/root"}) == {TRAIN_POLL_ENV: "0.5"}
     assert worker_env({"HOME": "/root"}) == {}
 
+
+
+def test_the_trial_switches_go_to_a_remote_clusters_workers():
+    env = {"POXM_VALIDATION_OVERLAP": "0", "POXM_CUDA_GRAPHS": "0", "POXM_EVAL_THREADS": "4", "POXM_TOKEN": "x"}
+    assert worker_env(env) == {"POXM_VALIDATION_OVERLAP": "0", "POXM_CUDA_GRAPHS": "0", "POXM_EVAL_THREADS": "4"}
