@@ -1,5 +1,5 @@
-"""What a remote cluster's Ray workers are handed: Ray Train's poll interval when it is set (its
-controller takes one report a poll); a local Ray's workers inherit the driver's environment."""
+"""What a remote cluster's Ray workers are handed: Ray Train's poll interval and poxm's trial switches
+when they are set, never a secret; a local Ray's workers inherit the driver's environment."""
 from __future__ import annotations
 
 from orchestration.ray_setup import TRAIN_POLL_ENV, worker_env
