@@ -10,7 +10,8 @@ queue is then empty again and the call does not wait. The epochs in between are 
 (their metrics still reach MLflow, written by the worker itself, and their checkpoints stay in the
 trial folder, which a resume falls back to); Ray gets fewer checkpoints and progress updates, never
 older ones. The last epoch is not reported either: the trial's `member_finished` report follows it at
-once and would wait for it.
+once and would wait for it. Forced reports are always made: in storage mode every checkpoint (it
+reaches storage, and so another node, only through its report) and fault injection's epoch.
 """
 from __future__ import annotations
 
@@ -47,8 +48,9 @@ class ReportPace:
         self._last = self._clock()
 
     def epoch_report_due(self, epoch: int, epochs: int, forced: bool = False) -> bool:
-        """Report epoch `epoch` of `epochs`? Forced (fault injection: a test's crash right after this
-        epoch's report) always; the last epoch never (its member_finished report follows)."""
+        """Report epoch `epoch` of `epochs`? Forced (a checkpoint bound for storage; fault injection: a
+        test's crash right after this epoch's report) always; the last epoch otherwise never (its
+        member_finished report follows)."""
         if forced:
             return True
         if epoch < epochs and self.due():

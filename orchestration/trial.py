@@ -203,7 +203,10 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
         if logger is not None:
             logger.log_epoch(epoch, metrics)
         files.set_state("running", epoch=epoch, epochs=E)
-        if pace is None or pace.epoch_report_due(epoch, E, forced=crashes_after(job.crash, spec.name, epoch)):
+        # in storage mode a checkpoint reaches storage (and other nodes) only through its report: every one
+        # is reported; otherwise the trial folder keeps them and only a poll's worth of epochs are reported
+        must = crashes_after(job.crash, spec.name, epoch) or (files.store is not None and ckpt_dir is not None)
+        if pace is None or pace.epoch_report_due(epoch, E, forced=must):
             extra = {"epoch": epoch, "member": index, "head_epochs": base_head_epochs + n_heads * epoch}
             if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
                 ray.train.report({**metrics, **extra})

@@ -23,7 +23,9 @@ import yaml
 from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
 from tests.ray_cluster import Cluster, cluster_env
 
-CONFIG = tiny_config("nodeloss", [1.0, 2.0, 4.0], epochs=6, group_by="seed",
+# 30 epochs: a trial trains for seconds (its epochs are reported to Ray only every poll, so they do not
+# wait for it), long enough for the worker node to die while two trials train
+CONFIG = tiny_config("nodeloss", [1.0, 2.0, 4.0], epochs=30, group_by="seed",
                      resources={"cpus_per_trial": 1, "max_failures": 3, "trials_per_job": 1})
 
 

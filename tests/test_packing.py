@@ -287,15 +287,20 @@ def test_pack_killed_after_its_first_trial_then_resumed(e2e, unpacked, tmp_path)
     first = run_until_first_trial_then_kill(_packed_config(e2e, tmp_path), runs, deadline_s=600)
     run_dir = first.parent.parent
     assert first.name == "synthetic-A-s0-all" and len(list(run_dir.glob("trials/*/done.json"))) == 1
-    stamp = {f: (first / f).stat().st_mtime_ns for f in ("rows.csv", "done.json", "summary.json", "timing.json")}
     time.sleep(2)
+    # the second trial may still have finished: its worker is Ray's process, outside the killed group, and
+    # goes on until it next calls into Ray (a trial with short epochs reports only once a poll)
+    finished = sorted(p.parent for p in run_dir.glob("trials/*/done.json"))
+    stamp = {(t, f): (t / f).stat().st_mtime_ns for t in finished
+             for f in ("rows.csv", "done.json", "summary.json", "timing.json")}
     st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
-    assert st.returncode == 0 and "(2 trials," in st.stdout and "done 1" in st.stdout, st.stdout
+    assert st.returncode == 0 and "(2 trials," in st.stdout and f"done {len(finished)}" in st.stdout, st.stdout
 
     res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
                          text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert {f: (first / f).stat().st_mtime_ns for f in stamp} == stamp           # the finished trial did not rerun
+    assert {k: (k[0] / k[1]).stat().st_mtime_ns for k in stamp} == stamp      # finished trials did not rerun
+    assert len(list(run_dir.glob("trials/*/done.json"))) == 2
     e2e.pd.testing.assert_frame_equal(e2e.final_rows(run_dir), e2e.final_rows(unpacked.run_dir))
     _check_mlflow(e2e, run_dir, unpacked.run_dir)
     st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
