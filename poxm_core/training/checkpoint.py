@@ -97,17 +97,20 @@ def remove_stale_tmp(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def _each_leaf(state, leaf):
+    """`state` rebuilt with `leaf(x)` for every value that is not a dict, list or tuple."""
+    if isinstance(state, dict):
+        return {k: _each_leaf(v, leaf) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        out = [_each_leaf(v, leaf) for v in state]
+        return out if isinstance(state, list) else tuple(out)
+    return leaf(state)
+
+
 def on_host(state):
     """`state` with every device tensor copied to the host (the rest as it is): a checkpoint that can be
     written on a thread while the device goes on (the trial's last one, beside the final evaluation)."""
-    if isinstance(state, torch.Tensor):
-        return state.cpu() if state.device.type != "cpu" else state
-    if isinstance(state, dict):
-        return {k: on_host(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        out = [on_host(v) for v in state]
-        return out if isinstance(state, list) else tuple(out)
-    return state
+    return _each_leaf(state, lambda x: x.cpu() if isinstance(x, torch.Tensor) and x.device.type != "cpu" else x)
 
 
 def snapshot(state):
@@ -115,16 +118,8 @@ def snapshot(state):
     kept while training goes on in place, for a checkpoint written an epoch later (training/overlap.py).
     A device tensor's clone is queued on its stream (no host synchronisation, unlike `on_host`)."""
     import numpy as np
-    if isinstance(state, torch.Tensor):
-        return state.clone()
-    if isinstance(state, np.ndarray):
-        return state.copy()
-    if isinstance(state, dict):
-        return {k: snapshot(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        out = [snapshot(v) for v in state]
-        return out if isinstance(state, list) else tuple(out)
-    return state
+    return _each_leaf(state, lambda x: x.clone() if isinstance(x, torch.Tensor)
+                      else x.copy() if isinstance(x, np.ndarray) else x)
 
 
 def plain_state(obj):
