@@ -17,7 +17,8 @@ function; benchmarks/ray_train_startup.py).
 Resume: the Train run name is stable, so a Train run started again with the same (storage_path,
 name), after a worker crash (Train FailureConfig) or a driver retry (Tune FailureConfig) or
 `poxm resume`, hands its latest checkpoint to `ray.train.get_checkpoint()` and run_trial continues
-from it (in a pack: the checkpoint's folder name says which trial it belongs to). A trial whose
+from it (in a pack: the checkpoint's folder name says which trial it belongs to), or from the trial
+folder's checkpoint when that one is newer (report_pace.py: not every epoch is reported). A trial whose
 done.json exists is not run again.
 """
 from __future__ import annotations
@@ -105,7 +106,8 @@ def worker_loop(train_loop_config: dict) -> None:
 
     A trial with done.json is skipped; a trial interrupted mid-way continues from Ray's latest
     checkpoint when that checkpoint is the trial's own (its folder name says whose: 'epoch_XXXX' in
-    a job of one trial, '<trial>.epoch_XXXX' in a pack), else from its trial folder's checkpoint."""
+    a job of one trial, '<trial>.epoch_XXXX' in a pack) and not older than its trial folder's, else
+    from its trial folder's checkpoint."""
     worker_start = time.time()     # Ray Train's part of the job's start-up ends here (timing.json)
     import ray.train
     import torch
