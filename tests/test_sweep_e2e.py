@@ -274,7 +274,10 @@ def test_kill_driver_then_resume(reference, tmp_path):
 
     st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
     assert st.returncode == 0, st.stderr
-    assert "done 1" in st.stdout and "driver     not running" in st.stdout and "poxm resume" in st.stdout
+    # the other trial may have finished meanwhile: its worker is Ray's process, outside the killed group, and
+    # goes on until it next calls into Ray (a trial with short epochs reports only once a poll)
+    n_done = len(list(run_dir.glob("trials/*/done.json")))
+    assert f"done {n_done}" in st.stdout and "driver     not running" in st.stdout and "poxm resume" in st.stdout
 
     res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
                          text=True, timeout=300)

@@ -59,12 +59,34 @@ def test_crash_in_on_epoch_then_restart_equals_uninterrupted(tmp_path):
     assert not (tmp_path / "b" / "rows.csv").exists()
     seen = []
     again = run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=lambda e, m, c: seen.append(e), progress=False)
-    assert seen == [3]
+    assert seen == [2, 3]     # epoch 2's on_epoch never returned: handed over again from its checkpoint
     pd.testing.assert_frame_equal(full, again)
     # explicit resume_from: same result
     ck = tmp_path / "b" / "checkpoints" / "epoch_0002"
     third = run_trial(cfg, spec, PREP, tmp_path / "c", resume_from=ck, progress=False)
     pd.testing.assert_frame_equal(full, third)
+
+
+def test_an_epoch_whose_on_epoch_never_returned_is_handed_over_once_on_restart(tmp_path):
+    """Killed between the last checkpoint and its on_epoch (the MLflow epoch metrics, the Ray report): the
+    restart hands that epoch over from the metrics its checkpoint keeps, once; a finished one does not."""
+    cfg = tiny_config(SMALL, epochs=2)
+    spec = spec_of(cfg, "poxm")
+    full = []
+    run_trial(cfg, spec, PREP, tmp_path / "a", on_epoch=lambda e, m, c: full.append((e, m)), progress=False)
+
+    def crash(epoch, metrics, ckpt):
+        if epoch == 2:
+            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError, match="killed"):
+        run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=crash, progress=False)
+    seen = []
+    run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=lambda e, m, c: seen.append((e, m, c)), progress=False)
+    assert [(e, c.name) for e, _, c in seen] == [(2, "epoch_0002")]
+    assert seen[0][1] == pytest.approx(full[1][1]) and full[1][0] == 2
+    again = []
+    run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=lambda e, m, c: again.append(e), progress=False)
+    assert again == []
 
 
 @pytest.mark.slow
@@ -82,7 +104,9 @@ def test_checkpoint_every_resumes_from_last_written_and_equals_uninterrupted(tmp
         run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=crash, progress=False)
     assert seen == [(1, False), (2, True), (3, False)]
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["epoch_0002"]
-    again = run_trial(cfg, spec, PREP, tmp_path / "b", progress=False)
+    later = []     # epoch 2's on_epoch had returned: not handed over again
+    again = run_trial(cfg, spec, PREP, tmp_path / "b", on_epoch=lambda e, m, c: later.append(e), progress=False)
+    assert later == [3, 4]
     pd.testing.assert_frame_equal(full, again)
 
 

@@ -90,14 +90,18 @@ def check_finite(heads: list[TrialHead], spec: TrialSpec, epoch: int) -> None:
 
 
 def _state(heads: list[TrialHead], stacks: dict[str, NetworkStack], epoch: int, rows: list[dict], spec: TrialSpec,
-           rhash: str) -> dict:
+           rhash: str, metrics: dict | None = None) -> dict:
+    """A checkpoint's content; `metrics`: what its epoch hands on_epoch (handed again by a restart that
+    finds it was not: `_report_restored`)."""
     return {"epoch": epoch, "rows": rows, "spec": spec.to_dict(), "result_hash": rhash,
             "heads": {h.key: h.policy.state() for h in heads if h.trains},
-            "stacks": {g: st.full_state() for g, st in stacks.items()}}
+            "stacks": {g: st.full_state() for g, st in stacks.items()},
+            **({"metrics": metrics} if metrics is not None else {})}
 
 
 def _restore(path: Path, heads: list[TrialHead], stacks: dict[str, NetworkStack], spec: TrialSpec, rhash: str, epochs: int,
-             device) -> tuple[int, list[dict]]:
+             device) -> tuple[int, list[dict], dict]:
+    """(epoch, rows, {"path", "metrics"}) of the checkpoint at `path`, loaded into the heads and stacks."""
     st = load_checkpoint(path, device)
     if st.get("result_hash") != rhash or st.get("spec") != spec.to_dict():
         raise PoxmInputError(f"{path}: checkpoint of a different trial or config (settings hash "
@@ -109,10 +113,11 @@ def _restore(path: Path, heads: list[TrialHead], stacks: dict[str, NetworkStack]
             h.policy.load_state(st["heads"][h.key])
     for g, stack in stacks.items():
         stack.load_full_state(st["stacks"][g])
-    return int(st["epoch"]), list(st["rows"])
+    return int(st["epoch"]), list(st["rows"]), {"path": path, "metrics": st.get("metrics")}
 
 
-def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, epochs: int, device) -> tuple[int, list[dict]]:
+def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, epochs: int, device
+                    ) -> tuple[int, list[dict], dict]:
     """Continue from the newest readable checkpoint in out_dir (epoch 0 and no rows if none). A checkpoint
     that cannot be read (truncated, corrupt) is renamed `corrupt-epoch_XXXX` and
     the next older one is tried: a damaged file costs the epochs since that one, never the sweep (a
@@ -128,7 +133,28 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
             shutil.rmtree(aside, ignore_errors=True)
             ckpt.rename(aside)
             warnings.warn(f"{exc}; set aside as {aside.name}, continuing from the previous checkpoint", stacklevel=2)
-    return 0, []
+    return 0, [], {}
+
+
+REPORTED = "reported.json"      # in out_dir: the last epoch whose on_epoch returned
+
+
+def _report_restored(out_dir: Path, start: int, restored: dict, on_epoch) -> bool:
+    """A trial restarted from its folder's checkpoint of epoch `start` whose on_epoch never returned
+    (killed between the checkpoint and its report: the epoch's MLflow metrics, its Ray report) hands
+    it over now, from the metrics kept in the checkpoint. Not for a checkpoint Ray handed back: its
+    report was made. Returns whether it did."""
+    if on_epoch is None or start == 0 or restored.get("metrics") is None:
+        return False
+    try:
+        done = int(json.loads((out_dir / REPORTED).read_text())["epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        done = 0
+    if done >= start:
+        return False
+    on_epoch(start, restored["metrics"], restored["path"])
+    write_text(out_dir / REPORTED, json.dumps({"epoch": start}))
+    return True
 
 
 def _in_background(fn, *args) -> Future:
@@ -170,9 +196,12 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     rows: list[dict] = []
     start = 0
     if resume_from is not None:
-        start, rows = _restore(Path(resume_from), heads, stacks, spec, rhash, E, device)
+        start, rows, _ = _restore(Path(resume_from), heads, stacks, spec, rhash, E, device)
     else:
-        start, rows = _restore_latest(out_dir, heads, stacks, spec, rhash, E, device)
+        start, rows, restored = _restore_latest(out_dir, heads, stacks, spec, rhash, E, device)
+        t = time.perf_counter()
+        if _report_restored(out_dir, start, restored, on_epoch):
+            timing["report_s"] += time.perf_counter() - t
     reward = next(h for h in heads if h.key == REWARD_KEY)
     visible = [h for h in heads if not h.hidden]
     # A head that needs a fitted reward model (DR-POXM) makes the trial fit the DM head first (phase 1);
@@ -225,13 +254,14 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         ckpt_dir = None
         if epoch % cfg.training.checkpoint_every == 0:
             if state is None:
-                state = _state(heads, stacks, epoch, rows, spec, rhash)
+                state = _state(heads, stacks, epoch, rows, spec, rhash, metrics)
             else:      # copied (on the device) at the end of its epoch; its rows are complete only now
-                state["rows"] = list(rows)
+                state["rows"], state["metrics"] = list(rows), metrics
             ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch, state,
                              {"trial": spec.name, "result_hash": rhash})
         if on_epoch is not None:
             timed("report_s", on_epoch, epoch, metrics, ckpt_dir)
+            write_text(out_dir / REPORTED, json.dumps({"epoch": epoch}))
 
     try:
         with deterministic(det):
@@ -276,7 +306,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                     # much as the overlap saved); on_epoch gets it once it is complete
                     t = time.perf_counter()
                     writing = _in_background(save_checkpoint, out_dir, epoch,
-                                             on_host(_state(heads, stacks, epoch, rows, spec, rhash)),
+                                             on_host(_state(heads, stacks, epoch, rows, spec, rhash, metrics)),
                                              {"trial": spec.name, "result_hash": rhash})
                     timing["checkpoint_s"] += time.perf_counter() - t
                     last_epoch = (epoch, metrics)
@@ -300,6 +330,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 timing["checkpoint_s"] += time.perf_counter() - t
         if writing is not None and on_epoch is not None:
             timed("report_s", on_epoch, *last_epoch, ckpt_dir)
+            write_text(out_dir / REPORTED, json.dumps({"epoch": last_epoch[0]}))
     if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
         timing["cross_fit_s"] = 0.0
         crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
