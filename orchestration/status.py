@@ -74,7 +74,9 @@ def status_text(run_dir) -> str:
             ep = f"{r['epoch']}/{r['epochs']}" if r["epoch"] != "" else ""
             note = r["error"] or (f"updated {r['updated_s_ago']} s ago" if r["state"] in ("running", "interrupted") else "")
             lines.append(f"{r['trial']:<{w}}  {r['state']:<11}  {ep:>7}  {r['attempts']:>5}  {r['compute_s']:>9}  {note}")
-    if counts["interrupted"] or counts["errored"] or (counts["pending"] and not live):
+    # every trial done but the driver gone before gathering (killed at the end): the resume gathers and reports
+    unreported = rows and not live and counts["done"] == len(rows) and not rd.rows_csv.is_file()
+    if counts["interrupted"] or counts["errored"] or (counts["pending"] and not live) or unreported:
         lines.append("")
         lines.append(f"continue with: poxm resume {rd.root}")
     return "\n".join(lines)

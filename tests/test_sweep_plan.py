@@ -110,6 +110,14 @@ def test_status_from_files(tmp_path):
         assert {r["trial"]: r["state"] for r in st.trial_table(rd)}[b] == "running"
     finally:
         release_driver(rd)
+    for n in (b, c, plan.names[3]):             # every trial done, the driver gone before it gathered
+        write_json(rd.trial(n) / "done.json", {"epoch": 10})
+        set_trial_state(rd.trial(n), "done")
+    text = st.status_text(rd.root)
+    assert "done 4  running 0" in text and f"poxm resume {rd.root}" in text
+    rd.rows_csv.parent.mkdir(parents=True, exist_ok=True)
+    rd.rows_csv.write_text("")                  # gathered: nothing to continue
+    assert "poxm resume" not in st.status_text(rd.root)
 
 
 def test_union_of_compute_intervals():
