@@ -16,6 +16,7 @@ long enough for the estimates not to matter) and POXM_VALIDATION_OVERLAP is not 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -66,9 +67,8 @@ class BackgroundValidation:
 
         def one(item):
             h, fr = item
-            if self.stream is None:
-                return val_estimates(h, ev, None, frozen=fr)
-            with torch.cuda.stream(self.stream):           # the current stream is per thread
+            # the current stream is per thread: each of map_heads' threads takes the side stream
+            with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
                 return val_estimates(h, ev, None, frozen=fr)
 
         def run():

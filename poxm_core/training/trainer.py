@@ -139,6 +139,10 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
 REPORTED = "reported.json"      # in out_dir: the last epoch whose on_epoch returned
 
 
+def _mark_reported(out_dir: Path, epoch: int) -> None:
+    write_text(out_dir / REPORTED, json.dumps({"epoch": epoch}))
+
+
 def _report_restored(out_dir: Path, start: int, restored: dict, on_epoch) -> bool:
     """A trial restarted from its folder's checkpoint of epoch `start` whose on_epoch never returned
     (killed between the checkpoint and its report: the epoch's MLflow metrics, its Ray report) hands
@@ -153,7 +157,7 @@ def _report_restored(out_dir: Path, start: int, restored: dict, on_epoch) -> boo
     if done >= start:
         return False
     on_epoch(start, restored["metrics"], restored["path"])
-    write_text(out_dir / REPORTED, json.dumps({"epoch": start}))
+    _mark_reported(out_dir, start)
     return True
 
 
@@ -261,7 +265,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                              {"trial": spec.name, "result_hash": rhash})
         if on_epoch is not None:
             timed("report_s", on_epoch, epoch, metrics, ckpt_dir)
-            write_text(out_dir / REPORTED, json.dumps({"epoch": epoch}))
+            _mark_reported(out_dir, epoch)
 
     try:
         with deterministic(det):
@@ -330,7 +334,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                 timing["checkpoint_s"] += time.perf_counter() - t
         if writing is not None and on_epoch is not None:
             timed("report_s", on_epoch, *last_epoch, ckpt_dir)
-            write_text(out_dir / REPORTED, json.dumps({"epoch": last_epoch[0]}))
+            _mark_reported(out_dir, last_epoch[0])
     if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
         timing["cross_fit_s"] = 0.0
         crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
