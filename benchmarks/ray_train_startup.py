@@ -6,6 +6,7 @@ placement group, worker actors, train context, ...).
 
     python benchmarks/ray_train_startup.py --jobs 8 --cpus 1 --gpus 0.125
     python benchmarks/ray_train_startup.py --jobs 2 --cpus 1 --gpus 0 --trainer data_parallel
+    python benchmarks/ray_train_startup.py --jobs 4 --trainer data_parallel --env RAY_TRAIN_METRICS_ENABLED=0 --no-pg-cleaner
 
 --trainer data_parallel fits Ray Train's `DataParallelTrainer` (no torch process group) instead of a
 `TorchTrainer` with the gloo backend (what a sweep's job uses), to see what the process group costs.
@@ -31,7 +32,7 @@ def worker(cfg: dict) -> None:
     ray.train.report({"worker_start": t, "fit_start": cfg["fit_start"]})
 
 
-def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str) -> None:
+def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg_cleaner: bool = True) -> None:
     import ray.train
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -47,6 +48,10 @@ def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str) ->
     else:
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
         t = DataParallelTrainer(worker, **kw)
+    if not pg_cleaner:      # Ray Train's detached placement-group cleaner actor (one more process a job) left out
+        from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+        make = t._create_default_callbacks
+        t._create_default_callbacks = lambda: [c for c in make() if not isinstance(c, PlacementGroupCleanerCallback)]
     t.fit()
 
 
@@ -82,7 +87,15 @@ def main(argv=None) -> int:
     ap.add_argument("--trainer", choices=["torch", "data_parallel"], default="torch")
     ap.add_argument("--preload", default="", help="modules Ray's worker processes import when they start "
                                                   "(comma-separated; Ray's preload_python_modules)")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set in this process before Ray starts (its workers inherit it), e.g. "
+                         "RAY_TRAIN_METRICS_ENABLED=0; repeatable")
+    ap.add_argument("--no-pg-cleaner", action="store_true",
+                    help="leave out Ray Train's detached placement-group cleaner actor (one process a job)")
     args = ap.parse_args(argv)
+    for kv in args.env:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
 
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import torch"], check=True)
@@ -97,7 +110,8 @@ def main(argv=None) -> int:
     init_s = time.perf_counter() - t
     logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
     trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(drive, trainer=args.trainer, cpus=args.cpus, gpus=args.gpus, storage=storage),
+        ray.tune.with_parameters(drive, trainer=args.trainer, cpus=args.cpus, gpus=args.gpus, storage=storage,
+                                 pg_cleaner=not args.no_pg_cleaner),
         {"memory": 64 * 1024 ** 2})
     t0 = time.time()
     results = ray.tune.Tuner(
@@ -126,6 +140,8 @@ def main(argv=None) -> int:
               + (f" (fit -> the controller's first log line {c - fit_start:.1f} s)" if c is not None else ""))
     if spans:
         print(f"  median fit -> worker function: {statistics.median(s[1] for s in spans):.1f} s")
+        print(f"  Tune's start -> the first worker function: {min(s[0] + s[1] for s in spans):.1f} s; "
+              f"-> the last: {max(s[0] + s[1] for s in spans):.1f} s")
     if to_controller:
         print(f"  median fit -> controller's first log line: {statistics.median(to_controller):.1f} s")
     keys = list(dict.fromkeys(k for p in phases for k in p if k not in ("run_name", "controller_first_log")))

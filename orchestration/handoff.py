@@ -54,6 +54,7 @@ class SweepInputs:
     crash: str | None = None               # fault injection for tests (trial.CRASH_ENV)
     mlflow_uri: str | None = None          # None: no MLflow tracking
     mlflow_points: dict[str, str] | None = None   # grid point key -> its MLflow run id
+    state_api: bool = True                 # Ray's state API answers (a dashboard runs): ray_setup.state_api_available
 
 
 @dataclass(frozen=True)

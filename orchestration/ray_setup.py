@@ -116,6 +116,18 @@ def quiet_libraries() -> None:
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=mod)
 
 
+def state_api_available() -> bool:
+    """Whether the connected Ray serves its state API (list and get actors, placement groups): only
+    when its dashboard runs, never on the local Ray ray_init starts (include_dashboard=False). Ray
+    Train's placement-group cleaner depends on it (orchestration.trial.leave_out_pg_cleaner). When
+    in doubt, True."""
+    try:
+        from ray._private.worker import get_dashboard_url
+        return bool(get_dashboard_url())
+    except Exception:       # noqa: BLE001 -- a Ray without this private helper: keep Ray Train's default
+        return True
+
+
 def check_resources(cfg: SweepConfig, local: bool) -> int:
     """max_concurrent_trials: the config's, else what the cluster's CPUs/GPUs allow. On a local
     Ray, a trial that can never fit is an input error (it would wait forever)."""

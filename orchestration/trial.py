@@ -295,6 +295,8 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
+    if not sweep.state_api:
+        leave_out_pg_cleaner(trainer)
     try:
         trainer.fit()
     except BaseException as exc:
@@ -305,6 +307,23 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             files[(running or left)[0]].set_state(
                 "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
         raise
+
+
+def leave_out_pg_cleaner(trainer) -> None:
+    """Ray Train's default callbacks of `trainer`, less its placement-group cleaner.
+
+    Every Ray Train job starts a detached actor (one more process) that asks Ray's state API each
+    second whether the job's controller is alive, to remove its placement group if it died. The state
+    API is served by Ray's dashboard, which the local Ray poxm starts does not run: there the query
+    fails, the cleaner retries until the job ends and never removes anything, and its process is one of
+    four a job starts at once (on 2 cores, 4 jobs: 18 s from fit to the worker function against 22 s;
+    benchmarks/ray_train_startup.py --no-pg-cleaner). Used only where the state API does not answer
+    (SweepInputs.state_api). `_create_default_callbacks` is Ray Train's private method (Ray pinned in
+    pyproject.toml); tests/test_pg_cleaner.py checks it is still there and what it returns."""
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    defaults = trainer._create_default_callbacks
+    trainer._create_default_callbacks = lambda: [c for c in defaults()
+                                                 if not isinstance(c, PlacementGroupCleanerCallback)]
 
 
 def fetch_trial(rd_root: Path, name: str, storage) -> None:

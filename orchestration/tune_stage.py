@@ -118,6 +118,7 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
     `prepared`: {(dataset, seed): {variant: record}} once prepared, or {(dataset, seed): ObjectRef
     of its prepare task} while the stage runs beside the trials (the worker waits for it)."""
     from orchestration.handoff import PreparedRef
+    from orchestration.ray_setup import state_api_available
     from orchestration.rundir import config_input
     from orchestration.trial import crash_spec
 
@@ -133,7 +134,8 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
         sweep_id=plan.rd.root.name, specs={s.name: s.to_dict() for s in plan.specs},
         prepared=at,
         resources=cfg.resources, crash=crash_spec(),
-        mlflow_uri=runs.uri if runs is not None else None, mlflow_points=dict(runs.points) if runs is not None else None)
+        mlflow_uri=runs.uri if runs is not None else None, mlflow_points=dict(runs.points) if runs is not None else None,
+        state_api=state_api_available())
 
 
 def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None):

@@ -234,6 +234,16 @@ def unpacked(e2e, ray_session, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
+def test_no_placement_group_cleaner_actor_on_a_local_ray(unpacked):
+    """The sweep's jobs ran Ray Train controllers but no PlacementGroupCleaner (no dashboard here:
+    orchestration.trial.leave_out_pg_cleaner)."""
+    import ray._private.state
+    classes = [a["ActorClassName"] for a in ray._private.state.actors().values()]
+    assert classes.count("TrainController") >= 2
+    assert "PlacementGroupCleaner" not in classes
+
+
 def _packed_config(e2e, tmp: Path) -> Path:
     return e2e.write_config(tmp, resources=dict(e2e.TINY["resources"], trials_per_job=2))
 
