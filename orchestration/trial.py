@@ -109,9 +109,6 @@ def worker_loop(train_loop_config: dict) -> None:
     a job of one trial, '<trial>.epoch_XXXX' in a pack) and not older than its trial folder's, else
     from its trial folder's checkpoint."""
     worker_start = time.time()     # Ray Train's part of the job's start-up ends here (timing.json)
-    import sys
-    # torch already imported (or being imported) by the process's warm-up thread (orchestration.worker_warmup)
-    warmed = "torch" in sys.modules
     import ray.train
     import torch
 
@@ -124,7 +121,7 @@ def worker_loop(train_loop_config: dict) -> None:
         # 'cuda' from here on means the card Ray reserved for this job
         torch.cuda.set_device(job_cuda_index())
         torch.zeros(1, device="cuda")     # the CUDA context now, so worker_ready includes its start
-    starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3), "warmed": warmed}
+    starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3)}
     members = job.members
     E = cfg.training.epochs
     ckpt = ray.train.get_checkpoint()
@@ -279,8 +276,6 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from orchestration.worker_warmup import hook_env
-
     name = config["trial"]["name"]
     names = config["trial"].get("members") or [name]
     files = {n: TrialFiles(n, sweep.run_root, sweep.storage) for n in names}
@@ -299,8 +294,7 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
         run_config=ray.train.RunConfig(
             name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-            worker_runtime_env={"env_vars": hook_env()}))
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
     if not sweep.state_api:
         leave_out_pg_cleaner(trainer)
     try:

@@ -244,15 +244,6 @@ def test_no_placement_group_cleaner_actor_on_a_local_ray(unpacked):
     assert "PlacementGroupCleaner" not in classes
 
 
-@pytest.mark.slow
-def test_workers_found_torch_imported_by_their_warm_up_thread(unpacked):
-    """Each job's worker function began with torch imported (orchestration.worker_warmup's hook ran in
-    the Ray Train worker process)."""
-    attempts = [a for t in unpacked.run_dir.joinpath("trials").iterdir()
-                for a in json.loads((t / "timing.json").read_text())["attempts"]]
-    assert attempts and all(a["warmed"] is True for a in attempts)
-
-
 def _packed_config(e2e, tmp: Path) -> Path:
     return e2e.write_config(tmp, resources=dict(e2e.TINY["resources"], trials_per_job=2))
 
