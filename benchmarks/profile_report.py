@@ -128,7 +128,9 @@ class Timer:
         setattr(module, attr, timed)
 
 
-def instrument(timer: Timer) -> None:
+def instrument(timer: Timer, pool: bool = False) -> None:
+    """Time the report's parts. With a pool (POXM_REPORT_PROCS > 1) the figure functions are pickled to
+    its processes, so they are left as they are and the time spent waiting for them is its own part."""
     import orchestration.gather as G
     import orchestration.report.build as B
     import orchestration.report.claims as C
@@ -161,13 +163,15 @@ def instrument(timer: Timer) -> None:
         (T, "write_table", "tables: write csv/md/tex"),
         (B, "stability", "tables: stability"),
         (B, "stability_table", "tables: stability"),
-        (F, "covering_figure", "figure: covering"),
-        (F, "robustness_figure", "figure: robustness"),
-        (F, "estimator_figure", "figure: estimators"),
-        (F, "sharpness_figure", "figure: sharpness"),
         (B, "render_markdown", "index.md"),
         (B, "render_html", "index.html"),
     ]
+    if pool:
+        from orchestration.report.figure_pool import _Figure
+        parts.append((_Figure, "result", "figures: waiting for the pool"))
+    else:
+        parts += [(F, "covering_figure", "figure: covering"), (F, "robustness_figure", "figure: robustness"),
+                  (F, "estimator_figure", "figure: estimators"), (F, "sharpness_figure", "figure: sharpness")]
     for mod, attr, part in parts:
         timer.wrap(mod, attr, part)
 
@@ -214,7 +218,7 @@ def main(argv=None) -> int:
     import orchestration.report.build  # noqa: F401  (imports outside the timed region)
 
     timer = Timer()
-    instrument(timer)
+    instrument(timer, pool=str(a.procs) != "1")
     best: tuple[float, dict, dict] | None = None
     prof = None
     for i in range(a.repeat):

@@ -116,6 +116,27 @@ def quiet_libraries() -> None:
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=mod)
 
 
+def bytecode_hint(module: str = "torch", environ=None) -> str | None:
+    """A one-line note when this Python writes no bytecode (PYTHONDONTWRITEBYTECODE) and `module` has
+    none where Python looks for it (next to its source, or under PYTHONPYCACHEPREFIX): then every process
+    of a sweep compiles it from source again, seconds each for torch (docs/performance.md). None otherwise."""
+    import importlib.util
+    environ = os.environ if environ is None else environ
+    if not environ.get("PYTHONDONTWRITEBYTECODE"):
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    if os.path.exists(importlib.util.cache_from_source(spec.origin)):
+        return None
+    return (f"Python writes no bytecode here (PYTHONDONTWRITEBYTECODE) and {module} has none, so each of the "
+            "sweep's processes compiles it from source; compile once: export PYTHONPYCACHEPREFIX=DIR; "
+            "python -m compileall -q SITE_PACKAGES")
+
+
 def state_api_available() -> bool:
     """Whether the connected Ray serves its state API (list and get actors, placement groups): only
     when its dashboard runs, never on the local Ray ray_init starts (include_dashboard=False). Ray

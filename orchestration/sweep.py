@@ -54,7 +54,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
 
     from orchestration.mps import check_mps_config, mps_for_sweep
     from orchestration.prepare_stage import PrepareRun
-    from orchestration.ray_setup import check_resources, ray_init
+    from orchestration.ray_setup import bytecode_hint, check_resources, ray_init
     from orchestration.track_stage import abort_tracking, close_tracking, stage_points, stage_track
     from orchestration.tune_stage import run_trials, sweep_inputs
 
@@ -94,6 +94,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         ray_s = time.perf_counter() - t_ray
         res = ray.cluster_resources()
         say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
+        if local and (hint := bytecode_hint()) is not None:
+            say(f"  note     {hint}")
 
         prep = PrepareRun(plan, say)
         # every trial done while Ray winds down: gather, select and report meanwhile (local run dirs:

@@ -574,6 +574,17 @@ def test_spearman_matches_scipy_with_ties_constants_and_missing():
             assert rho == pytest.approx(float(want), abs=1e-12)
 
 
+def test_bootstrap_cis_on_threads_equal_one_call_per_group(monkeypatch):
+    """Many cells of one length: their chunks go to threads, and each cell still gets its own
+    bootstrap_ci, digit for digit."""
+    import orchestration.report.aggregate as A
+    monkeypatch.setattr(A, "_BOOT_THREADS", 4)
+    rng = np.random.default_rng(5)
+    groups = [rng.normal(size=5) for _ in range(3 * A._CHUNK_CELLS + 7)]      # 4 chunks of one length
+    lo, hi = A.bootstrap_cis(groups)
+    assert [(a, b) for a, b in zip(lo, hi)] == [A.bootstrap_ci(g) for g in groups]
+
+
 def test_bootstrap_cis_equal_one_call_per_group():
     """Groups resampled together give each group's own bootstrap_ci, digit for digit."""
     from orchestration.report.aggregate import bootstrap_ci, bootstrap_cis

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 from itertools import product
 from typing import Iterable, Mapping
@@ -100,22 +101,35 @@ def _resample_positions(n: int, n_boot: int, seed: int) -> np.ndarray:
 
 
 _CHUNK_CELLS = 64   # cells resampled at once: 64 x 10,000 x n doubles, a few MB
+_BOOT_THREADS = min(8, os.cpu_count() or 1)    # threads for the chunks (1: in this thread)
 
 
 def _bootstrap_rows(rows: np.ndarray, level: float, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap interval of each row's mean; rows of n >= 2 finite values. Each row's
     resampled means and quantiles are computed as for the row alone (the mean over the last axis,
-    the quantiles per row), so batching does not change a digit."""
+    the quantiles per row), so batching does not change a digit. Chunks of cells go to threads
+    (NumPy's take, mean and quantile release the interpreter); each writes only its own cells."""
     idx = _resample_positions(rows.shape[1], n_boot, seed)
     q = [(1 - level) / 2, (1 + level) / 2]
     lo, hi = np.empty(len(rows)), np.empty(len(rows))
-    for a in range(0, len(rows), _CHUNK_CELLS):
+
+    def chunk_at(a: int) -> None:
         chunk = rows[a:a + _CHUNK_CELLS]
         # the resampled values as one (cell x resample, seed) matrix and its row means, as bootstrap_ci
         # takes them for one cell (numpy sums a 3-D array's last axis in another order: other digits)
         resampled = np.take(chunk, idx.ravel(), axis=1).reshape(-1, idx.shape[1])   # take: C order, no copy
         means = resampled.mean(axis=1).reshape(len(chunk), n_boot)
         lo[a:a + _CHUNK_CELLS], hi[a:a + _CHUNK_CELLS] = np.quantile(means, q, axis=1)
+
+    starts = range(0, len(rows), _CHUNK_CELLS)
+    threads = min(_BOOT_THREADS, len(starts))
+    if threads < 2:
+        for a in starts:
+            chunk_at(a)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(threads, thread_name_prefix="poxm-bootstrap") as ex:
+            list(ex.map(chunk_at, starts))      # list(): a chunk's error is raised here
     return lo, hi
 
 
