@@ -90,6 +90,9 @@ def main(argv=None) -> int:
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="set in this process before Ray starts (its workers inherit it), e.g. "
                          "RAY_TRAIN_METRICS_ENABLED=0; repeatable")
+    ap.add_argument("--job-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an env_vars entry of the Ray job's runtime_env (ray.init), e.g. "
+                         "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC=0, Ray Train's controller's own; repeatable")
     ap.add_argument("--no-pg-cleaner", action="store_true",
                     help="leave out Ray Train's detached placement-group cleaner actor (one process a job)")
     args = ap.parse_args(argv)
@@ -106,7 +109,9 @@ def main(argv=None) -> int:
     storage = tempfile.mkdtemp(prefix="ray-startup-")
     t = time.perf_counter()
     system = {"preload_python_modules": [m for m in args.preload.split(",") if m]} if args.preload else None
-    ray.init(include_dashboard=False, log_to_driver=False, _system_config=system)
+    job_env = dict(kv.partition("=")[::2] for kv in args.job_env)
+    ray.init(include_dashboard=False, log_to_driver=False, _system_config=system,
+             **({"runtime_env": {"env_vars": job_env}} if job_env else {}))
     init_s = time.perf_counter() - t
     logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
     trainable = ray.tune.with_resources(
