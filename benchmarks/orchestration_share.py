@@ -41,7 +41,11 @@ def share(run_dir: str | Path) -> dict:
     summ = json.loads((rd / "results" / "sweep_summary.json").read_text())
     wall, t1 = float(summ["wall_s"]), float(summ["finished_at"])
     t0 = t1 - wall
-    trials = json.loads((rd / "sweep.json").read_text())["trials"]
+    sweep = json.loads((rd / "sweep.json").read_text())
+    trials = sweep["trials"]
+    # each trial's dataset, from the grid (a sweep.json without one: no per-dataset figures)
+    dataset_of = {g["trial"]: g["dataset"] for g in sweep.get("grid") or [] if "trial" in g and "dataset" in g}
+    by_dataset: dict[str, list[float]] = {}
     spans, compute, jobs = [], 0.0, {}
     waits = {"report_s": [], "unexplained_s": []}
     for t in trials:
@@ -56,6 +60,8 @@ def share(run_dir: str | Path) -> dict:
                 continue
             spans.append((max(a["start"], t0), min(a["end"], t1)))
             compute += float(a["run_trial_s"])
+            if t in dataset_of:
+                by_dataset.setdefault(dataset_of[t], []).append(float(a["run_trial_s"]))
             job = a.get("job", t)
             if "job_start" in a:
                 j = jobs.setdefault((job, a["job_start"]), {"trials": 0, "first_start": a["start"]})
@@ -84,6 +90,7 @@ def share(run_dir: str | Path) -> dict:
     timeline = {"first_job_start_s": round(min(js for (_, js) in jobs) - t0, 1) if jobs else None,
                 "first_compute_s": round(min(a for a, _ in rel), 1) if rel else None,
                 "last_end_s": round(max(b for _, b in rel), 1) if rel else None,
+                "after_last_end_s": round(wall - max(b for _, b in rel), 1) if rel else None,
                 "running": [sum(1 for a, b in rel if a <= t < b) for t in range(0, int(wall) + 1, TIMELINE_STEP)]}
     return {"run_dir": str(rd), "trials": len(trials), "trials_run": len(spans), "jobs": len(jobs) or None,
             "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
@@ -96,6 +103,7 @@ def share(run_dir: str | Path) -> dict:
                                             enumerate(("ray_train", "worker_torch_cuda", "prepare_wait", "first_trial_load"))}
                                            if parts else None),
             "timeline": timeline,
+            "median_trial_s_by_dataset": {d: round(statistics.median(v), 1) for d, v in sorted(by_dataset.items())},
             "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(statistics.median(v), 2), "trials": len(v)}
                                            for k, v in waits.items() if v}}
 
@@ -144,8 +152,11 @@ def main(argv=None) -> int:
                  f"{r['job_startup_parts_median_s']['prepare_wait']} s, loading until the first trial computes "
                  f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else "")
               + (f"\n  first job started at {r['timeline']['first_job_start_s']} s, first trial computed at "
-                 f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s"
+                 f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s "
+                 f"({r['timeline']['after_last_end_s']} s before the end)"
                  f"\n  trials computing every {TIMELINE_STEP} s: {' '.join(map(str, r['timeline']['running']))}")
+              + (f"\n  median trial s by dataset: " + ", ".join(f"{d} {v}" for d, v in r["median_trial_s_by_dataset"].items())
+                 if r["median_trial_s_by_dataset"] else "")
               + "".join(f"\n  trial time in {k[:-2]} (outside setup, training, evaluation, checkpoints): total {v['total']} s, "
                         f"median {v['median']} s a trial ({v['trials']} trials)"
                         for k, v in r["trial_time_outside_parts_s"].items()))

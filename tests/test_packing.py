@@ -167,7 +167,8 @@ def test_orchestration_share_script(tmp_path):
     rd = tmp_path / "run"
     write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2,
                                                                  "prepare_s": 5.0})
-    write_json(rd / "sweep.json", {"trials": ["x", "y", "z", "w"]})
+    write_json(rd / "sweep.json", {"trials": ["x", "y", "z", "w"], "grid": [
+        {"trial": t, "dataset": d, "method": "poxm"} for t, d in (("x", "a"), ("y", "a"), ("z", "b"), ("w", "b"))]})
     att = {"x": (1010, 1040, "j1", 1000), "y": (1030, 1060, "j1", 1000), "z": (1080, 1090, "j2", 1070)}
     for t, (a, b, j, js) in att.items():
         write_json(rd / "trials" / t / "timing.json", {"attempts": [
@@ -198,7 +199,9 @@ def test_orchestration_share_script(tmp_path):
     # from the invocation's start (t=1000): j1 at 0 s, x computing from 10 s, z ending at 90 s; every 15 s:
     # 0: none, 15: x, 30: x and y, 45: y, 60 (y ended), 75, 90 (z ended): none
     assert r["timeline"] == {"first_job_start_s": 0.0, "first_compute_s": 10.0, "last_end_s": 90.0,
-                             "running": [0, 1, 2, 1, 0, 0, 0]}
+                             "after_last_end_s": 10.0, "running": [0, 1, 2, 1, 0, 0, 0]}
+    # this invocation's attempts by dataset: a: x 30 s and y 30 s (x's earlier 50 s not counted); b: z 10 s
+    assert r["median_trial_s_by_dataset"] == {"a": 30.0, "b": 10.0}
     # the prepare stage beside the trials, from t=1000 to 1020: counted as computing it covers 1000-1010
     # (x computed from 1010), so busy = 60 + 10 and the share 0.3, not 60 + 20
     write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2,
