@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                  f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s "
                  f"({r['timeline']['after_last_end_s']} s before the end)"
                  f"\n  trials computing every {TIMELINE_STEP} s: {' '.join(map(str, r['timeline']['running']))}")
-              + (f"\n  median trial s by dataset: " + ", ".join(f"{d} {v}" for d, v in r["median_trial_s_by_dataset"].items())
+              + ("\n  median trial s by dataset: " + ", ".join(f"{d} {v}" for d, v in r["median_trial_s_by_dataset"].items())
                  if r["median_trial_s_by_dataset"] else "")
               + "".join(f"\n  trial time in {k[:-2]} (outside setup, training, evaluation, checkpoints): total {v['total']} s, "
                         f"median {v['median']} s a trial ({v['trials']} trials)"
