@@ -48,10 +48,9 @@ def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg
     else:
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
         t = DataParallelTrainer(worker, **kw)
-    if not pg_cleaner:      # Ray Train's detached placement-group cleaner actor (one more process a job) left out
-        from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
-        make = t._create_default_callbacks
-        t._create_default_callbacks = lambda: [c for c in make() if not isinstance(c, PlacementGroupCleanerCallback)]
+    if not pg_cleaner:      # as a sweep's job on a Ray without dashboard: no placement-group cleaner actor
+        from orchestration.trial import leave_out_pg_cleaner
+        leave_out_pg_cleaner(t)
     t.fit()
 
 

@@ -310,13 +310,13 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
 
 
 def leave_out_pg_cleaner(trainer) -> None:
-    """Ray Train's default callbacks of `trainer`, less its placement-group cleaner.
+    """Make `trainer` use Ray Train's default callbacks less its placement-group cleaner.
 
     Every Ray Train job starts a detached actor (one more process) that asks Ray's state API each
     second whether the job's controller is alive, to remove its placement group if it died. The state
     API is served by Ray's dashboard, which the local Ray poxm starts does not run: there the query
-    fails, the cleaner retries until the job ends and never removes anything, and its process is one of
-    four a job starts at once (on 2 cores, 4 jobs: 18 s from fit to the worker function against 22 s;
+    fails, the cleaner retries until the job ends and never removes anything, and its process is the
+    fifth a job starts at once (on 2 cores, 4 jobs: 18 s from fit to the worker function against 22 s;
     benchmarks/ray_train_startup.py --no-pg-cleaner). Used only where the state API does not answer
     (SweepInputs.state_api). `_create_default_callbacks` is Ray Train's private method (Ray pinned in
     pyproject.toml); tests/test_pg_cleaner.py checks it is still there and what it returns."""
