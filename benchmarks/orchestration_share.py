@@ -93,6 +93,7 @@ def share(run_dir: str | Path) -> dict:
                 "after_last_end_s": round(wall - max(b for _, b in rel), 1) if rel else None,
                 "running": [sum(1 for a, b in rel if a <= t < b) for t in range(0, int(wall) + 1, TIMELINE_STEP)]}
     return {"run_dir": str(rd), "trials": len(trials), "trials_run": len(spans), "jobs": len(jobs) or None,
+            "prepare_tasks": prepare_tasks(summ.get("prepare_tasks"), t0),
             "wall_s": round(wall, 1), "trial_compute_s": round(compute, 1), "busy_s": round(busy, 1),
             "orchestration_share": round(1 - busy / wall, 4) if wall > 0 else None,
             "prepare_s": round(prepare, 1),
@@ -106,6 +107,23 @@ def share(run_dir: str | Path) -> dict:
             "median_trial_s_by_dataset": {d: round(statistics.median(v), 1) for d, v in sorted(by_dataset.items())},
             "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(statistics.median(v), 2), "trials": len(v)}
                                            for k, v in waits.items() if v}}
+
+
+def prepare_tasks(tasks, t0: float) -> dict | None:
+    """The prepare tasks' timeline (sweep_summary.json 'prepare_tasks', recorded since it exists), in
+    seconds from the invocation's start: when the first and the last ended, and per task (medians) when
+    it started, its imports, its computation and each cache level's part of it."""
+    tasks = [t for t in tasks or [] if "start" in t]
+    if not tasks:
+        return None
+    med = lambda xs: round(statistics.median(xs), 1)    # noqa: E731
+    levels = sorted({k for t in tasks for k in t.get("levels", {})})
+    return {"tasks": len(tasks), "first_end_s": round(min(t["end"] for t in tasks) - t0, 1),
+            "last_end_s": round(max(t["end"] for t in tasks) - t0, 1),
+            "median_start_s": med([t["start"] - t0 for t in tasks]),
+            "median_imports_s": med([t["imported"] - t["start"] for t in tasks]),
+            "median_compute_s": med([t["seconds"] for t in tasks]),
+            "median_levels_s": {k: med([t["levels"].get(k, 0.0) for t in tasks]) for k in levels}}
 
 
 PARTS = ("setup_s", "train_s", "eval_s", "checkpoint_s", "cross_fit_s")
@@ -155,6 +173,12 @@ def main(argv=None) -> int:
                  f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s "
                  f"({r['timeline']['after_last_end_s']} s before the end)"
                  f"\n  trials computing every {TIMELINE_STEP} s: {' '.join(map(str, r['timeline']['running']))}")
+              + (f"\n  prepare: {r['prepare_tasks']['tasks']} task(s), the first ended at {r['prepare_tasks']['first_end_s']} s, "
+                 f"the last at {r['prepare_tasks']['last_end_s']} s; a task (medians) started at "
+                 f"{r['prepare_tasks']['median_start_s']} s, imported for {r['prepare_tasks']['median_imports_s']} s, "
+                 f"computed for {r['prepare_tasks']['median_compute_s']} s ("
+                 + ", ".join(f"{k} {v}" for k, v in r["prepare_tasks"]["median_levels_s"].items()) + ")"
+                 if r["prepare_tasks"] else "")
               + ("\n  median trial s by dataset: " + ", ".join(f"{d} {v}" for d, v in r["median_trial_s_by_dataset"].items())
                  if r["median_trial_s_by_dataset"] else "")
               + "".join(f"\n  trial time in {k[:-2]} (outside setup, training, evaluation, checkpoints): total {v['total']} s, "

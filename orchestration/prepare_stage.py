@@ -46,7 +46,10 @@ class PrepareFailed(Stopper):
 def _prepare_remote(cfg_dict: dict, dataset: str, seed: int, cache_dir: str | None, storage_uri: str | None,
                     cpus: float) -> dict:
     """One (dataset, seed) on whichever node Ray picks: into `cache_dir` (the driver's cache, one
-    node or a shared filesystem) or, with a storage URI, into this node's own cache and uploaded."""
+    node or a shared filesystem) or, with a storage URI, into this node's own cache and uploaded. The
+    result's 'timing': wall-clock times of the task's start, its imports' end and its end (the sweep
+    summary keeps them: how long a prepare task spends importing beside its computation)."""
+    started = time.time()
     import torch
 
     from orchestration.storage import Storage, node_dir
@@ -55,6 +58,7 @@ def _prepare_remote(cfg_dict: dict, dataset: str, seed: int, cache_dir: str | No
     from poxm_core.prepare_cache import variant_record
 
     torch.set_num_threads(max(1, int(cpus)))
+    imported = time.time()
     t0 = time.perf_counter()
     cache = Path(cache_dir) if storage_uri is None else node_dir() / "cache"
     out = prepare(_C.model_validate(cfg_dict), dataset, seed, cache, progress=False)
@@ -63,7 +67,8 @@ def _prepare_remote(cfg_dict: dict, dataset: str, seed: int, cache_dir: str | No
         store = Storage(storage_uri)
         for rel in dict.fromkeys(lvl for r in records.values() for lvl in r["levels"]):
             store.put_level(cache, rel)
-    return {"variants": records, "seconds": time.perf_counter() - t0}
+    return {"variants": records, "seconds": time.perf_counter() - t0,
+            "timing": {"start": round(started, 3), "imported": round(imported, 3), "end": round(time.time(), 3)}}
 
 
 def task_resources(plan: SweepPlan) -> dict:
@@ -78,6 +83,18 @@ def task_resources(plan: SweepPlan) -> dict:
 def fits_at_once(n_tasks: int, per_task: dict, cluster: dict) -> bool:
     """Whether n tasks of `per_task` resources fit the cluster's totals side by side."""
     return n_tasks > 0 and all(n_tasks * v <= cluster.get(k, 0.0) + 1e-9 for k, v in per_task.items())
+
+
+def task_record(dataset: str, seed: int, res: dict) -> dict:
+    """One prepare task for the sweep summary: its timing (wall-clock start, imports' end, end) and the
+    seconds each cache level took to build (from the levels' manifests; a level found in the cache
+    keeps the time of its first build)."""
+    variants = res["variants"]
+    first = next(iter(variants.values()), {"parents": {}})
+    levels = {k: float(m.get("seconds", 0.0)) for k, m in first.get("parents", {}).items()}
+    levels["variants"] = round(sum(float(r["manifest"].get("seconds", 0.0)) for r in variants.values()), 3)
+    return {"dataset": dataset, "seed": int(seed), **res.get("timing", {}), "seconds": round(res["seconds"], 3),
+            "levels": levels}
 
 
 class PrepareRun:
@@ -121,6 +138,7 @@ class PrepareRun:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.seconds = 0.0                  # submit -> the last task's end
+        self.tasks: list[dict] = []         # per finished task: dataset, seed, timing, each level's seconds
 
     def wait_all(self) -> tuple[dict, float]:
         """Every task's result, in the order they end: ({(dataset, seed): {variant: record}}, compute
@@ -147,6 +165,7 @@ class PrepareRun:
                     raise
                 out[(d, s)] = res["variants"]
                 compute += res["seconds"]
+                self.tasks.append(task_record(d, s, res))
                 self.say(f"  prepared {d} seed {s} ({res['seconds']:.1f} s)")
         except BaseException:
             # the sweep ends: the tasks still running are cancelled (not killed by removing their

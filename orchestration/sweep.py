@@ -138,7 +138,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                                  "tune": tune_s, "gather_select_report": report_s,
                                  "after_trials": time.perf_counter() - t2}, max_conc,
                                 {"prepare_overlapped": prep.overlapped,
-                                 "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)]})
+                                 "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)],
+                                 "prepare_tasks": prep.tasks})
         if runs is not None:
             close_tracking(plan, runs, done, errored, summary, report)
             runs = parent_open = None

@@ -206,12 +206,19 @@ def test_orchestration_share_script(tmp_path):
     # (x computed from 1010), so busy = 60 + 10 and the share 0.3, not 60 + 20
     write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2,
                                                                  "prepare_s": 20.0, "prepare_span": [1000.0, 1020.0],
-                                                                 "prepare_overlapped": True})
+                                                                 "prepare_overlapped": True, "prepare_tasks": [
+        {"start": 1001.0, "imported": 1004.0, "end": 1012.0, "seconds": 8.0, "levels": {"data": 1.0, "variants": 6.0}},
+        {"start": 1002.0, "imported": 1003.0, "end": 1020.0, "seconds": 17.0, "levels": {"data": 3.0, "variants": 12.0}},
+        {"start": 1003.0, "imported": 1008.0, "end": 1016.0, "seconds": 8.0, "levels": {"data": 2.0, "variants": 4.0}}]})
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(rd), "--json"],
                          capture_output=True, text=True, cwd=REPO)
     r = json.loads(out.stdout)
     assert r["orchestration_share"] == pytest.approx(0.4) and r["share_prepare_as_compute"] == pytest.approx(0.3)
     assert r["prepare_overlapped"] is True
+    # three prepare tasks: ended at 12, 20 and 16 s; medians of start 2 s, imports (3, 1, 5) 3 s, compute 8 s
+    assert r["prepare_tasks"] == {"tasks": 3, "first_end_s": 12.0, "last_end_s": 20.0, "median_start_s": 2.0,
+                                  "median_imports_s": 3.0, "median_compute_s": 8.0,
+                                  "median_levels_s": {"data": 2.0, "variants": 6.0}}
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "orchestration_share.py"), str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -225,6 +225,11 @@ def test_preparing_before_the_trials_gives_the_same_rows(ray_session, reference,
     waits = [a["prepare_wait_s"] for t in (reference.run_dir / "trials").iterdir()
              for a in json.loads((t / "timing.json").read_text())["attempts"]]
     assert len(waits) == 2 and all(w >= 0 for w in waits) and end >= start
+    # its one prepare task's timeline and its cache levels' seconds (the variants': both variants together)
+    (task,) = ref_summary["prepare_tasks"]
+    assert start <= task["start"] <= task["imported"] <= task["end"] <= end + 1
+    assert set(task["levels"]) == {"data", "model", "candidates", "variants"}
+    assert 0 < sum(task["levels"].values()) <= task["seconds"]
     monkeypatch.setattr(prepare_stage, "fits_at_once", lambda *a: False)
     out = run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", progress=False)
     assert out.ok and out.summary["prepare_overlapped"] is False
