@@ -29,13 +29,25 @@ class PreparedAt:
 @dataclass(frozen=True)
 class PreparedRef:
     """A trial's prepared variant while the prepare stage may still run (orchestration.prepare_stage):
-    `ref`, the ObjectRef of its (dataset, seed)'s prepare task, and which `variant` of its result."""
+    `ref`, the ObjectRef of its (dataset, seed)'s prepare task, and which `variant` of its result.
+    `at`: where the variant will be in the sweep's cache (its cache keys, computed by the driver), so
+    that a trial whose variant is built starts before its task has built the others."""
     ref: object
     variant: str
+    at: PreparedAt | None = None
 
-    def resolve(self) -> PreparedAt:
-        """Waits for the task (a failed one raises here) and says where the variant is."""
+    def resolve(self, cache_dir: str | None = None, poll_s: float = 0.25) -> PreparedAt:
+        """Waits until the task has ended (a failed one raises here) or, with `cache_dir` and `at`, until
+        the variant's level in that cache is complete (its manifest is written last, by a rename),
+        whichever comes first; then says where the variant is."""
         import ray
+        if self.at is not None and cache_dir is not None:
+            from pathlib import Path
+
+            from poxm_core.prepare_cache import is_complete
+            while not ray.wait([self.ref], timeout=poll_s)[0]:
+                if is_complete(Path(cache_dir) / self.at.dir):
+                    return self.at
         r = ray.get(self.ref)["variants"][self.variant]
         return PreparedAt(str(r["dir"]), tuple(r["levels"]))
 

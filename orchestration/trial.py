@@ -178,8 +178,10 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
     tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
     files.set_state("running", started=time.time(), job=job.name, tries=tries)
     t0 = time.perf_counter()
-    # while the prepare stage runs beside the trials: wait here for this trial's (dataset, seed)
-    at = m.prepared.resolve() if isinstance(m.prepared, PreparedRef) else m.prepared
+    # while the prepare stage runs beside the trials: wait here for this trial's variant (read from
+    # the driver's cache: the stage overlaps the trials only when they share it)
+    at = (m.prepared.resolve(job.cache_dir if files.store is None else None) if isinstance(m.prepared, PreparedRef)
+          else m.prepared)
     wait_s = time.perf_counter() - t0
     variant_dir = at.dir
     if variant_dir not in loaded:

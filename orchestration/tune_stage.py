@@ -112,6 +112,18 @@ def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
     return grid
 
 
+def variant_at(cfg, dataset: str, seed: int, variant: str) -> PreparedAt:
+    """Where prepare puts a variant in the cache, from the config alone (its cache keys): the levels
+    relative to the cache, data first, the variant last (as poxm_core.prepare_cache.variant_record)."""
+    from poxm_core.prepare_cache import cache_keys
+
+    keys = cache_keys(cfg, dataset, int(seed))
+    alpha = next(v.alpha for v in cfg.dataset(dataset).variants if v.name == variant)
+    levels = (f"data/{keys.data[1]}", f"model/{keys.model[alpha][1]}", f"candidates/{keys.candidates[alpha][1]}",
+              f"variant/{keys.variant[variant][1]}")
+    return PreparedAt(levels[-1], levels)
+
+
 def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
     """What every job gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
     given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids.
@@ -127,7 +139,7 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
     for s in plan.specs:
         p = prepared[(s.dataset, s.seed)]
         at[s.name] = (PreparedAt(str(p[s.variant]["dir"]), tuple(p[s.variant]["levels"])) if isinstance(p, dict)
-                      else PreparedRef(p, s.variant))
+                      else PreparedRef(p, s.variant, variant_at(cfg, s.dataset, s.seed, s.variant)))
     return SweepInputs(
         run_root=str(plan.rd.root), cache_dir=str(plan.cache_dir), config=config_input(cfg),
         storage=plan.storage.uri if plan.storage else None, ray_storage=ray_storage(plan),

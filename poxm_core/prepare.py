@@ -33,7 +33,7 @@ from poxm_core.data import inverse_propensities, load_dataset, propensity_params
 from poxm_core.data.types import XMCData
 from poxm_core.errors import PoxmInputError, nearest
 from poxm_core.metrics import covering_curve, greedy_metrics, stochastic_metrics
-from poxm_core.model.core import encode
+from poxm_core.model.core import encode, resolve_device
 from poxm_core.model.logging_model import alpha_sample, train_logging_model
 from poxm_core.model.topk import chunked_topk
 from poxm_core.prepare_cache import build_level, cache_keys, is_complete, level_dir, read_manifest
@@ -124,6 +124,13 @@ def _build_candidates(cfg: SweepConfig, model_dir: Path, data_dir: Path, progres
     return fn
 
 
+def metrics_device(device: str) -> torch.device | None:
+    """The GPU the logging policy's test metrics are computed on (stochastic_metrics' `device`), or
+    None (NumPy) when the config's device is the CPU."""
+    dev = resolve_device(device)
+    return dev if dev.type == "cuda" else None
+
+
 def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path, seed: int,
                    val_fraction: float, progress: bool, name: str) -> Callable[[Path], dict]:
     v = next(x for x in cfg.dataset(name).variants if x.name == vname)
@@ -158,8 +165,11 @@ def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path,
             for k in range(K):
                 f.write(f"{k + 1},{cover_test[k]:.8g},{cover_train[k]:.8g}\n")
         _say(progress, f"[{name}] variant {vname}: logging policy metrics on test")
+        # on a GPU there, as the trials compute theirs: on a CPU these are most of a variant's time
+        # (the exact quadrature: 1.5-2 s for Bibtex's test split), and 20 prepare tasks started
+        # beside a sweep's Ray Train jobs share the CPUs with them
         sto = stochastic_metrics(Y_test, pol["test"].cand, pol["test"].rho, inv, KS,
-                                 n_slates=cfg.training.mc_slates, seed=seed)
+                                 n_slates=cfg.training.mc_slates, seed=seed, device=metrics_device(cfg.device))
         return {"K": int(K), "n_fit": int(fit_rows.size), "n_val": int(val_rows.size),
                 "logging_policy_test": sto,
                 "covering_test": {str(k): float(cover_test[k - 1]) for k in COVER_KS if k <= K},

@@ -366,7 +366,9 @@ def test_truncated_rows_of_a_finished_trial_are_named(tmp_path):
     f = tmp_path / "trials" / "t" / "rows.csv"
     f.parent.mkdir(parents=True)
     rows.to_csv(f, index=False)
-    pd.testing.assert_frame_equal(read_trial_rows(f, tmp_path), pd.read_csv(f))
+    df, text = read_trial_rows(f, tmp_path)
+    pd.testing.assert_frame_equal(df, pd.read_csv(f))
+    assert text == f.read_bytes()
     whole = f.read_bytes()
     for cut in (len(whole) - 7, len(whole) // 2, 10, 0):      # mid-line, mid-file, in the header, empty
         f.write_bytes(whole[:cut])
@@ -374,3 +376,30 @@ def test_truncated_rows_of_a_finished_trial_are_named(tmp_path):
             read_trial_rows(f, tmp_path)
         msg = str(exc.value)
         assert str(f) in msg and "poxm resume" in msg and "\n" not in msg, msg
+
+
+def test_gathered_rows_are_the_finished_trials_text_after_one_header(tmp_path):
+    """results/rows.csv: the header, then each finished trial's lines as it wrote them, in the order
+    asked for; a trial without done.json is left out. Its rows read back equal the returned frame."""
+    import pandas as pd
+
+    from orchestration.gather import gather_rows
+    from orchestration.rundir import RunDir
+    from poxm_core.results import COLUMNS
+    rd = RunDir(tmp_path / "run")
+    lines = {}
+    for t, (p, value, done) in {"b": (10, 0.1, True), "a": (None, 1 / 3, True), "c": (5, 0.9, False)}.items():
+        rows = pd.DataFrame([{"dataset": "d", "variant": "A", "method": "poxm", "p": p, "lam": 0.9, "seed": 0,
+                              "split": "test", "metric": "R@5", "value": value, "stderr": 0.0, "epoch": 2, "final": True}],
+                            columns=COLUMNS)
+        rd.trial(t).mkdir(parents=True)
+        rows.to_csv(rd.trial(t) / "rows.csv", index=False)
+        if done:
+            (rd.trial(t) / "done.json").write_text("{}")
+        lines[t] = (rd.trial(t) / "rows.csv").read_text().splitlines()
+    df = gather_rows(rd, ["b", "a", "c"])
+    text = rd.rows_csv.read_text()
+    assert text.splitlines() == [",".join(COLUMNS), lines["b"][1], lines["a"][1]]
+    assert lines["b"][1].startswith("d,A,poxm,10,") and lines["a"][1].startswith("d,A,poxm,,")   # each as written
+    pd.testing.assert_frame_equal(pd.read_csv(rd.rows_csv), df)
+    assert gather_rows(rd, ["c"]).empty and rd.rows_csv.read_text().strip() == ",".join(COLUMNS)

@@ -282,13 +282,6 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
     rest += [("h2", "Coverage of the sweep"),
              ("ul", coverage_notes(rows, selection, expected, grid, source, criterion=criterion))]
 
-    def links(paths: dict[str, Path]) -> list[tuple[str, str]]:
-        return [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()]
-
-    def table(t: T.Table) -> list[tuple]:
-        t = _stamp_table(t, protocol)
-        return [("table", t), ("links", links(T.write_table(t, tdir)))]
-
     def figure(fig: F.Figure | None) -> list[tuple]:
         if fig is None:
             return []
@@ -297,18 +290,24 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
                  [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths])]
 
     variants_of = {d: [v for (dd, v) in dv if dd == d] for d in datasets}
-    # figures are drawn by worker processes (figure_pool); each function reads only its dataset's final
-    # rows (and variant's), so they are handed only those, not every epoch's rows too (the real-data
-    # benchmark: 72,000 final of 440,000 rows, all pickled for a worker); ("pending", ...) blocks are
-    # resolved in order below
+    # figures and each dataset's tables are built by worker processes (figure_pool); each function
+    # reads only its dataset's final rows (and variant's), so they are handed only those, not every
+    # epoch's rows too (the real-data benchmark: 72,000 final of 440,000 rows, all pickled for a
+    # worker); ("pending", ...) figures and ("pending blocks", ...) tables are resolved in order below
     final = rows[rows["final"]]
     rows_of = {d: final[final["dataset"] == d] for d in datasets}
-    pool = FigurePool(expected=3 * len(datasets) + sum(len(v) for v in variants_of.values()))
+    pool = FigurePool(expected=4 * len(datasets) + sum(len(v) for v in variants_of.values()))
     try:
+        # the tables first: the processes take work in the order it is asked for
+        sections = {d: pool.submit(_dataset_tables, d, variants_of[d], stats, expected, selection, criterion,
+                                   params, (paper_stats, paper_sel) if paper_sel is not None else None,
+                                   rows_of[d], prepare, protocol, tdir, out)
+                    for d in datasets}
         blocks.append(("h2", "Headline: test R@5"))
         for d in datasets:
             if variants_of[d]:
-                blocks += table(T.headline_table(d, variants_of[d], stats, expected, criterion, params))
+                blocks += _table_blocks(T.headline_table(d, variants_of[d], stats, expected, criterion, params),
+                                        protocol, tdir, out)
         blocks.append(("h2", "The paper's figures"))
         for d in datasets:
             blocks += [("pending", pool.submit(F.covering_figure, prepare, rows_of[d], d, fdir)),
@@ -317,30 +316,21 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
         blocks += rest
         for d in datasets:
             blocks.append(("h2", f"Dataset {d}"))
-            for v in variants_of[d]:
-                blocks.append(("h3", f"{d}, variant {v}"))
-                show_paper = paper.matches_paper(d, v, params.get((d, v)))
-                if d in paper.TABLE2 and not show_paper:
-                    blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
-                                        f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
-                for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
-                          T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion,
-                                         params=params.get((d, v))),
-                          T.selection_table(d, v, selection, expected, criterion=criterion)):
-                    blocks += table(t)
-                if paper_sel is not None:
-                    blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
-                    for t in _paper_tables(d, v, paper_stats, paper_sel, expected, show_paper, params.get((d, v))):
-                        blocks += table(t)
+            for i, v in enumerate(variants_of[d]):
+                blocks.append(("pending blocks", sections[d], i))
                 rows_dv = rows_of[d][rows_of[d]["variant"] == v]
                 blocks.append(("pending", pool.submit(F.estimator_figure, rows_dv, d, v, fdir)))
-            sp = T.spearman_data(rows_of[d], d)   # both read only the dataset's final rows
-            if len(sp):
-                blocks += [("h3", f"{d}: selection criteria against test R@5")] + table(T.spearman_table(d, sp, criterion))
-            if (prepare["dataset"] == d).any():
-                blocks += [("h3", f"{d}: logging policy")] + table(T.logging_stats_table(d, prepare, rows_of[d]))
+            blocks.append(("pending blocks", sections[d], len(variants_of[d])))
             blocks.append(("pending", pool.submit(F.sharpness_figure, chosen_test, params, d, fdir, criterion=criterion)))
-        blocks = [b for blk in blocks for b in (figure(blk[1].result()) if blk[0] == "pending" else [blk])]
+        resolved = []
+        for blk in blocks:
+            if blk[0] == "pending":
+                resolved += figure(blk[1].result())
+            elif blk[0] == "pending blocks":
+                resolved += blk[1].result()[blk[2]]
+            else:
+                resolved.append(blk)
+        blocks = resolved
     finally:
         pool.close()
     blocks += [("h2", "Selection"),
@@ -352,9 +342,52 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
                      + ", and apart, the oracle choice by test R@5 (selection='oracle', uses test labels, "
                        "never used by the tables)."),
                ("links", [("selection.csv", "selection.csv")])]
-    blocks += table(stability_table([stability(s, c) for c, s in zip(shown, [selection, paper_sel])], shown))
+    blocks += _table_blocks(stability_table([stability(s, c) for c, s in zip(shown, [selection, paper_sel])], shown),
+                            protocol, tdir, out)
     T.atomic_write_text(out / "index.md", render_markdown(blocks))
     T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
+
+
+def _table_blocks(t: T.Table, protocol: str | None, tdir: Path, out: Path) -> list[tuple]:
+    """A table stamped with the protocol, written (csv, md, tex), and its index blocks."""
+    t = _stamp_table(t, protocol)
+    return [("table", t), ("links", [(ext.upper(), str(p.relative_to(out))) for ext, p in T.write_table(t, tdir).items()])]
+
+
+def _dataset_tables(d: str, variants: list[str], stats: pd.DataFrame, expected: pd.DataFrame, selection: pd.DataFrame,
+                    criterion: str, params: dict, snis: tuple | None, rows_d: pd.DataFrame, prepare: pd.DataFrame,
+                    protocol: str | None, tdir: Path, out: Path) -> list[list[tuple]]:
+    """A dataset's tables, written, as index blocks: one list per variant (its heading, the results,
+    greedy and selection tables, and the same under the paper's criterion when `snis` = (its seed
+    statistics, its selection)), then one for the dataset's criteria-against-test and logging-policy
+    tables. Run by the report's worker processes (figure_pool), one dataset each."""
+    parts = []
+    for v in variants:
+        blocks: list[tuple] = [("h3", f"{d}, variant {v}")]
+        show_paper = paper.matches_paper(d, v, params.get((d, v)))
+        if d in paper.TABLE2 and not show_paper:
+            blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
+                                f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
+        for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
+                  T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion,
+                                 params=params.get((d, v))),
+                  T.selection_table(d, v, selection, expected, criterion=criterion)):
+            blocks += _table_blocks(t, protocol, tdir, out)
+        if snis is not None:
+            blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
+            for t in _paper_tables(d, v, snis[0], snis[1], expected, show_paper, params.get((d, v))):
+                blocks += _table_blocks(t, protocol, tdir, out)
+        parts.append(blocks)
+    blocks = []
+    sp = T.spearman_data(rows_d, d)   # both read only the dataset's final rows
+    if len(sp):
+        blocks += [("h3", f"{d}: selection criteria against test R@5")] + _table_blocks(T.spearman_table(d, sp, criterion),
+                                                                                     protocol, tdir, out)
+    if (prepare["dataset"] == d).any():
+        blocks += [("h3", f"{d}: logging policy")] + _table_blocks(T.logging_stats_table(d, prepare, rows_d),
+                                                                  protocol, tdir, out)
+    parts.append(blocks)
+    return parts
 
 
 def _claims_blocks(frame: pd.DataFrame, criteria: list[str], tdir: Path, out: Path,
