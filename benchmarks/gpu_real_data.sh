@@ -11,7 +11,8 @@
 #                                                              (no per-epoch rows, checkpoints, figures) as one tar
 #
 # SEEDS='[0]' runs fewer seeds (default [0,1,2,3,4]); GPU_RUNS sets where the run directories and the
-# prepare cache go (default /tmp/gpu-real-runs; a new folder starts from an empty cache).
+# prepare cache go (default /tmp/gpu-real-runs; a new folder starts from an empty cache); EXTRA_OVERRIDES
+# adds config overrides (e.g. 'resources.startup_concurrency=0').
 #
 # A sweep cut by the deadline (SIGTERM: trials stop, exit 130) continues with the same command: the
 # same config maps to the same run directory and finished trials are kept.
@@ -50,7 +51,7 @@ fi
 deadline=$(( $(date +%s) + $1 )); shift
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 OVR=(device=cuda "resources.gpus_per_trial=${GPU_SHARE:-0.125}" resources.cpus_per_trial=1 "seeds=${SEEDS:-[0,1,2,3,4]}" "resources.mps=${GPU_MPS:-true}"
-     mlflow.enabled=false training.batched_heads=true)
+     mlflow.enabled=false training.batched_heads=true ${EXTRA_OVERRIDES:-})
 echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus; $(nproc) CPUs"
 for ds in "$@"; do
   left=$(( deadline - $(date +%s) ))
