@@ -71,8 +71,6 @@ def share(run_dir: str | Path) -> dict:
                     j["worker_start"], j["worker_ready"] = a["worker_start"], a["worker_ready"]
                 if a["start"] <= j["first_start"]:
                     j["prepare_wait"] = float(a.get("prepare_wait_s", 0.0))
-                if "gate_wait_s" in a:
-                    j["gate_wait"] = float(a["gate_wait_s"])
     busy = busy_seconds(spans)
     # the prepare stage (logging models, simulated logs) counted as computation rather than
     # orchestration: its span joins the trials' (it ran before them, or beside them when it overlapped)
@@ -106,9 +104,6 @@ def share(run_dir: str | Path) -> dict:
                                             enumerate(("ray_train", "worker_torch_cuda", "prepare_wait", "first_trial_load"))}
                                            if parts else None),
             "timeline": timeline,
-            # before its fit, a job waited for one of the jobs starting at once (resources.startup_concurrency)
-            "gate_wait_s": ({"median": round(statistics.median(g), 1), "max": round(max(g), 1), "jobs": len(g)}
-                            if (g := [j["gate_wait"] for j in jobs.values() if "gate_wait" in j]) else None),
             "median_trial_s_by_dataset": {d: round(statistics.median(v), 1) for d, v in sorted(by_dataset.items())},
             "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(statistics.median(v), 2), "trials": len(v)}
                                            for k, v in waits.items() if v}}
@@ -174,8 +169,6 @@ def main(argv=None) -> int:
                  f"and CUDA {r['job_startup_parts_median_s']['worker_torch_cuda']} s, waiting for the prepare stage "
                  f"{r['job_startup_parts_median_s']['prepare_wait']} s, loading until the first trial computes "
                  f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else "")
-              + (f"\n  before their fit, jobs waited for the start-up gate: median {r['gate_wait_s']['median']} s, "
-                 f"max {r['gate_wait_s']['max']} s ({r['gate_wait_s']['jobs']} jobs)" if r["gate_wait_s"] else "")
               + (f"\n  first job started at {r['timeline']['first_job_start_s']} s, first trial computed at "
                  f"{r['timeline']['first_compute_s']} s, last trial ended at {r['timeline']['last_end_s']} s "
                  f"({r['timeline']['after_last_end_s']} s before the end)"

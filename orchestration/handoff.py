@@ -67,7 +67,6 @@ class SweepInputs:
     mlflow_uri: str | None = None          # None: no MLflow tracking
     mlflow_points: dict[str, str] | None = None   # grid point key -> its MLflow run id
     state_api: bool = True                 # Ray's state API answers (a dashboard runs): ray_setup.state_api_available
-    startup_gate: str | None = None        # the named actor limiting jobs starting at once (orchestration.startup_gate)
 
 
 @dataclass(frozen=True)
@@ -99,8 +98,6 @@ class WorkerJob:
     cpus: float                            # resources.cpus_per_trial: the worker's torch threads
     fit_start: float                       # when the job's trainer.fit began (time.time())
     crash: str | None = None
-    startup_gate: str | None = None        # SweepInputs.startup_gate: the worker hands its permit back
-    gate_wait_s: float = 0.0               # how long the job waited for a permit before its fit
 
 
 def _head_key(h: dict) -> str:
@@ -108,7 +105,7 @@ def _head_key(h: dict) -> str:
     return HeadSpec(h["method"], h["p"], h["lam"]).key
 
 
-def worker_job(sweep: SweepInputs, name: str, trials: list[str], fit_start: float, gate_wait_s: float = 0.0) -> WorkerJob:
+def worker_job(sweep: SweepInputs, name: str, trials: list[str], fit_start: float) -> WorkerJob:
     """The WorkerJob of job `name` running `trials` (their order kept), with each head's MLflow run."""
     from orchestration.tracking import point_key
 
@@ -126,5 +123,4 @@ def worker_job(sweep: SweepInputs, name: str, trials: list[str], fit_start: floa
         members.append(JobMember(n, spec, sweep.prepared[n], keys, runs))
     return WorkerJob(name=name, members=tuple(members), config=sweep.config, run_root=sweep.run_root,
                      cache_dir=sweep.cache_dir, storage=sweep.storage, sweep_id=sweep.sweep_id,
-                     cpus=sweep.resources.cpus_per_trial, fit_start=fit_start, crash=sweep.crash,
-                     startup_gate=sweep.startup_gate, gate_wait_s=gate_wait_s)
+                     cpus=sweep.resources.cpus_per_trial, fit_start=fit_start, crash=sweep.crash)

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestration import startup_gate, tracking
+from orchestration import tracking
 from orchestration.gather import gather_prepare, gather_rows, select_and_report, sweep_summary
 from orchestration.plan import SweepPlan, plan_from_run_dir, plan_sweep, write_plan
 from orchestration.ray_setup import quiet_libraries
@@ -93,12 +93,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         max_conc = check_resources(cfg, local=local)
         ray_s = time.perf_counter() - t_ray
         res = ray.cluster_resources()
-        # jobs starting at once (orchestration.startup_gate): a gate only where fewer than the slots
-        n_gate = startup_gate.permits(cfg.resources.startup_concurrency, res.get("CPU", 0))
-        gate = startup_gate.start_gate(rd.root.name, n_gate) if 0 < n_gate < max_conc else None
-        gate_name = startup_gate.gate_name(rd.root.name) if gate is not None else None
-        say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once"
-            + (f", {n_gate} starting at once" if gate is not None else ""))
+        say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
         if local and (hint := bytecode_hint()) is not None:
             say(f"  note     {hint}")
 
@@ -116,7 +111,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                 runs = stage_points(plan, uri, exp_id, parent, tags, {})
             prep.watch(on_done=None if runs is None else
                        lambda prepared: stage_points(plan, uri, exp_id, parent, tags, prepared))
-            inputs = sweep_inputs(plan, prep.refs, runs, gate_name)
+            inputs = sweep_inputs(plan, prep.refs, runs)
             try:
                 done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper(),
                                                            on_all_done=hook)
@@ -128,7 +123,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
             gather_prepare(rd, prepared)
             if cfg.mlflow.enabled:
                 runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
-            inputs = sweep_inputs(plan, prepared, runs, gate_name)
+            inputs = sweep_inputs(plan, prepared, runs)
             done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, on_all_done=hook)
         prepare_s = prep.seconds
 

@@ -27,7 +27,6 @@ import os
 import time
 from pathlib import Path
 
-from orchestration import startup_gate
 from orchestration.handoff import JobMember, PreparedRef, SweepInputs, WorkerJob, worker_job
 from orchestration.report_pace import ReportPace
 from orchestration.rundir import read_json, set_trial_state, write_json
@@ -122,9 +121,7 @@ def worker_loop(train_loop_config: dict) -> None:
         # 'cuda' from here on means the card Ray reserved for this job
         torch.cuda.set_device(job_cuda_index())
         torch.zeros(1, device="cuda")     # the CUDA context now, so worker_ready includes its start
-    starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3),
-              **({"gate_wait_s": round(job.gate_wait_s, 3)} if job.startup_gate else {})}
-    startup_gate.leave(job.startup_gate, job.name)     # the next job may start
+    starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3)}
     members = job.members
     E = cfg.training.epochs
     ckpt = ray.train.get_checkpoint()
@@ -289,10 +286,7 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
         ray.tune.report({"finished": 1, "skipped": 1, "member": len(names) - 1})
         return
     res = sweep.resources
-    # a few jobs start at once (orchestration.startup_gate); the worker hands the permit back once its
-    # CUDA context is up, this driver again when the job ends (a second hand-back does nothing)
-    gate_wait_s = startup_gate.enter(sweep.startup_gate, name)
-    job = worker_job(sweep, name, names, fit_start=time.time(), gate_wait_s=gate_wait_s)
+    job = worker_job(sweep, name, names, fit_start=time.time())
     use_gpu = res.gpus_per_trial > 0
     per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
     # one worker, no collectives: no process group (see the module docstring)
@@ -315,8 +309,6 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             files[(running or left)[0]].set_state(
                 "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
         raise
-    finally:
-        startup_gate.leave(sweep.startup_gate, name)
 
 
 def leave_out_pg_cleaner(trainer) -> None:

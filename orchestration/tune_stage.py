@@ -124,12 +124,11 @@ def variant_at(cfg, dataset: str, seed: int, variant: str) -> PreparedAt:
     return PreparedAt(levels[-1], levels)
 
 
-def sweep_inputs(plan: SweepPlan, prepared: dict, runs, startup_gate: str | None = None) -> SweepInputs:
+def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
     """What every job gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
     given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids.
     `prepared`: {(dataset, seed): {variant: record}} once prepared, or {(dataset, seed): ObjectRef
-    of its prepare task} while the stage runs beside the trials (the worker waits for it).
-    `startup_gate`: the name of the sweep's orchestration.startup_gate actor, or None."""
+    of its prepare task} while the stage runs beside the trials (the worker waits for it)."""
     from orchestration.handoff import PreparedRef
     from orchestration.ray_setup import state_api_available
     from orchestration.rundir import config_input
@@ -148,7 +147,7 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs, startup_gate: str | None
         prepared=at,
         resources=cfg.resources, crash=crash_spec(),
         mlflow_uri=runs.uri if runs is not None else None, mlflow_points=dict(runs.points) if runs is not None else None,
-        state_api=state_api_available(), startup_gate=startup_gate)
+        state_api=state_api_available())
 
 
 def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None):

@@ -147,10 +147,6 @@ class ResourcesConfig(_Strict):
         description="true: trials sharing a GPU run under NVIDIA's Multi-Process Service (a local sweep starts its "
                     "daemon if none runs, and stops it at the end); their small kernels then run side by side instead "
                     "of taking turns. Default off")
-    startup_concurrency: int | None = Field(
-        None, ge=0, exclude_if=_unset,
-        description="Ray Train jobs starting at once: the others wait before their start, and the first ones compute "
-                    "meanwhile (0: no limit; default: max(4, CPUs / 8))")
     storage_path: str | None = Field(None, exclude_if=_unset, description="where trials exchange prepared data, checkpoints and results: a path or pyarrow filesystem URI every node reaches (default: the run directory, i.e. one node or a shared filesystem)")
 
     @field_validator("trials_per_job", mode="before")

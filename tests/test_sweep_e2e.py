@@ -370,23 +370,3 @@ def _chromium_sees_runs(url: str, port: int, exp_id: str, parent, points) -> Non
     page = dom(f"http://127.0.0.1:{port}/#/experiments/{exp_id}/runs/{one.info.run_id}")
     assert one.info.run_name in page, page[-2000:]
 
-
-
-@pytest.mark.slow
-def test_one_job_starting_at_a_time_gives_the_same_rows(ray_session, reference, tmp_path):
-    """resources.startup_concurrency=1 with two trials at once: the second job's fit waits until the
-    first job's worker has handed its permit back (orchestration.startup_gate); the rows are the
-    reference's."""
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
-
-    path = write_config(tmp_path, resources=dict(TINY["resources"], startup_concurrency=1))
-    out = run_sweep(load_config(path), runs_dir=tmp_path / "runs", progress=False)
-    assert out.ok
-    pd.testing.assert_frame_equal(final_rows(out.run_dir), final_rows(reference.run_dir))
-    attempts = sorted((a for t in (out.run_dir / "trials").iterdir()
-                       for a in json.loads((t / "timing.json").read_text())["attempts"]), key=lambda a: a["job_start"])
-    assert len(attempts) == 2 and all("gate_wait_s" in a for a in attempts)
-    first, second = attempts
-    assert second["job_start"] >= first["worker_ready"] - 0.05      # the permit came back first
-    assert second["gate_wait_s"] > 0.5 and first["gate_wait_s"] < second["gate_wait_s"]
