@@ -460,8 +460,9 @@ def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_figures_drawn_by_worker_processes_equal_those_drawn_in_one(tmp_path, monkeypatch):
-    """POXM_REPORT_PROCS=2: the figures come from a pool of spawned processes; the report (index.md,
-    every PNG byte for byte) is the one drawn in this process, in the same order."""
+    """POXM_REPORT_PROCS=2: the figures and each dataset's tables come from a pool of spawned
+    processes; the report (index.md, every PNG and table file byte for byte) is the one built in this
+    process, in the same order."""
     from orchestration.report import figure_pool
     monkeypatch.setattr(figure_pool, "MIN_FIGURES", 1)
     pools = []
@@ -477,10 +478,11 @@ def test_figures_drawn_by_worker_processes_equal_those_drawn_in_one(tmp_path, mo
         run = _run_dir(tmp_path / procs)
         out = build_report(run)
         reports[procs] = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
-                          if p.is_file() and p.suffix in (".md", ".png", ".csv")}
+                          if p.is_file() and p.suffix in (".md", ".png", ".csv", ".tex")}
     one, two = reports["1"], reports["2"]
     assert pools[0].drawn_by_pool == 0 and pools[1].drawn_by_pool >= 7     # drawn here, then by the pool
     assert sorted(one) == sorted(two) and sum(k.endswith(".png") for k in one) >= 7
+    assert sum(k.startswith("tables/results_") for k in one) >= 3        # the datasets' tables, from the pool too
     assert [k for k in one if one[k] != two[k]] == []
 
 
