@@ -66,6 +66,7 @@ class SweepInputs:
     crash: str | None = None               # fault injection for tests (trial.CRASH_ENV)
     mlflow_uri: str | None = None          # None: no MLflow tracking
     mlflow_points: dict[str, str] | None = None   # grid point key -> its MLflow run id
+    mlflow_points_file: str | None = None  # while they are created beside the trials: where they appear (mlflow_runs.json)
     state_api: bool = True                 # Ray's state API answers (a dashboard runs): ray_setup.state_api_available
 
 
@@ -98,6 +99,8 @@ class WorkerJob:
     cpus: float                            # resources.cpus_per_trial: the worker's torch threads
     fit_start: float                       # when the job's trainer.fit began (time.time())
     crash: str | None = None
+    mlflow_uri: str | None = None          # with points_file: each trial reads its runs there when it starts
+    points_file: str | None = None         # (orchestration.trial.wait_for_runs; SweepInputs.mlflow_points_file)
 
 
 def _head_key(h: dict) -> str:
@@ -107,20 +110,27 @@ def _head_key(h: dict) -> str:
 
 def worker_job(sweep: SweepInputs, name: str, trials: list[str], fit_start: float) -> WorkerJob:
     """The WorkerJob of job `name` running `trials` (their order kept), with each head's MLflow run."""
-    from orchestration.tracking import point_key
-
+    # the runs still being created beside the trials: each trial reads its own from the file
+    pending = sweep.mlflow_uri is not None and sweep.mlflow_points is None and sweep.mlflow_points_file is not None
     members = []
     for n in trials:
         spec = sweep.specs[n]
         keys = tuple(_head_key(h) for h in spec["heads"])
         runs = None
-        if sweep.mlflow_uri is not None:
+        if sweep.mlflow_uri is not None and not pending:
             pts = sweep.mlflow_points or {}
-            runs = HeadRuns(sweep.mlflow_uri, {
-                k: pts[point_key({"dataset": spec["dataset"], "variant": spec["variant"], "method": h["method"],
-                                  "p": h["p"], "lam": h["lam"], "seed": spec["seed"]})]
-                for k, h in zip(keys, spec["heads"])})
+            runs = HeadRuns(sweep.mlflow_uri, {k: pts[p] for k, p in head_points(spec).items()})
         members.append(JobMember(n, spec, sweep.prepared[n], keys, runs))
     return WorkerJob(name=name, members=tuple(members), config=sweep.config, run_root=sweep.run_root,
                      cache_dir=sweep.cache_dir, storage=sweep.storage, sweep_id=sweep.sweep_id,
-                     cpus=sweep.resources.cpus_per_trial, fit_start=fit_start, crash=sweep.crash)
+                     cpus=sweep.resources.cpus_per_trial, fit_start=fit_start, crash=sweep.crash,
+                     mlflow_uri=sweep.mlflow_uri if pending else None,
+                     points_file=sweep.mlflow_points_file if pending else None)
+
+
+def head_points(spec: dict) -> dict[str, str]:
+    """A trial's heads (TrialSpec.to_dict()): head key -> its grid point's key (tracking.point_key)."""
+    from orchestration.tracking import point_key
+    return {_head_key(h): point_key({"dataset": spec["dataset"], "variant": spec["variant"], "method": h["method"],
+                                     "p": h["p"], "lam": h["lam"], "seed": spec["seed"]})
+            for h in spec["heads"]}

@@ -29,6 +29,12 @@ CANCEL_WAIT_S = 30.0           # after a failed task, how long the cancelled oth
 _FAILED: dict[str, bool] = {}
 
 
+def mark_failed(plan: SweepPlan) -> None:
+    """A stage beside the trials failed (the prepare tasks, or creating the MLflow runs): the Tune run
+    stops (PrepareFailed.stop_all)."""
+    _FAILED[str(plan.rd.root)] = True
+
+
 class PrepareFailed(Stopper):
     """Stops the Tune run when the prepare stage it overlaps has failed. Pickled into Tune's
     experiment state, so it holds only the run root; the flag lives in the driver process."""
@@ -108,6 +114,7 @@ class PrepareRun:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.plan, self.say = plan, say
+        _FAILED.pop(str(plan.rd.root), None)      # this invocation's stages have not failed (yet)
         self.keys = [(d.name, s) for d in plan.cfg.datasets for s in plan.cfg.seeds]
         per_task = task_resources(plan)
         self.overlapped = bool(overlap and plan.storage is None
@@ -186,9 +193,6 @@ class PrepareRun:
     def watch(self, on_done=None) -> None:
         """wait_all in a background thread (the trials run meanwhile), then on_done(prepared) there;
         a failure of either stops the Tune run (PrepareFailed) and is raised again by `result`."""
-        key = str(self.plan.rd.root)
-        _FAILED.pop(key, None)
-
         def run():
             try:
                 self._result = self.wait_all()
@@ -196,7 +200,7 @@ class PrepareRun:
                     on_done(self._result[0])
             except BaseException as exc:      # noqa: BLE001 -- handed to the main thread by result()
                 self._error = exc
-                _FAILED[key] = True
+                mark_failed(self.plan)
 
         self._thread = threading.Thread(target=run, name="poxm-prepare", daemon=True)
         self._thread.start()

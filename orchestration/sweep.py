@@ -55,8 +55,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     from orchestration.mps import check_mps_config, mps_for_sweep
     from orchestration.prepare_stage import PrepareRun
     from orchestration.ray_setup import bytecode_hint, check_resources, ray_init
-    from orchestration.track_stage import abort_tracking, close_tracking, stage_points, stage_track
-    from orchestration.tune_stage import run_trials, sweep_inputs
+    from orchestration.track_stage import PointsStage, abort_tracking, close_tracking, stage_points, stage_track
+    from orchestration.tune_stage import run_trials, sweep_inputs, trial_launch_order
 
     def say(msg: str) -> None:
         if progress:
@@ -73,6 +73,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     # the lock first: a second driver refused here must not have rewritten the running sweep's files
     acquire_driver(rd)
     started_ray, runs, parent_open = False, None, None   # runs/parent_open: MLflow runs that must not stay RUNNING
+    points = None                                        # the point runs being created beside the trials
     local = not (address or os.environ.get("RAY_ADDRESS"))
     services = contextlib.ExitStack()   # MPS: started before Ray, stopped after it
     try:
@@ -103,21 +104,24 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         early = EarlyReport(plan, prep, progress_say(progress)) if plan.storage is None else None
         hook = early.start if early is not None else None
         if prep.overlapped:
-            # the trials start now; each job's worker waits for its own (dataset, seed). The points'
-            # data checksums are tagged once the stage is over (ensure_points adds them).
+            # the trials start now; each job's worker waits for its own variant, and for its own MLflow
+            # runs, created meanwhile (PointsStage: the first jobs' first). The points' data checksums
+            # are tagged once the prepare stage is over (ensure_points adds them).
             say(f"  prepare  {len(prep.keys)} task(s); the trials start meanwhile")
             prep.say = progress_say(progress)
             if cfg.mlflow.enabled:
-                runs = stage_points(plan, uri, exp_id, parent, tags, {})
-            prep.watch(on_done=None if runs is None else
-                       lambda prepared: stage_points(plan, uri, exp_id, parent, tags, prepared))
-            inputs = sweep_inputs(plan, prep.refs, runs)
+                points = PointsStage(plan, uri, exp_id, parent, tags, trial_launch_order(plan, max_conc))
+            prep.watch(on_done=None if points is None else points.tag_checksums)
+            inputs = sweep_inputs(plan, prep.refs, None, None if points is None else (uri, str(rd.mlflow_runs)))
             try:
                 done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper(),
                                                            on_all_done=hook)
             finally:
-                if prep.failed() is not None:   # Tune stopped every job: start afresh on `poxm resume`
+                # Tune stopped every job: start afresh on `poxm resume`
+                if prep.failed() is not None or (points is not None and points.failed() is not None):
                     forget_tune_state(plan)
+            if points is not None:
+                runs = points.result()
         else:
             prepared, _ = prep.wait_all()
             gather_prepare(rd, prepared)
@@ -154,6 +158,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         discard_prestarted()        # the report's drawing processes, when it was never built
         try:
             try:
+                if runs is None and points is not None:     # interrupted: close the point runs made so far
+                    runs = points.stop()
                 abort_tracking(plan, runs, parent_open)
             finally:
                 if started_ray:

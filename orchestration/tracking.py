@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from poxm_core.results import mlflow_name
 from orchestration.mlflow_store import (RUN_DIR_STORE, is_local_store, record_uri, relocate_store,  # noqa: F401
@@ -274,9 +275,13 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
 
 def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapping,
                   points: Iterable[tuple[Mapping, str]], tags: Mapping[str, str],
-                  point_tags: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
+                  point_tags: Mapping[str, Mapping[str, str]] | None = None,
+                  on_progress: Callable[[dict[str, str]], None] | None = None, every: int = 64,
+                  stop: threading.Event | None = None) -> dict[str, str]:
     """One run per grid point: the existing one (by tags poxm.sweep + poxm.point) or a new one with
-    its params and tags, status SCHEDULED until its trial starts. Returns {point_key: run_id}."""
+    its params and tags, status SCHEDULED until its trial starts. Returns {point_key: run_id}, in the
+    order of `points`. `on_progress(so far)`: called after the existing runs are found and then every
+    `every` new runs (the trials waiting for theirs see them early); `stop` set: return what exists."""
     from mlflow.entities import Param
 
     c = client(uri)
@@ -284,8 +289,14 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
     for r in sorted(_search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'point' and tags.`{SWEEP_TAG}` = '{sweep}'"),
                     key=lambda r: r.info.start_time):
         have.setdefault(r.data.tags.get(POINT_TAG, ""), r.info.run_id)
-    out = {}
+    points = list(points)
+    out = {point_key(p): have[point_key(p)] for p, _ in points if point_key(p) in have}
+    if on_progress is not None:
+        on_progress(dict(out))
+    created = 0
     for point, trial in points:
+        if stop is not None and stop.is_set():
+            break
         key = point_key(point)
         extra = dict((point_tags or {}).get(key, {}))
         if key in have:
@@ -302,7 +313,10 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
             c.log_batch(run.info.run_id, params=params[i:i + _BATCH])
         c.update_run(run.info.run_id, status="SCHEDULED")
         out[key] = run.info.run_id
-    return out
+        created += 1
+        if on_progress is not None and created % every == 0:
+            on_progress(dict(out))
+    return {point_key(p): out[point_key(p)] for p, _ in points if point_key(p) in out}
 
 
 def _log_tags(c, run_id: str, tags: Mapping[str, str]) -> None:

@@ -27,9 +27,10 @@ import os
 import time
 from pathlib import Path
 
-from orchestration.handoff import JobMember, PreparedRef, SweepInputs, WorkerJob, worker_job
+from orchestration.handoff import HeadRuns, JobMember, PreparedRef, SweepInputs, WorkerJob, head_points, worker_job
 from orchestration.report_pace import ReportPace
 from orchestration.rundir import read_json, set_trial_state, write_json
+from poxm_core.errors import PoxmInputError
 
 CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
 
@@ -146,6 +147,29 @@ def worker_loop(train_loop_config: dict) -> None:
         pace.sent()
 
 
+POINTS_TIMEOUT_S = 3600.0      # a trial's MLflow runs not in mlflow_runs.json by then: the sweep is stuck
+
+
+def wait_for_runs(points_file: str, uri: str, spec: dict, poll_s: float = 0.25,
+                  timeout_s: float = POINTS_TIMEOUT_S) -> HeadRuns:
+    """This trial's MLflow runs from the driver's mlflow_runs.json, once every one of its grid points
+    is there (the driver creates them beside the trials and rewrites the file every few points,
+    atomically: orchestration.track_stage.PointsStage). A failure there stops the sweep's trials."""
+    wanted = head_points(spec)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            have = (read_json(Path(points_file), None) or {}).get("points") or {}
+        except PoxmInputError:      # not JSON (yet): the driver replaces it atomically, a copy may not
+            have = {}
+        if all(p in have for p in wanted.values()):
+            return HeadRuns(uri, {k: have[p] for k, p in wanted.items()})
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{points_file}: the MLflow runs of trial {spec.get('name', '?')} did not appear "
+                               f"within {timeout_s:.0f} s")
+        time.sleep(poll_s)
+
+
 def checkpoint_epoch(dirname: str) -> int:
     """The epoch in a checkpoint folder's name ('epoch_0007', '<trial>.epoch_0007'); -1 if none."""
     tail = dirname.rpartition("epoch_")[2]
@@ -196,10 +220,15 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
     prepared = loaded[variant_dir]
     load_s = time.perf_counter() - t0 - wait_s
 
+    runs, points_wait_s = m.runs, 0.0
+    if runs is None and job.points_file is not None:     # created beside the trials: wait for this trial's
+        t_points = time.perf_counter()
+        runs = wait_for_runs(job.points_file, job.mlflow_uri, m.spec)
+        points_wait_s = time.perf_counter() - t_points
     logger = None
-    if m.runs is not None:
+    if runs is not None:
         from orchestration.tracking import PointLogger
-        logger = PointLogger(m.runs.uri, m.runs.heads)
+        logger = PointLogger(runs.uri, runs.heads)
         logger.start()
     n_heads, E = len(m.spec["heads"]), cfg.training.epochs
 
@@ -246,11 +275,12 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
         raise
     if logger is not None:
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
-                  zip(m.spec["heads"], (m.runs.heads[k] for k in m.head_keys))}
+                  zip(m.spec["heads"], (runs.heads[k] for k in m.head_keys))}
         logger.log_final(df, points, seconds=compute_s)
     files.publish(out_dir)
     timing = files.read_json("timing.json", {"attempts": []})
     timing["attempts"].append({"prepare_wait_s": round(wait_s, 3), "load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
+                               **({"points_wait_s": round(points_wait_s, 3)} if job.points_file is not None else {}),
                                "start": round(wall1, 3), "end": round(time.time(), 3),
                                "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
                                "job_start": round(job.fit_start, 3),   # the job's trainer.fit began

@@ -124,11 +124,21 @@ def variant_at(cfg, dataset: str, seed: int, variant: str) -> PreparedAt:
     return PreparedAt(levels[-1], levels)
 
 
-def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
+def trial_launch_order(plan: SweepPlan, max_concurrent: int) -> list[str]:
+    """The trials in about the order the jobs need them: every job's first trial (jobs in Tune's
+    order), then every job's second, ... (what PointsStage creates MLflow runs for first)."""
+    jobs = job_grid(plan, max_concurrent)
+    depth = max((len(j["members"]) for j in jobs), default=0)
+    return [j["members"][i] for i in range(depth) for j in jobs if i < len(j["members"])]
+
+
+def sweep_inputs(plan: SweepPlan, prepared: dict, runs, pending_runs: tuple[str, str] | None = None) -> SweepInputs:
     """What every job gets (tune.with_parameters; orchestration.trial.drive_trial): the config as
     given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids.
     `prepared`: {(dataset, seed): {variant: record}} once prepared, or {(dataset, seed): ObjectRef
-    of its prepare task} while the stage runs beside the trials (the worker waits for it)."""
+    of its prepare task} while the stage runs beside the trials (the worker waits for it).
+    `runs`: the sweep's MLflow runs (tracking.SweepRuns), or None; `pending_runs`: (tracking URI,
+    mlflow_runs.json) while they are created beside the trials (each trial reads its own there)."""
     from orchestration.handoff import PreparedRef
     from orchestration.ray_setup import state_api_available
     from orchestration.rundir import config_input
@@ -146,7 +156,9 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs) -> SweepInputs:
         sweep_id=plan.rd.root.name, specs={s.name: s.to_dict() for s in plan.specs},
         prepared=at,
         resources=cfg.resources, crash=crash_spec(),
-        mlflow_uri=runs.uri if runs is not None else None, mlflow_points=dict(runs.points) if runs is not None else None,
+        mlflow_uri=runs.uri if runs is not None else (pending_runs[0] if pending_runs else None),
+        mlflow_points=dict(runs.points) if runs is not None else None,
+        mlflow_points_file=pending_runs[1] if runs is None and pending_runs else None,
         state_api=state_api_available())
 
 

@@ -230,10 +230,16 @@ def test_preparing_before_the_trials_gives_the_same_rows(ray_session, reference,
     assert start <= task["start"] <= task["imported"] <= task["end"] <= end + 1
     assert set(task["levels"]) == {"data", "model", "candidates", "variants"}
     assert 0 < sum(task["levels"].values()) <= task["seconds"]
+    # its MLflow runs were created beside the trials too: each trial waited for its own (points_wait_s)
+    ref_attempts = [a for t in (reference.run_dir / "trials").iterdir()
+                    for a in json.loads((t / "timing.json").read_text())["attempts"]]
+    assert all(a["points_wait_s"] >= 0 for a in ref_attempts)
     monkeypatch.setattr(prepare_stage, "fits_at_once", lambda *a: False)
     out = run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", progress=False)
     assert out.ok and out.summary["prepare_overlapped"] is False
     pd.testing.assert_frame_equal(final_rows(out.run_dir), final_rows(reference.run_dir))
+    attempts = [a for t in (out.run_dir / "trials").iterdir() for a in json.loads((t / "timing.json").read_text())["attempts"]]
+    assert not any("points_wait_s" in a for a in attempts)       # created before the trials there
 
 
 def _free_port() -> int:
@@ -370,3 +376,24 @@ def _chromium_sees_runs(url: str, port: int, exp_id: str, parent, points) -> Non
     page = dom(f"http://127.0.0.1:{port}/#/experiments/{exp_id}/runs/{one.info.run_id}")
     assert one.info.run_name in page, page[-2000:]
 
+
+
+@pytest.mark.slow
+def test_point_runs_that_cannot_be_created_stop_the_trials_waiting_for_them(ray_session, tmp_path, monkeypatch):
+    """The MLflow runs are created beside the trials; when that fails, the trials already started
+    (waiting for their runs) are stopped and the sweep ends with that error, in one line."""
+    from orchestration import tracking
+    from orchestration.sweep import run_sweep
+    from poxm_core.config import load_config
+    from poxm_core.errors import PoxmInputError
+
+    def broken(*a, **kw):
+        time.sleep(2)          # the jobs have started by now
+        raise PoxmInputError("mlflow.db: cannot create the point runs (test)")
+    monkeypatch.setattr(tracking, "ensure_points", broken)
+    t0 = time.perf_counter()
+    with pytest.raises(PoxmInputError, match="cannot create the point runs"):
+        run_sweep(load_config(write_config(tmp_path)), runs_dir=tmp_path / "runs", progress=False)
+    assert time.perf_counter() - t0 < 240
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if (p / "sweep.json").is_file()]
+    assert list(run_dir.glob("trials/*/done.json")) == []        # no trial ran without its runs
