@@ -46,7 +46,7 @@ def share(run_dir: str | Path) -> dict:
     # each trial's dataset, from the grid (a sweep.json without one: no per-dataset figures)
     dataset_of = {g["trial"]: g["dataset"] for g in sweep.get("grid") or [] if "trial" in g and "dataset" in g}
     by_dataset: dict[str, list[float]] = {}
-    spans, compute, jobs = [], 0.0, {}
+    spans, compute, jobs, points_waits = [], 0.0, {}, []
     waits = {"report_s": [], "unexplained_s": []}
     for t in trials:
         f = rd / "trials" / t / "timing.json"
@@ -60,6 +60,8 @@ def share(run_dir: str | Path) -> dict:
                 continue
             spans.append((max(a["start"], t0), min(a["end"], t1)))
             compute += float(a["run_trial_s"])
+            if "points_wait_s" in a:        # waiting for its MLflow runs, created beside the trials
+                points_waits.append(float(a["points_wait_s"]))
             if t in dataset_of:
                 by_dataset.setdefault(dataset_of[t], []).append(float(a["run_trial_s"]))
             job = a.get("job", t)
@@ -104,6 +106,8 @@ def share(run_dir: str | Path) -> dict:
                                             enumerate(("ray_train", "worker_torch_cuda", "prepare_wait", "first_trial_load"))}
                                            if parts else None),
             "timeline": timeline,
+            "points_wait_s": ({"median": round(statistics.median(points_waits), 2), "max": round(max(points_waits), 2),
+                               "trials": len(points_waits)} if points_waits else None),
             "median_trial_s_by_dataset": {d: round(statistics.median(v), 1) for d, v in sorted(by_dataset.items())},
             "trial_time_outside_parts_s": {k: {"total": round(sum(v), 1), "median": round(statistics.median(v), 2), "trials": len(v)}
                                            for k, v in waits.items() if v}}
@@ -179,6 +183,8 @@ def main(argv=None) -> int:
                  f"computed for {r['prepare_tasks']['median_compute_s']} s ("
                  + ", ".join(f"{k} {v}" for k, v in r["prepare_tasks"]["median_levels_s"].items()) + ")"
                  if r["prepare_tasks"] else "")
+              + (f"\n  trials waiting for their MLflow runs: median {r['points_wait_s']['median']} s, max "
+                 f"{r['points_wait_s']['max']} s ({r['points_wait_s']['trials']} trials)" if r["points_wait_s"] else "")
               + ("\n  median trial s by dataset: " + ", ".join(f"{d} {v}" for d, v in r["median_trial_s_by_dataset"].items())
                  if r["median_trial_s_by_dataset"] else "")
               + "".join(f"\n  trial time in {k[:-2]} (outside setup, training, evaluation, checkpoints): total {v['total']} s, "

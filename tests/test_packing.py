@@ -175,7 +175,8 @@ def test_orchestration_share_script(tmp_path):
             *([{"start": 900, "end": 950, "run_trial_s": 50, "job": j, "job_start": 890}] if t == "x" else []),  # an earlier invocation
             {"start": a, "end": b, "run_trial_s": b - a, "job": j, "job_start": js,
              **({"worker_start": 1004, "worker_ready": 1006} if j == "j1" else {}),
-             **({"prepare_wait_s": 1.5} if t == "x" else {})}]})
+             **({"prepare_wait_s": 1.5, "points_wait_s": 0.5} if t == "x" else {}),
+             **({"points_wait_s": 2.5} if t == "y" else {})}]})
     # x: 21 s, of which 17 s in its parts and 3 s handing epochs to Ray (report_s): 1 s unexplained;
     # y (before report_s existed): 30 s, 20 s in its parts; w did not run now: not counted
     write_json(rd / "trials" / "x" / "summary.json", {"seconds": 21.0, "timing": {
@@ -202,6 +203,7 @@ def test_orchestration_share_script(tmp_path):
                              "after_last_end_s": 10.0, "running": [0, 1, 2, 1, 0, 0, 0]}
     # this invocation's attempts by dataset: a: x 30 s and y 30 s (x's earlier 50 s not counted); b: z 10 s
     assert r["median_trial_s_by_dataset"] == {"a": 30.0, "b": 10.0}
+    assert r["points_wait_s"] == {"median": 1.5, "max": 2.5, "trials": 2}    # x 0.5 s, y 2.5 s, z none recorded
     # the prepare stage beside the trials, from t=1000 to 1020: counted as computing it covers 1000-1010
     # (x computed from 1010), so busy = 60 + 10 and the share 0.3, not 60 + 20
     write_json(rd / "results" / "sweep_summary.json", {"wall_s": 100.0, "finished_at": 1100.0, "max_concurrent_trials": 2,
