@@ -35,14 +35,18 @@ def final_rows(run_dir: Path) -> pd.DataFrame:
     return df.sort_values(["dataset", "variant", "method", "p", "lam", "seed", "split", "metric"]).reset_index(drop=True)
 
 
-def training_now(runs: Path) -> int:
+def training_now(runs: Path, epochs: int = 30) -> int:
+    """Trials mid-training: state running at an epoch from 1 to epochs - 1, and no done.json (a trial's
+    state stays 'running' while it evaluates and after it has written done.json; killing its node then
+    would not make it run again)."""
     n = 0
     for st in runs.glob("*/trials/*/state.json"):
         try:
             s = json.loads(st.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        n += s.get("state") == "running" and int(s.get("epoch", 0) or 0) >= 1
+        n += (s.get("state") == "running" and 1 <= int(s.get("epoch", 0) or 0) < epochs
+              and not (st.parent / "done.json").exists())
     return n
 
 
