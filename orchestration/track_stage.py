@@ -104,7 +104,7 @@ class PointsStage:
     def failed(self) -> BaseException | None:
         return self._exc if not self._thread.is_alive() else None
 
-    def stop(self) -> tracking.SweepRuns | None:
+    def stop(self) -> tracking.SweepRuns:
         """Stop creating runs; the runs that exist (from mlflow_runs.json when the thread failed)."""
         self._stop.set()
         self._thread.join()

@@ -289,15 +289,14 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
     for r in sorted(_search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'point' and tags.`{SWEEP_TAG}` = '{sweep}'"),
                     key=lambda r: r.info.start_time):
         have.setdefault(r.data.tags.get(POINT_TAG, ""), r.info.run_id)
-    points = list(points)
-    out = {point_key(p): have[point_key(p)] for p, _ in points if point_key(p) in have}
+    keyed = [(point_key(p), p, t) for p, t in points]
+    out = {key: have[key] for key, _, _ in keyed if key in have}
     if on_progress is not None:
         on_progress(dict(out))
     created = 0
-    for point, trial in points:
+    for key, point, trial in keyed:
         if stop is not None and stop.is_set():
             break
-        key = point_key(point)
         extra = dict((point_tags or {}).get(key, {}))
         if key in have:
             out[key] = have[key]
@@ -316,7 +315,7 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
         created += 1
         if on_progress is not None and created % every == 0:
             on_progress(dict(out))
-    return {point_key(p): out[point_key(p)] for p, _ in points if point_key(p) in out}
+    return {key: out[key] for key, _, _ in keyed if key in out}
 
 
 def _log_tags(c, run_id: str, tags: Mapping[str, str]) -> None:

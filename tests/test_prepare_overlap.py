@@ -4,6 +4,7 @@ task's logging-policy metrics go to the GPU when the config's device is one."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import pytest
@@ -36,11 +37,30 @@ def test_variant_at_is_where_prepare_puts_each_variant(tmp_path):
     assert len(seen) == 2                  # A and B: each its own model level
 
 
-def test_the_variant_metrics_follow_the_config_device(monkeypatch):
+@pytest.mark.slow
+def test_the_variant_metrics_follow_the_config_device(monkeypatch, tmp_path):
+    """prepare hands stochastic_metrics the config's GPU (none on the CPU). No GPU here: the device is a
+    stand-in, and the spy computes the metrics on the CPU."""
     assert metrics_device("cpu") is None
     gpu = torch.device("cuda", 1)
+    seen = []
+    real = prepare_module.stochastic_metrics
+
+    def spy(*a, device=None, **kw):
+        seen.append(device)
+        return real(*a, **kw)
+    monkeypatch.setattr(prepare_module, "stochastic_metrics", spy)
+    cfg = load_config(data=TWO)
+    prepare(cfg, "synthetic", 0, tmp_path / "cpu", progress=False)
+    assert seen == [None, None]                        # one call a variant, NumPy
     monkeypatch.setattr(prepare_module, "resolve_device", lambda d: gpu if d == "cuda" else torch.device("cpu"))
     assert metrics_device("cuda") == gpu and metrics_device("cpu") is None
+    # the variants again with device cuda (the logging model and candidates found in the cache, as
+    # the device is not part of their keys): only the metrics see the device
+    shutil.rmtree(tmp_path / "cpu" / "variant")
+    seen.clear()
+    prepare(cfg.model_copy(update={"device": "cuda"}), "synthetic", 0, tmp_path / "cpu", progress=False)
+    assert seen == [gpu, gpu]
 
 
 @pytest.mark.slow
