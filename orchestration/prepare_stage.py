@@ -205,6 +205,20 @@ class PrepareRun:
         self._thread = threading.Thread(target=run, name="poxm-prepare", daemon=True)
         self._thread.start()
 
+    def stop(self, timeout_s: float = CANCEL_WAIT_S) -> None:
+        """The sweep ends before the watched stage did (a trial or the MLflow runs failed, Ctrl-C): its
+        tasks still running are cancelled and the watching thread is waited for, so that no thread of
+        this sweep calls Ray after it is shut down (Ray would start itself again in this process).
+        Nothing it raises now is kept: the sweep already ends with its own error."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        import ray
+        for ref in self.refs.values():
+            ray.cancel(ref)
+        thread.join(timeout_s)
+        _FAILED.pop(str(self.plan.rd.root), None)
+
     def stopper(self) -> PrepareFailed:
         return PrepareFailed(str(self.plan.rd.root))
 

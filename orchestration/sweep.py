@@ -74,6 +74,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     acquire_driver(rd)
     started_ray, runs, parent_open = False, None, None   # runs/parent_open: MLflow runs that must not stay RUNNING
     points = None                                        # the point runs being created beside the trials
+    prep = None                                          # the prepare stage (watched on a thread when overlapped)
     local = not (address or os.environ.get("RAY_ADDRESS"))
     services = contextlib.ExitStack()   # MPS: started before Ray, stopped after it
     try:
@@ -162,6 +163,8 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                     runs = points.stop()
                 abort_tracking(plan, runs, parent_open)
             finally:
+                if prep is not None:
+                    prep.stop()         # its thread must not outlive the sweep (nor this Ray)
                 if started_ray:
                     ray.shutdown()
         finally:

@@ -397,3 +397,7 @@ def test_point_runs_that_cannot_be_created_stop_the_trials_waiting_for_them(ray_
     assert time.perf_counter() - t0 < 240
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if (p / "sweep.json").is_file()]
     assert list(run_dir.glob("trials/*/done.json")) == []        # no trial ran without its runs
+    # the prepare stage's thread ended with the sweep: left alive, it would call Ray after the module's
+    # Ray is shut down, which starts a Ray again in this process (and hangs its exit)
+    import threading
+    assert [t.name for t in threading.enumerate() if t.name.startswith("poxm-")] == []
