@@ -233,6 +233,42 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
         expected, source = expected_from_rows(rows[rows["final"]]), \
             "the results themselves (no sweep.json or config.yaml: every method seen is expected for every seed seen)"
 
+    conf_ds = [str(d.get("name")) for d in config.get("datasets", []) or [] if isinstance(d, dict)]
+    # sets of names: the distinct values first (iterating every row's string takes seconds in a large run)
+    datasets = _ordered(list(expected["dataset"].unique()) + list(rows["dataset"].unique())
+                        + list(prepare["dataset"].unique()), conf_ds)
+    dv = sorted({(d, v) for f in (expected, rows)
+                 for d, v in f[["dataset", "variant"]].drop_duplicates().itertuples(index=False)})
+    variants_of = {d: [v for (dd, v) in dv if dd == d] for d in datasets}
+
+    tdir, fdir = out / "tables", out / "figures"
+    tdir.mkdir(parents=True)
+    fdir.mkdir(parents=True)
+    # figures and each dataset's tables are built by worker processes (figure_pool); each function
+    # reads only its dataset's final rows (and variant's), so they are handed only those, not every
+    # epoch's rows too (the real-data benchmark: 72,000 final of 440,000 rows, all pickled for a
+    # worker); ("pending", ...) figures and ("pending blocks", ...) tables are resolved in order below
+    final = rows[rows["final"]]
+    rows_of = {d: final[final["dataset"] == d] for d in datasets}
+    pool = FigurePool(expected=4 * len(datasets) + sum(len(v) for v in variants_of.values()))
+    try:
+        # the figures that do not depend on the selection first (most of the drawing: one estimator
+        # figure per variant): the processes draw them while this one selects, aggregates and bootstraps
+        covering = {d: pool.submit(F.covering_figure, prepare, rows_of[d], d, fdir) for d in datasets}
+        estimators = {(d, v): pool.submit(F.estimator_figure, rows_of[d][rows_of[d]["variant"] == v], d, v, fdir)
+                      for d in datasets for v in variants_of[d]}
+        _selected_blocks(run_dir, out, chosen, rows, prepare, config, grid, expected, source, datasets,
+                         variants_of, rows_of, tdir, fdir, pool, covering, estimators)
+    finally:
+        pool.close()
+
+
+def _selected_blocks(run_dir: Path, out: Path, chosen: RunSelection | None, rows: pd.DataFrame, prepare: pd.DataFrame,
+                     config: dict, grid: list[dict] | None, expected: pd.DataFrame, source: str, datasets: list[str],
+                     variants_of: dict, rows_of: dict, tdir: Path, fdir: Path, pool: FigurePool, covering: dict,
+                     estimators: dict) -> None:
+    """The rest of _write_report, once the selection-free figures are being drawn: selection,
+    aggregation, claims, the tables and the other figures, index.md and index.html."""
     if chosen is None:    # a report built on its own (library use): select here, once
         chosen = select_run(rows, selection_criterion(config))
     criterion = chosen.criterion
@@ -250,16 +286,6 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
     shown = [criterion] + ([PAPER_CRITERION] if paper_sel is not None else [])
     claim_frames = [f for f in (C.claims(rows, s, c) for c, s in zip(shown, [selection, paper_sel])) if len(f)]
     claim_frame = pd.concat(claim_frames, ignore_index=True) if claim_frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
-    conf_ds = [str(d.get("name")) for d in config.get("datasets", []) or [] if isinstance(d, dict)]
-    # sets of names: the distinct values first (iterating every row's string takes seconds in a large run)
-    datasets = _ordered(list(expected["dataset"].unique()) + list(rows["dataset"].unique())
-                        + list(prepare["dataset"].unique()), conf_ds)
-    dv = sorted({(d, v) for f in (expected, rows)
-                 for d, v in f[["dataset", "variant"]].drop_duplicates().itertuples(index=False)})
-
-    tdir, fdir = out / "tables", out / "figures"
-    tdir.mkdir(parents=True)
-    fdir.mkdir(parents=True)
     sel_path = out / "selection.csv"
     T.atomic_write_text(sel_path, chosen.frame().to_csv(index=False))
 
@@ -289,50 +315,38 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
         return [("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
                  [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths])]
 
-    variants_of = {d: [v for (dd, v) in dv if dd == d] for d in datasets}
-    # figures and each dataset's tables are built by worker processes (figure_pool); each function
-    # reads only its dataset's final rows (and variant's), so they are handed only those, not every
-    # epoch's rows too (the real-data benchmark: 72,000 final of 440,000 rows, all pickled for a
-    # worker); ("pending", ...) figures and ("pending blocks", ...) tables are resolved in order below
-    final = rows[rows["final"]]
-    rows_of = {d: final[final["dataset"] == d] for d in datasets}
-    pool = FigurePool(expected=4 * len(datasets) + sum(len(v) for v in variants_of.values()))
-    try:
-        # the tables first: the processes take work in the order it is asked for
-        sections = {d: pool.submit(_dataset_tables, d, variants_of[d], stats, expected, selection, criterion,
-                                   params, (paper_stats, paper_sel) if paper_sel is not None else None,
-                                   rows_of[d], prepare, protocol, tdir, out)
-                    for d in datasets}
-        blocks.append(("h2", "Headline: test R@5"))
-        for d in datasets:
-            if variants_of[d]:
-                blocks += _table_blocks(T.headline_table(d, variants_of[d], stats, expected, criterion, params),
-                                        protocol, tdir, out)
-        blocks.append(("h2", "The paper's figures"))
-        for d in datasets:
-            blocks += [("pending", pool.submit(F.covering_figure, prepare, rows_of[d], d, fdir)),
-                       ("pending", pool.submit(F.robustness_figure, rows_of[d], selection, prepare, d, fdir,
-                                               criterion=criterion))]
-        blocks += rest
-        for d in datasets:
-            blocks.append(("h2", f"Dataset {d}"))
-            for i, v in enumerate(variants_of[d]):
-                blocks.append(("pending blocks", sections[d], i))
-                rows_dv = rows_of[d][rows_of[d]["variant"] == v]
-                blocks.append(("pending", pool.submit(F.estimator_figure, rows_dv, d, v, fdir)))
-            blocks.append(("pending blocks", sections[d], len(variants_of[d])))
-            blocks.append(("pending", pool.submit(F.sharpness_figure, chosen_test, params, d, fdir, criterion=criterion)))
-        resolved = []
-        for blk in blocks:
-            if blk[0] == "pending":
-                resolved += figure(blk[1].result())
-            elif blk[0] == "pending blocks":
-                resolved += blk[1].result()[blk[2]]
-            else:
-                resolved.append(blk)
-        blocks = resolved
-    finally:
-        pool.close()
+    # the tables next: the processes take work in the order it is asked for
+    sections = {d: pool.submit(_dataset_tables, d, variants_of[d], stats, expected, selection, criterion,
+                               params, (paper_stats, paper_sel) if paper_sel is not None else None,
+                               rows_of[d], prepare, protocol, tdir, out)
+                for d in datasets}
+    blocks.append(("h2", "Headline: test R@5"))
+    for d in datasets:
+        if variants_of[d]:
+            blocks += _table_blocks(T.headline_table(d, variants_of[d], stats, expected, criterion, params),
+                                    protocol, tdir, out)
+    blocks.append(("h2", "The paper's figures"))
+    for d in datasets:
+        blocks += [("pending", covering[d]),
+                   ("pending", pool.submit(F.robustness_figure, rows_of[d], selection, prepare, d, fdir,
+                                           criterion=criterion))]
+    blocks += rest
+    for d in datasets:
+        blocks.append(("h2", f"Dataset {d}"))
+        for i, v in enumerate(variants_of[d]):
+            blocks.append(("pending blocks", sections[d], i))
+            blocks.append(("pending", estimators[(d, v)]))
+        blocks.append(("pending blocks", sections[d], len(variants_of[d])))
+        blocks.append(("pending", pool.submit(F.sharpness_figure, chosen_test, params, d, fdir, criterion=criterion)))
+    resolved = []
+    for blk in blocks:
+        if blk[0] == "pending":
+            resolved += figure(blk[1].result())
+        elif blk[0] == "pending blocks":
+            resolved += blk[1].result()[blk[2]]
+        else:
+            resolved.append(blk)
+    blocks = resolved
     blocks += [("h2", "Selection"),
                ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
                      f"validation log (selection='{label}'; criterion from config.yaml `selection.criterion`, "
