@@ -1,15 +1,18 @@
 """Where a Ray Train job's start-up goes: N no-op jobs launched the way a sweep launches its trials
-(a Ray Tune function trainable that fits a one-worker `TorchTrainer`, the worker asking for
-`--cpus` CPUs and `--gpus` of a GPU), each timing the span from `TorchTrainer.fit` to its worker
-function, then the phases Ray Train's controller logs for each job ("[Worker Group Initialization]":
-placement group, worker actors, train context, ...).
+(a Ray Tune function trainable that fits a one-worker trainer, the worker asking for `--cpus` CPUs
+and `--gpus` of a GPU), each timing the span from the trainer's `fit` to its worker function, then
+the phases Ray Train's controller logs for each job ("[Worker Group Initialization]": placement
+group, worker actors, train context, ...) and the processes (actors) the jobs started.
 
     python benchmarks/ray_train_startup.py --jobs 8 --cpus 1 --gpus 0.125
     python benchmarks/ray_train_startup.py --jobs 2 --cpus 1 --gpus 0 --trainer data_parallel
     python benchmarks/ray_train_startup.py --jobs 4 --trainer data_parallel --env RAY_TRAIN_METRICS_ENABLED=0 --no-pg-cleaner
+    python benchmarks/ray_train_startup.py --jobs 4 --cpus 0.5 --trainer data_parallel --no-pg-cleaner --lean
 
---trainer data_parallel fits Ray Train's `DataParallelTrainer` (no torch process group) instead of a
-`TorchTrainer` with the gloo backend (what a sweep's job uses), to see what the process group costs.
+--trainer data_parallel fits Ray Train's `DataParallelTrainer` (what a sweep's job uses: no torch process
+group) instead of a `TorchTrainer` with the gloo backend (the default here), to see what the process group
+costs. --lean: as a sweep's jobs (orchestration.trial.leave_out_unused_callbacks,
+orchestration.ray_setup.start_train_coordinator).
 Prints one line per job and the medians; nothing is written outside a temporary folder.
 """
 from __future__ import annotations
@@ -32,7 +35,8 @@ def worker(cfg: dict) -> None:
     ray.train.report({"worker_start": t, "fit_start": cfg["fit_start"]})
 
 
-def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg_cleaner: bool = True) -> None:
+def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg_cleaner: bool = True,
+          lean: bool = False) -> None:
     import ray.train
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -48,9 +52,14 @@ def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg
     else:
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
         t = DataParallelTrainer(worker, **kw)
-    if not pg_cleaner:      # as a sweep's job on a Ray without dashboard: no placement-group cleaner actor
-        from orchestration.trial import leave_out_pg_cleaner
-        leave_out_pg_cleaner(t)
+    if lean:                # as a sweep's job: no datasets callback, no preemption watcher
+        from orchestration.trial import PREEMPTION_WATCHER_ENV, leave_out_unused_callbacks
+        leave_out_unused_callbacks(t, pg_cleaner=pg_cleaner)
+        os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
+    elif not pg_cleaner:    # as a sweep's job on a Ray without dashboard: no placement-group cleaner actor
+        from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+        defaults = t._create_default_callbacks
+        t._create_default_callbacks = lambda: [c for c in defaults() if not isinstance(c, PlacementGroupCleanerCallback)]
     t.fit()
 
 
@@ -78,6 +87,18 @@ def controller_phases(session_logs: str) -> list[dict]:
     return out
 
 
+def actor_processes(session_logs: str) -> dict[str, int]:
+    """{actor class: how many processes ran one} from the workers' output files of this Ray session
+    (each actor runs in a process of its own; Ray writes ':actor_name:<class>' at its start)."""
+    counts: dict[str, int] = {}
+    for f in glob.glob(os.path.join(session_logs, "worker-*.out")):
+        with open(f, errors="replace") as fh:
+            m = re.search(r":actor_name:(\w+)", fh.read(4096))
+        if m:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=4, help="no-op Ray Train jobs, all at once (default 4)")
@@ -94,6 +115,9 @@ def main(argv=None) -> int:
                          "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC=0, Ray Train's controller's own; repeatable")
     ap.add_argument("--no-pg-cleaner", action="store_true",
                     help="leave out Ray Train's detached placement-group cleaner actor (one process a job)")
+    ap.add_argument("--lean", action="store_true",
+                    help="as a sweep's jobs: Ray Train's datasets callback and preemption watcher left out, its "
+                         "resource coordinator started before Tune (with --no-pg-cleaner: a sweep on a local Ray)")
     args = ap.parse_args(argv)
     for kv in args.env:
         k, _, v = kv.partition("=")
@@ -112,10 +136,13 @@ def main(argv=None) -> int:
     ray.init(include_dashboard=False, log_to_driver=False, _system_config=system,
              **({"runtime_env": {"env_vars": job_env}} if job_env else {}))
     init_s = time.perf_counter() - t
+    if args.lean:
+        from orchestration.ray_setup import start_train_coordinator
+        start_train_coordinator()
     logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
     trainable = ray.tune.with_resources(
         ray.tune.with_parameters(drive, trainer=args.trainer, cpus=args.cpus, gpus=args.gpus, storage=storage,
-                                 pg_cleaner=not args.no_pg_cleaner),
+                                 pg_cleaner=not args.no_pg_cleaner, lean=args.lean),
         {"memory": 64 * 1024 ** 2})
     t0 = time.time()
     results = ray.tune.Tuner(
@@ -130,6 +157,7 @@ def main(argv=None) -> int:
             row = df.dropna(subset=["worker_start"]).iloc[0]
             spans.append((row["fit_start"] - t0, row["worker_start"] - row["fit_start"], r.config["i"], row["fit_start"]))
     phases = controller_phases(logs)
+    actors = actor_processes(logs)
     ray.shutdown()
     print(f"{args.jobs} job(s), worker {args.cpus:g} CPU + {args.gpus:g} GPU, {args.trainer} trainer; "
           f"{os.cpu_count()} CPUs here")
@@ -146,6 +174,7 @@ def main(argv=None) -> int:
         print(f"  median fit -> worker function: {statistics.median(s[1] for s in spans):.1f} s")
         print(f"  Tune's start -> the first worker function: {min(s[0] + s[1] for s in spans):.1f} s; "
               f"-> the last: {max(s[0] + s[1] for s in spans):.1f} s")
+    print("  processes (actors) started: " + ", ".join(f"{n} {c}" for c, n in sorted(actors.items())))
     if to_controller:
         print(f"  median fit -> controller's first log line: {statistics.median(to_controller):.1f} s")
     keys = list(dict.fromkeys(k for p in phases for k in p if k not in ("run_name", "controller_first_log")))

@@ -46,6 +46,20 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     return True
 
 
+def start_train_coordinator() -> None:
+    """Start the cluster's one actor that Ray Train's jobs ask for their resources before they start their
+    workers (Ray Data's AutoscalingCoordinator, detached, created by the first job that asks). Created
+    here, while Ray Tune starts, the first jobs do not wait for its process to start and import (1.5 s
+    of a job's 6 s from `fit` to the worker function on the 2-core container). Ray Train creates the
+    same actor (by name) if this fails; nothing depends on it here."""
+    try:
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator)
+        get_or_create_autoscaling_coordinator()
+    except Exception:       # noqa: BLE001 -- a private Ray function: without it, Ray Train creates the actor
+        pass
+
+
 # Ray Train's controller takes ONE report from its worker per poll (every 2 s by default) and the worker's
 # next report waits for it; trials therefore pace their reports by it (orchestration/report_pace.py). Ray
 # reads the interval from this variable; a remote cluster's workers are handed it when it is set

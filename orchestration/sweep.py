@@ -54,7 +54,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
 
     from orchestration.mps import check_mps_config, mps_for_sweep
     from orchestration.prepare_stage import PrepareRun
-    from orchestration.ray_setup import bytecode_hint, check_resources, ray_init
+    from orchestration.ray_setup import bytecode_hint, check_resources, ray_init, start_train_coordinator
     from orchestration.track_stage import PointsStage, abort_tracking, close_tracking, stage_points, stage_track
     from orchestration.tune_stage import run_trials, sweep_inputs, trial_launch_order
 
@@ -92,6 +92,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         services.enter_context(mps_for_sweep(cfg.device, bool(cfg.resources.mps), local, say))
         t_ray = time.perf_counter()
         started_ray = ray_init(address, verbose)
+        start_train_coordinator()
         max_conc = check_resources(cfg, local=local)
         ray_s = time.perf_counter() - t_ray
         res = ray.cluster_resources()

@@ -327,8 +327,11 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
             failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
-    if not sweep.state_api:
-        leave_out_pg_cleaner(trainer)
+    leave_out_unused_callbacks(trainer, pg_cleaner=sweep.state_api)
+    # Ray Train's preemption watcher is one more actor (process) a job, polling for nodes about to be
+    # preempted so that the worker can ask Ray Train whether it is; poxm's worker never asks (it saves
+    # every epoch, and `poxm resume` continues). Ray Train hands the variable on to the job's controller.
+    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     try:
         trainer.fit()
     except BaseException as exc:
@@ -341,21 +344,30 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
         raise
 
 
-def leave_out_pg_cleaner(trainer) -> None:
-    """Make `trainer` use Ray Train's default callbacks less its placement-group cleaner.
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
-    Every Ray Train job starts a detached actor (one more process) that asks Ray's state API each
-    second whether the job's controller is alive, to remove its placement group if it died. The state
-    API is served by Ray's dashboard, which the local Ray poxm starts does not run: there the query
-    fails, the cleaner retries until the job ends and never removes anything, and its process is the
-    fifth a job starts at once (on 2 cores, 4 jobs: 18 s from fit to the worker function against 22 s;
-    benchmarks/ray_train_startup.py --no-pg-cleaner). Used only where the state API does not answer
-    (SweepInputs.state_api). `_create_default_callbacks` is Ray Train's private method (Ray pinned in
-    pyproject.toml); tests/test_pg_cleaner.py checks it is still there and what it returns."""
+
+def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:
+    """Make `trainer` use Ray Train's default callbacks less those that only start processes a poxm job
+    does not use; each is one more process a job, and a sweep starts its first jobs all at once.
+
+    - The datasets callback starts a DatasetManager actor (which imports Ray Data) for every job,
+      with or without Ray Datasets; poxm's jobs hand Ray Train none (their worker reads the
+      prepared files itself), so it goes whenever the trainer has no datasets.
+    - The placement-group cleaner (`pg_cleaner=False`): a detached actor that asks Ray's state API
+      each second whether the job's controller is alive, to remove its placement group if it died.
+      The state API is served by Ray's dashboard, which the local Ray poxm starts does not run: there
+      the query fails, the cleaner retries until the job ends and never removes anything (on 2 cores,
+      4 jobs: 18 s from fit to the worker function against 22 s; benchmarks/ray_train_startup.py
+      --no-pg-cleaner). Left out only where the state API does not answer (SweepInputs.state_api).
+
+    `_create_default_callbacks` is Ray Train's private method (Ray pinned in pyproject.toml);
+    tests/test_pg_cleaner.py checks it is still there and what it returns."""
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    unused = (() if pg_cleaner else (PlacementGroupCleanerCallback,)) + (() if trainer.datasets else (DatasetsCallback,))
     defaults = trainer._create_default_callbacks
-    trainer._create_default_callbacks = lambda: [c for c in defaults()
-                                                 if not isinstance(c, PlacementGroupCleanerCallback)]
+    trainer._create_default_callbacks = lambda: [c for c in defaults() if not isinstance(c, unused)]
 
 
 def fetch_trial(rd_root: Path, name: str, storage) -> None:

@@ -247,13 +247,15 @@ def unpacked(e2e, ray_session, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_no_placement_group_cleaner_actor_on_a_local_ray(unpacked):
-    """The sweep's jobs ran Ray Train controllers but no PlacementGroupCleaner (no dashboard here:
-    orchestration.trial.leave_out_pg_cleaner)."""
+def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(unpacked):
+    """The sweep's jobs ran Ray Train controllers and workers, but no PlacementGroupCleaner (no
+    dashboard here), DatasetManager (no Ray Datasets) or PreemptionWatcher (orchestration.trial.
+    leave_out_unused_callbacks); Ray Train's one resource coordinator was there (started by the sweep)."""
     import ray._private.state
     classes = [a["ActorClassName"] for a in ray._private.state.actors().values()]
-    assert classes.count("TrainController") >= 2
-    assert "PlacementGroupCleaner" not in classes
+    assert classes.count("TrainController") >= 2 and classes.count("RayTrainWorker") >= 2
+    assert not {"PlacementGroupCleaner", "DatasetManager", "PreemptionWatcher"} & set(classes), classes
+    assert classes.count("_AutoscalingCoordinatorActor") == 1
 
 
 def _packed_config(e2e, tmp: Path) -> Path:

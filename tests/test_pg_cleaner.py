@@ -1,5 +1,6 @@
-"""Ray Train's per-job placement-group cleaner is left out where Ray's state API does not answer
-(orchestration.trial.leave_out_pg_cleaner, orchestration.ray_setup.state_api_available)."""
+"""Ray Train's per-job actors that a poxm job does not use are left out: the placement-group cleaner
+where Ray's state API does not answer, the datasets callback's DatasetManager when the trainer has no
+Ray Datasets (orchestration.trial.leave_out_unused_callbacks, orchestration.ray_setup.state_api_available)."""
 from __future__ import annotations
 
 import pytest
@@ -11,18 +12,24 @@ def _trainer():
     return DataParallelTrainer(lambda config: None, scaling_config=ray.train.ScalingConfig(num_workers=1))
 
 
-def test_leave_out_pg_cleaner_drops_that_callback_only():
+@pytest.mark.parametrize("pg_cleaner, datasets", [(False, False), (True, False), (False, True), (True, True)])
+def test_leave_out_unused_callbacks_drops_those_callbacks_only(pg_cleaner, datasets):
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 
-    from orchestration.trial import leave_out_pg_cleaner
+    from orchestration.trial import leave_out_unused_callbacks
 
     plain = [type(c) for c in _trainer()._create_default_callbacks()]
-    assert PlacementGroupCleanerCallback in plain            # Ray Train still adds it (the method still exists)
+    # Ray Train still adds both (the private method still exists and still returns them)
+    assert PlacementGroupCleanerCallback in plain and DatasetsCallback in plain
     t = _trainer()
-    leave_out_pg_cleaner(t)
+    if datasets:
+        t.datasets = {"train": object()}        # a trainer given Ray Datasets keeps their callback
+    leave_out_unused_callbacks(t, pg_cleaner=pg_cleaner)
+    gone = ({PlacementGroupCleanerCallback} if not pg_cleaner else set()) | ({DatasetsCallback} if not datasets else set())
     kept = [type(c) for c in t._create_default_callbacks()]
-    assert kept == [c for c in plain if c is not PlacementGroupCleanerCallback]
-    assert len(kept) == len(plain) - 1
+    assert kept == [c for c in plain if c not in gone]
+    assert len(kept) == len(plain) - len(gone)
 
 
 @pytest.mark.parametrize("url, expected", [("", False), ("127.0.0.1:8265", True), (RuntimeError, True)])
@@ -37,3 +44,22 @@ def test_state_api_available_follows_the_dashboard(monkeypatch, url, expected):
         return url
     monkeypatch.setattr(worker, "get_dashboard_url", fake)
     assert state_api_available() is expected
+
+
+@pytest.mark.slow
+def test_the_sweep_starts_ray_trains_resource_coordinator(ray_session):
+    """start_train_coordinator creates the one actor Ray Train's jobs ask for resources (by the name
+    Ray Train looks it up by), so that the first jobs do not wait for it to start."""
+    import ray
+
+    from orchestration.ray_setup import start_train_coordinator
+
+    def found() -> bool:
+        try:
+            ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
+            return True
+        except ValueError:
+            return False
+    assert not found()
+    start_train_coordinator()
+    assert found()
