@@ -99,7 +99,8 @@ def secrets_withheld(environ=None):
 # On a local Ray the workers inherit the driver's environment and no runtime_env is set at all.
 WORKER_ENV_ALLOW = ("POXM_DATA_ROOT", "POXM_GIT_COMMIT", "POXM_INJECT_CRASH_ONCE", "POXM_VALIDATION_OVERLAP",
                     "POXM_CUDA_GRAPHS", "POXM_EVAL_THREADS", "OMP_NUM_THREADS",
-                    "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", TRAIN_POLL_ENV)
+                    "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", TRAIN_POLL_ENV,
+                    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER")     # off in each job unless set (orchestration.trial)
 _SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
 
 

@@ -29,6 +29,25 @@ def cluster_env(**extra) -> dict:
     return {**os.environ, "RAY_AUTH_MODE": "token", **extra}
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children, their children, ...), from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+        ppid = int(text.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 class Cluster:
     def __init__(self, root: Path):
         # Ray's socket paths (<temp-dir>/session_.../sockets/plasma_store) must fit 107 bytes: a short root
@@ -69,6 +88,18 @@ class Cluster:
         (self.root / name).mkdir(parents=True, exist_ok=True)
         args = ["--address", self.address, "--temp-dir", str(self.root / name), *args]
         self._start(args, self.logs / f"{name}.log", env or cluster_env(), shell_prefix)
+
+    def kill_node(self, proc: subprocess.Popen) -> None:
+        """SIGKILL one node's every process at once, as when its machine dies: its `ray start`, and the
+        whole tree under it (raylet, agents, and the raylet's workers, with the trials they run). Killing
+        `ray start`'s process group alone leaves the workers to notice their raylet's death, which took
+        longer than a tiny trial's remaining epochs: it finished instead of dying."""
+        tree = descendants(proc.pid)            # before the kill: orphans are handed to init
+        for pid in [proc.pid, *tree]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         for p in reversed(self.procs):          # nodes first, the head last

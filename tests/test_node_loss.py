@@ -73,7 +73,7 @@ def test_sweep_survives_losing_its_worker_node(tmp_path):
         deadline, killed = time.time() + 400, False
         while time.time() < deadline and proc.poll() is None:
             if training_now(runs) >= 2:
-                os.killpg(worker.pid, signal.SIGKILL)       # the worker node's raylet, workers, object store
+                cl.kill_node(worker)       # the worker node's raylet, workers, object store, all at once
                 killed = True
                 break
             time.sleep(0.2)
