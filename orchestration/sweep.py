@@ -164,10 +164,12 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
                     runs = points.stop()
                 abort_tracking(plan, runs, parent_open)
             finally:
-                if prep is not None:
-                    prep.stop()         # its thread must not outlive the sweep (nor this Ray)
-                if started_ray:
-                    ray.shutdown()
+                try:
+                    if prep is not None:
+                        prep.stop()     # its thread must not outlive the sweep (nor this Ray)
+                finally:
+                    if started_ray:
+                        ray.shutdown()
         finally:
             try:
                 services.close()
