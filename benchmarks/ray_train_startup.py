@@ -53,7 +53,8 @@ def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
         t = DataParallelTrainer(worker, **kw)
     if lean:                # as a sweep's job: no datasets callback, no preemption watcher
-        from orchestration.trial import PREEMPTION_WATCHER_ENV, leave_out_unused_callbacks
+        from orchestration.ray_setup import PREEMPTION_WATCHER_ENV
+        from orchestration.trial import leave_out_unused_callbacks
         leave_out_unused_callbacks(t, pg_cleaner=pg_cleaner)
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     elif not pg_cleaner:    # as a sweep's job on a Ray without dashboard: no placement-group cleaner actor

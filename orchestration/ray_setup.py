@@ -66,6 +66,8 @@ def start_train_coordinator() -> None:
 # (WORKER_ENV_ALLOW). poxm leaves Ray's default: with 0.2 s, one run of the four-dataset benchmark did not
 # return after its last trial had finished (docs/performance.md).
 TRAIN_POLL_ENV = POLL_ENV
+# Ray Train's preemption watcher: off in each of the sweep's jobs unless set (orchestration.trial.drive_trial)
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 def _restore_sigterm_handler(ours) -> None:
     """ray.init replaces the SIGTERM handler (with one that exits at once: `sys.exit(15)`, and a native
@@ -99,8 +101,7 @@ def secrets_withheld(environ=None):
 # On a local Ray the workers inherit the driver's environment and no runtime_env is set at all.
 WORKER_ENV_ALLOW = ("POXM_DATA_ROOT", "POXM_GIT_COMMIT", "POXM_INJECT_CRASH_ONCE", "POXM_VALIDATION_OVERLAP",
                     "POXM_CUDA_GRAPHS", "POXM_EVAL_THREADS", "OMP_NUM_THREADS",
-                    "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", TRAIN_POLL_ENV,
-                    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER")     # off in each job unless set (orchestration.trial)
+                    "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", TRAIN_POLL_ENV, PREEMPTION_WATCHER_ENV)
 _SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
 
 

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from orchestration.handoff import HeadRuns, JobMember, PreparedRef, SweepInputs, WorkerJob, head_points, worker_job
+from orchestration.ray_setup import PREEMPTION_WATCHER_ENV
 from orchestration.report_pace import ReportPace
 from orchestration.rundir import read_json, set_trial_state, write_json
 from poxm_core.errors import PoxmInputError
@@ -342,9 +343,6 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             files[(running or left)[0]].set_state(
                 "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
         raise
-
-
-PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 
 def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:
