@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from poxm_core.estimators import pl_log_conditionals_torch  # noqa: E402
-from poxm_core.metrics import greedy_from_policy  # noqa: E402
+from poxm_core.metrics.ranking import greedy_from_policy  # noqa: E402
 from poxm_core.policy.heads import HeadParams  # noqa: E402
 from poxm_core.training.evaluation import PolicyView, test_table, val_arrays  # noqa: E402
 
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
 
     # the test metrics of that table: Monte-Carlo slates (32 a row) on the device against NumPy's
     import scipy.sparse as sp
-    from poxm_core.metrics import stochastic_metrics
+    from poxm_core.metrics.ranking import stochastic_metrics
     Y = sp.csr_matrix((np.ones(a.n_test * 5), rng.integers(0, L, a.n_test * 5), np.arange(0, a.n_test * 5 + 1, 5)),
                       shape=(a.n_test, L))
     Y.sum_duplicates()

@@ -45,7 +45,7 @@ def shaped_prepared(n_fit: int, D: int, L: int, K: int, d: int, ell: int = 5, nn
     """A `Prepared` of the given shapes: random features, candidates (K distinct labels, popularity skewed),
     rho decreasing along C(x), slates drawn by Gumbel top-ell, Bernoulli(0.3) rewards."""
     from poxm_core.bandit.log import BanditLog
-    from poxm_core.prepared import Prepared, VariantPolicy
+    from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
     rng = np.random.default_rng(seed)
     n = n_fit + 2
@@ -149,7 +149,7 @@ def bench(name: str, cfg_of, spec_of, prep, dev, epochs: int) -> dict:
 def main(argv=None) -> None:
     import torch
 
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     from poxm_core.training.command import pick_trial
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

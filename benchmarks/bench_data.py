@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poxm_core.config import default_data_root
+from poxm_core.config.schema import default_data_root
 from poxm_core.data import PRESETS, make_synthetic, read_xc_bow
 
 

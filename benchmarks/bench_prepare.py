@@ -16,9 +16,9 @@ import time
 import torch
 
 from poxm_core.bandit import build_variant, name_code, simulate_log, validation_split
-from poxm_core.config import ModelConfig, SyntheticConfig
+from poxm_core.config.schema import ModelConfig, SyntheticConfig
 from poxm_core.data import inverse_propensities, synthetic_from_config
-from poxm_core.metrics import covering_curve, greedy_metrics, stochastic_metrics
+from poxm_core.metrics.ranking import covering_curve, greedy_metrics, stochastic_metrics
 from poxm_core.model import chunked_topk, encode, resolve_device, train_logging_model
 
 

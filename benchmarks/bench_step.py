@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def _one(a: argparse.Namespace) -> dict:
     import torch
 
-    from poxm_core.config import MethodConfig
+    from poxm_core.config.schema import MethodConfig
     from poxm_core.methods import Batch, HeadContext, get_method
     from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 

@@ -63,8 +63,8 @@ def _config(runs: Path, poxm: dict, model_epochs: int, epochs: int, det: str = "
 def _trial(a, poxm: dict) -> dict:
     import torch
 
-    from poxm_core.config import load_config
-    from poxm_core.prepare import load_prepared
+    from poxm_core.config.schema import load_config
+    from poxm_core.prepare.pipeline import load_prepared
     from poxm_core.training.command import pick_trial
     from poxm_core.training.trainer import run_trial
 
@@ -130,7 +130,7 @@ def part_l3m(a) -> dict:
     import scipy.sparse as sp
     import torch
 
-    from poxm_core.config import ModelConfig
+    from poxm_core.config.schema import ModelConfig
     from poxm_core.model.core import encode
     from poxm_core.model.logging_model import train_logging_model
     from poxm_core.model.topk import chunked_topk
@@ -194,7 +194,7 @@ def merge(src: Path) -> None:
             perf["l3m_head_trains"] = _entry(ok, card, date, cmd.format(part="l3m"),
                                              peak_gpu_mb=res["step_d256"].get("peak_mb"), details=res)
     PERF.parent.mkdir(parents=True, exist_ok=True)
-    from poxm_core.atomic import write_text
+    from poxm_core.common.atomic import write_text
     write_text(PERF, json.dumps(perf, indent=1) + "\n")
 
 

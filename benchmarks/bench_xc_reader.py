@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from poxm_core.config import default_data_root  # noqa: E402  (after the path insert)
+from poxm_core.config.schema import default_data_root  # noqa: E402  (after the path insert)
 
 _ALLOWED = np.zeros(256, dtype=bool)
 _ALLOWED[np.frombuffer(b"0123456789,:. \n+-eE", dtype=np.uint8)] = True

@@ -117,8 +117,8 @@ def check_trial(a) -> dict:
     import torch
 
     from bench_trial import _config
-    from poxm_core.config import load_config
-    from poxm_core.prepare import load_prepared
+    from poxm_core.config.schema import load_config
+    from poxm_core.prepare.pipeline import load_prepared
     from poxm_core.training.command import pick_trial
     from poxm_core.training.trainer import run_trial
 
@@ -164,7 +164,7 @@ def check_metrics() -> dict:
     import numpy as np
     import scipy.sparse as sp
 
-    from poxm_core.metrics import stochastic_metrics
+    from poxm_core.metrics.ranking import stochastic_metrics
 
     rng = np.random.default_rng(0)
     n, L, m = 3000, 2000, 200

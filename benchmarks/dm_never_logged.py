@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from poxm_core.bandit.known_answer import (greedy_slate_value, logging_value, make_world, pl_slate_value, sample_contexts,  # noqa: E402
                                            simulate_log)
 from poxm_core.bandit.log import BanditLog  # noqa: E402
-from poxm_core.config import load_config  # noqa: E402
-from poxm_core.prepared import Prepared, VariantPolicy  # noqa: E402
+from poxm_core.config.schema import load_config  # noqa: E402
+from poxm_core.prepare.prepared import Prepared, VariantPolicy  # noqa: E402
 from poxm_core.training.epoch import train_data_for, train_epoch  # noqa: E402
 from poxm_core.training.spec import TrialSpec  # noqa: E402
 from poxm_core.training.trial_setup import REWARD_KEY, build_heads  # noqa: E402
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
                                               weight_scale=a.weight_scale)
         cfg, spec = known_answer_config(a.seed, prep.variant, a.epochs or 20, a.lr)
     else:
-        from poxm_core.prepare import load_prepared
+        from poxm_core.prepare.pipeline import load_prepared
         ov = [f"methods={{dm: {{{f'lr: {a.lr}' if a.lr else ''}}}}}"] + ([f"training.epochs={a.epochs}"] if a.epochs else [])
         cfg = load_config(Path("configs") / f"{a.data}.yaml", ov)
         spec = TrialSpec(cfg.datasets[0].name, a.variant, a.seed, (HeadSpec("dm"),))

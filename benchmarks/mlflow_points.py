@@ -1,5 +1,5 @@
 """How long a sweep's MLflow set-up takes before its trials can start: the store, experiment and
-parent run (`orchestration.track_stage.stage_track`), then one run per grid point
+parent run (`orchestration.stages.track.stage_track`), then one run per grid point
 (`stage_points`, which a sweep calls before Ray Tune starts its jobs), into a fresh run directory's
 own SQLite store. No Ray, no training.
 
@@ -26,11 +26,11 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="create only the first N points' runs")
     a = ap.parse_args(argv)
 
-    from orchestration.plan import plan_sweep, write_plan
-    from orchestration.ray_setup import quiet_libraries
-    from orchestration.track_stage import stage_points, stage_track
-    from poxm_core.config import load_config
-    from poxm_core.errors import PoxmInputError
+    from orchestration.stages.plan import plan_sweep, write_plan
+    from orchestration.cluster.ray_setup import quiet_libraries
+    from orchestration.stages.track import stage_points, stage_track
+    from poxm_core.config.schema import load_config
+    from poxm_core.common.errors import PoxmInputError
 
     quiet_libraries()
     try:

@@ -30,7 +30,7 @@ def profile_part(name, cfg, spec, prep, dev, top: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from bench_batched_heads import trial_epochs
-    from orchestration.gather import busy_seconds
+    from orchestration.stages.gather import busy_seconds
 
     with trial_epochs(cfg, spec, prep, dev) as (epoch, _):
         t = time.perf_counter()
@@ -67,7 +67,7 @@ def main(argv=None) -> None:
     import torch
 
     from bench_batched_heads import shaped_prepared
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     from poxm_core.training.command import pick_trial
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

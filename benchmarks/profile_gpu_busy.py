@@ -33,7 +33,7 @@ def attribute(events: list[dict], top: int = 25) -> dict:
     per stage, and the kernels that took longest in total. A kernel belongs to the last stage range that
     began before it: a stage's kernels may still run after its CPU range ended (the trial synchronises
     after each stage, outside the range); kernels before any stage are 'setup'."""
-    from orchestration.gather import busy_seconds
+    from orchestration.stages.gather import busy_seconds
 
     kernels, ranges = [], []     # in microseconds
     for e in events:

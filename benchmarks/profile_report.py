@@ -1,5 +1,5 @@
 """Where the sweep's final stage spends its time: gather rows, selection and the report
-(`orchestration.gather.gather_rows` + `select_and_report`, as the end of `orchestration.sweep.execute`
+(`orchestration.stages.gather.gather_rows` + `select_and_report`, as the end of `orchestration.stages.sweep.execute`
 calls them), part by part, without Ray or training.
 
   python benchmarks/profile_report.py [--run-dir DIR | --from docs/results/real-data] [--out DIR]
@@ -76,7 +76,7 @@ def assemble(src: Path, root: Path, epochs: int) -> list[str]:
     """Write a run directory at `root` from `src`; returns the trial names (gather's order)."""
     import pandas as pd
 
-    from poxm_core.results import COLUMNS
+    from poxm_core.common.results import COLUMNS
 
     rows = pd.read_csv(src / "rows.csv.gz")[COLUMNS]
     root.mkdir(parents=True, exist_ok=True)
@@ -131,12 +131,12 @@ class Timer:
 def instrument(timer: Timer, pool: bool = False) -> None:
     """Time the report's parts. With a pool (POXM_REPORT_PROCS > 1) the figure functions are pickled to
     its processes, so they are left as they are and the time spent waiting for them is its own part."""
-    import orchestration.gather as G
+    import orchestration.stages.gather as G
     import orchestration.report.build as B
     import orchestration.report.claims as C
     import orchestration.report.figures as F
     import orchestration.report.tables as T
-    import orchestration.selection as SEL
+    import orchestration.stages.selection as SEL
 
     # the names as the callers look them up (module attributes at call time)
     parts = [
@@ -177,8 +177,8 @@ def instrument(timer: Timer, pool: bool = False) -> None:
 
 
 def run_stage(rd, names: list[str], say=print):
-    """What the end of orchestration.sweep.execute runs."""
-    from orchestration.gather import gather_rows, select_and_report
+    """What the end of orchestration.stages.sweep.execute runs."""
+    from orchestration.stages.gather import gather_rows, select_and_report
     from orchestration.report.build import read_config, selection_criterion
 
     criterion = selection_criterion(read_config(rd.config))

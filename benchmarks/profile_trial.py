@@ -36,9 +36,9 @@ def _setup(a, poxm):
     import torch
 
     from bench_trial import _config
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     from poxm_core.model.core import resolve_device
-    from poxm_core.prepare import load_prepared
+    from poxm_core.prepare.pipeline import load_prepared
     from poxm_core.training.command import pick_trial
     from poxm_core.training.epoch import train_data_for
     from poxm_core.training.trial_setup import build_heads
@@ -87,8 +87,8 @@ def _train(a, name, cfg, spec, prep, dev, heads, data, log):
 
 
 def _eval(a, cfg, spec, prep, dev, heads, data, log, name):
-    from poxm_core.metrics import greedy_metrics
-    from poxm_core.seeds import stable_seed
+    from poxm_core.metrics.ranking import greedy_metrics
+    from poxm_core.common.seeds import stable_seed
     from poxm_core.training import reporting as R
     from poxm_core.training.evaluation import test_table
 

@@ -11,8 +11,8 @@ group, worker actors, train context, ...) and the processes (actors) the jobs st
 
 --trainer data_parallel fits Ray Train's `DataParallelTrainer` (what a sweep's job uses: no torch process
 group) instead of a `TorchTrainer` with the gloo backend (the default here), to see what the process group
-costs. --lean: as a sweep's jobs (orchestration.trial.leave_out_unused_callbacks,
-orchestration.ray_setup.start_train_coordinator).
+costs. --lean: as a sweep's jobs (orchestration.stages.trial.leave_out_unused_callbacks,
+orchestration.cluster.ray_setup.start_train_coordinator).
 Prints one line per job and the medians; nothing is written outside a temporary folder.
 """
 from __future__ import annotations
@@ -53,8 +53,8 @@ def drive(config: dict, trainer: str, cpus: float, gpus: float, storage: str, pg
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
         t = DataParallelTrainer(worker, **kw)
     if lean:                # as a sweep's job: no datasets callback, no preemption watcher
-        from orchestration.ray_setup import PREEMPTION_WATCHER_ENV
-        from orchestration.trial import leave_out_unused_callbacks
+        from orchestration.cluster.ray_setup import PREEMPTION_WATCHER_ENV
+        from orchestration.stages.trial import leave_out_unused_callbacks
         leave_out_unused_callbacks(t, pg_cleaner=pg_cleaner)
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     elif not pg_cleaner:    # as a sweep's job on a Ray without dashboard: no placement-group cleaner actor
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
              **({"runtime_env": {"env_vars": job_env}} if job_env else {}))
     init_s = time.perf_counter() - t
     if args.lean:
-        from orchestration.ray_setup import start_train_coordinator
+        from orchestration.cluster.ray_setup import start_train_coordinator
         start_train_coordinator()
     logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
     trainable = ray.tune.with_resources(

@@ -78,7 +78,7 @@ def popularity_ranking(Ytr: sp.csr_matrix, n: int, k: int = 5) -> np.ndarray:
 def model_ranking(data, alpha: float, seed: int, dim: int, epochs: int, k: int = 5, device: str = "cpu",
                   test_rows: np.ndarray | None = None) -> np.ndarray:
     """Greedy top-k on test of the core model trained one-vs-all on a fraction alpha of the training rows."""
-    from poxm_core.config import ModelConfig
+    from poxm_core.config.schema import ModelConfig
     from poxm_core.model import chunked_topk, encode, train_logging_model
     model = train_logging_model(data.train.X, data.train.Y, ModelConfig(dim=dim, epochs=epochs), alpha, seed,
                                 device=device, progress=False)

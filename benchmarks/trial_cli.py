@@ -16,8 +16,8 @@ def add_trial_args(ap) -> None:
 
 def load_trial(a):
     """(config, trial spec, Prepared) of the trial the arguments pick (`pick_trial`'s defaults otherwise)."""
-    from poxm_core.config import load_config
-    from poxm_core.prepare import load_prepared
+    from poxm_core.config.schema import load_config
+    from poxm_core.prepare.pipeline import load_prepared
     from poxm_core.training.command import pick_trial
 
     cfg = load_config(a.config, a.overrides)

@@ -20,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 
-from poxm_core.errors import DivergedError, PoxmInputError
+from poxm_core.common.errors import DivergedError, PoxmInputError
 
 EXIT_INPUT = 2
 EXIT_TRIALS_FAILED = 1
@@ -163,13 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
 # commands
 
 def _print_config(path, overrides) -> int:
-    from poxm_core.config import load_config, resolved_yaml
+    from poxm_core.config.schema import load_config, resolved_yaml
     print(resolved_yaml(load_config(path, overrides)), end="")
     return 0
 
 
 def cmd_prepare(a) -> int:
-    from poxm_core.prepare_summary import prepare_command
+    from poxm_core.prepare.summary import prepare_command
     return int(prepare_command(a.config, a.overrides, print_config=a.print_config, cache_dir=a.cache_dir) or 0)
 
 
@@ -183,21 +183,21 @@ def cmd_train(a) -> int:
 
 
 def cmd_run(a) -> int:
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     if a.print_config:
         return _print_config(a.config, a.overrides)
     cfg = load_config(a.config, a.overrides)
-    from orchestration.sweep import run_sweep
+    from orchestration.stages.sweep import run_sweep
     out = run_sweep(cfg, runs_dir=a.runs_dir, cache_dir=a.cache_dir, address=a.address, mlflow_uri=a.mlflow_uri,
                     progress=not a.quiet, verbose=a.verbose)
     return _outcome(out)
 
 
 def cmd_resume(a) -> int:
-    from orchestration.sweep import plan_from_run_dir, resume_sweep
+    from orchestration.stages.sweep import plan_from_run_dir, resume_sweep
     seeds = None
     if a.add_seeds is not None:
-        from orchestration.merge import extend_plan, parse_seeds
+        from orchestration.stages.merge import extend_plan, parse_seeds
         seeds = parse_seeds(a.add_seeds)
         extend_plan(a.run_dir, seeds)   # input errors before Ray starts
     else:
@@ -283,13 +283,13 @@ def cmd_status(a) -> int:
 
 
 def cmd_ui(a) -> int:
-    from orchestration.ui import serve
+    from orchestration.tracking.ui import serve
     return serve(a.run_dir, a.host, a.port, check_port=_check_port_free)
 
 
 def cmd_report(a) -> int:
-    from orchestration import merge
-    from orchestration.sweep import plan_from_run_dir, report_only
+    from orchestration.stages import merge
+    from orchestration.stages.sweep import plan_from_run_dir, report_only
     if len(a.run_dir) > 1 or a.out is not None or merge.is_merged(a.run_dir[0]):
         if len(a.run_dir) == 1 and a.out is None:
             _, path = merge.remerge(a.run_dir[0])

@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from poxm_core import atomic
-from poxm_core.config import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
-from poxm_core.errors import PoxmInputError
+from poxm_core.common import atomic
+from poxm_core.config.schema import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
+from poxm_core.common.errors import PoxmInputError
 
 # Keys of the resolved config that do not change any number of the sweep: not in its identity.
 NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir", "plugin_path")

@@ -36,9 +36,9 @@ def trial_table(rd: RunDir) -> list[dict]:
 
 
 def _ray_state(rd: RunDir) -> str:
-    """Where Ray's state of this sweep is on this machine (orchestration.ray_state), if anywhere."""
-    from orchestration.ray_state import ray_state_dir
-    from poxm_core.errors import PoxmInputError
+    """Where Ray's state of this sweep is on this machine (orchestration.cluster.ray_state), if anywhere."""
+    from orchestration.cluster.ray_state import ray_state_dir
+    from poxm_core.common.errors import PoxmInputError
     try:
         storage = rd.load_config().resources.storage_path
     except (PoxmInputError, OSError, ValueError):

@@ -23,7 +23,7 @@ LEGACY=(training.policy=linear training.init=logging training.translation=reward
 publish() {   # publish DATASET OUT_NAME [overrides...]
   local ds=$1 out=$2; shift 2
   .venv/bin/poxm run "configs/$ds.yaml" "$@"
-  run_dir=runs/$(.venv/bin/python -c "import sys; from poxm_core.config import load_config; from orchestration.rundir import sweep_id; print(sweep_id(load_config(sys.argv[1], sys.argv[2:])))" "configs/$ds.yaml" "$@")
+  run_dir=runs/$(.venv/bin/python -c "import sys; from poxm_core.config.schema import load_config; from orchestration.rundir import sweep_id; print(sweep_id(load_config(sys.argv[1], sys.argv[2:])))" "configs/$ds.yaml" "$@")
   .venv/bin/poxm report "$run_dir"
   mkdir -p docs/results && rm -rf "docs/results/$out.tmp" && cp -r "$run_dir/report" "docs/results/$out.tmp"
   gzip -9 -c "$run_dir/results/rows.csv" > "docs/results/$out.tmp/rows.csv.gz"   # every row, per-epoch ones too

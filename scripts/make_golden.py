@@ -88,7 +88,7 @@ def save_fixture(prep, path: Path) -> None:
 def load_fixture(path: Path = GOLDEN / "fixture.npz"):
     """The committed fixture as a Prepared (dataset 'golden', variant 'A', seed SEED)."""
     from poxm_core.bandit.log import BanditLog
-    from poxm_core.prepared import Prepared, VariantPolicy
+    from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
     a = np.load(path)
     csr = {n: sp.csr_matrix((a[f"{n}_data"], a[f"{n}_indices"], a[f"{n}_indptr"]), shape=tuple(a[f"{n}_shape"]))
@@ -138,7 +138,7 @@ def estimator_values(prep) -> dict[str, dict[str, float]]:
 
 def metric_values(prep) -> dict[str, float]:
     """Greedy (P, nDCG, PSP) and stochastic (R, nDCR, PSR + MC se) metrics of rho on the test split."""
-    from poxm_core.metrics import greedy_metrics, stochastic_metrics
+    from poxm_core.metrics.ranking import greedy_metrics, stochastic_metrics
 
     pol = prep.policy_test
     out = greedy_metrics(prep.Y_test, pol.cand[:, :5], prep.inv_propensity, (1, 3, 5))
@@ -149,7 +149,7 @@ def metric_values(prep) -> dict[str, float]:
 def training_values(prep, out_dir: Path) -> dict:
     """One trial with every method of METHODS: final rows {head key: {split/metric: value}} and the
     trained output layers {head key: {W: rows, b: rows, W_norm, b_norm}} from the last checkpoint."""
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     from poxm_core.training import run_trial, trial_specs
     from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint
 

@@ -34,11 +34,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestration.merge import _first_difference  # noqa: E402
+from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import build_report  # noqa: E402
-from poxm_core.atomic import publish  # noqa: E402
-from poxm_core.errors import PoxmInputError  # noqa: E402
+from poxm_core.common.atomic import publish  # noqa: E402
+from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
 CELL = ["dataset", "variant", "seed"]
 IGNORED = ("runs_dir", "data_root")        # where a run wrote and read, not what it computed

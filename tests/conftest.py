@@ -7,7 +7,7 @@ import tempfile
 import pytest
 
 # Ray's state of the tests' sweeps goes to a folder of this test session, not the user's own
-# (orchestration.ray_state); subprocesses (the CLI tests) inherit it.
+# (orchestration.cluster.ray_state); subprocesses (the CLI tests) inherit it.
 os.environ.setdefault("POXM_STATE_DIR", tempfile.mkdtemp(prefix="poxm-test-state-"))
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.optim.adam import adam_update_, row_adam_update_
 from poxm_core.accel.static import static_unique
 
 BETAS, EPS = (0.9, 0.999), 1e-8

@@ -124,7 +124,7 @@ def test_no_import_circles():
 
 def test_package_init_counts_as_a_dependency():
     # importing poxm_core.bandit.log runs poxm_core/bandit/__init__.py first: that edge is in the graph
-    assert "poxm_core.bandit" in GRAPH["poxm_core.prepared"]
+    assert "poxm_core.bandit" in GRAPH["poxm_core.prepare.prepared"]
 
 
 def _floors() -> dict[str, int]:
@@ -331,11 +331,11 @@ def test_only_the_accelerator_package_uses_triton_or_captures_a_cuda_graph():
 
 
 def test_adam_update_is_written_once_and_the_loop_names_no_method():
-    # Adam's moment update (m <- lerp(m, g, 1 - b1)) appears in poxm_core/adam.py only (the Triton
+    # Adam's moment update (m <- lerp(m, g, 1 - b1)) appears in poxm_core/optim/adam.py only (the Triton
     # kernels in the accelerator package compute it too, checked against it on first use)
     lerp = [m for m in MODULES if not m.startswith("poxm_core.accel")
             and any(".lerp_(" in line for line in _code_lines(m))]
-    assert lerp == ["poxm_core.adam"]
+    assert lerp == ["poxm_core.optim.adam"]
     # the training loop and step decide by what a method declares, not by its name
     from poxm_core.methods.registry import METHODS
     for m in ("poxm_core.training.epoch", "poxm_core.training.step", "poxm_core.accel.graph"):

@@ -1,4 +1,4 @@
-"""poxm_core.atomic: files and directories appear complete or not at all; os.replace lives only there."""
+"""poxm_core.common.atomic: files and directories appear complete or not at all; os.replace lives only there."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from poxm_core.atomic import atomic_file, publish, tmp_name, write_text
+from poxm_core.common.atomic import atomic_file, publish, tmp_name, write_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,11 +41,11 @@ def test_publish_a_directory(tmp_path):
     assert (tmp_path / "d" / "f").read_text() == "x" and not tmp.exists()
 
 
-# Writers not yet routed through poxm_core.atomic (none left: the report writers publish through it).
+# Writers not yet routed through poxm_core.common.atomic (none left: the report writers publish through it).
 NOT_YET: set[str] = set()
 
 
 def test_os_replace_only_in_the_atomic_module():
     found = {str(p.relative_to(REPO)) for pkg in ("poxm_core", "orchestration") for p in (REPO / pkg).rglob("*.py")
              if re.search(r"\bos\.replace\(", p.read_text())}
-    assert found - NOT_YET == {"poxm_core/atomic.py"}
+    assert found - NOT_YET == {"poxm_core/common/atomic.py"}

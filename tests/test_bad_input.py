@@ -79,9 +79,9 @@ def test_run_dir_with_planted_ray_pickles_is_refused_and_runs_no_code(tmp_path, 
     one line before anything runs or is written, and the pickle is never loaded."""
     import pickle
 
-    from orchestration.plan import plan_sweep, write_plan
-    from orchestration.ray_state import ray_state_dir
-    from poxm_core.config import load_config
+    from orchestration.stages.plan import plan_sweep, write_plan
+    from orchestration.cluster.ray_state import ray_state_dir
+    from poxm_core.config.schema import load_config
 
     marker = tmp_path / "PWNED"
 
@@ -197,7 +197,7 @@ def test_non_utf8_byte_in_a_data_file(tmp_path, capsys):
     assert not list((tmp_path / "runs").rglob("*.npz")), "nothing half-prepared is left behind"
 
     from poxm_core.data.readers import read_xc_bow
-    from poxm_core.errors import PoxmInputError
+    from poxm_core.common.errors import PoxmInputError
     with pytest.raises(PoxmInputError, match=r"bibtex_test.txt:4: not UTF-8"):
         read_xc_bow(folder / "bibtex_test.txt")
 
@@ -235,7 +235,7 @@ def test_prepare_removes_a_killed_prepares_tmp(tmp_path):
     import platform
     import subprocess
 
-    from poxm_core.prepare_cache import _remove_stale_tmp
+    from poxm_core.prepare.cache import _remove_stale_tmp
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -285,7 +285,7 @@ def test_version_and_defaults_in_help(capsys):
 # ------------------------------------------------------------------------------------- secrets, terminal
 
 def test_runtime_env_gets_allow_listed_non_secrets_only():
-    from orchestration.ray_setup import worker_env
+    from orchestration.cluster.ray_setup import worker_env
     env = {"POXM_DATA_ROOT": "/data", "OMP_NUM_THREADS": "2", "MLFLOW_TRACKING_TOKEN": "t",
            "AWS_SECRET_ACCESS_KEY": "s", "MLFLOW_TRACKING_PASSWORD": "p", "HF_TOKEN": "h", "PATH": "/bin"}
     assert worker_env(env) == {"POXM_DATA_ROOT": "/data", "OMP_NUM_THREADS": "2"}
@@ -337,9 +337,9 @@ def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, 
     import socket
     import subprocess
 
-    from orchestration.plan import plan_sweep, write_plan
+    from orchestration.stages.plan import plan_sweep, write_plan
     from orchestration.rundir import write_json
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     plan = plan_sweep(load_config(QUICK, []), runs_dir=tmp_path / "runs", check_data=False)
     write_plan(plan)
     other = subprocess.Popen(["sleep", "60"])     # stands for the first sweep's live driver
@@ -357,9 +357,9 @@ def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, 
 def test_truncated_rows_of_a_finished_trial_are_named(tmp_path):
     import pandas as pd
 
-    from orchestration.gather import read_trial_rows
-    from poxm_core.errors import PoxmInputError
-    from poxm_core.results import COLUMNS
+    from orchestration.stages.gather import read_trial_rows
+    from poxm_core.common.errors import PoxmInputError
+    from poxm_core.common.results import COLUMNS
     rows = pd.DataFrame([{"dataset": "d", "variant": "A", "method": "poxm", "p": 10, "lam": 0.9, "seed": 0,
                           "split": "test", "metric": m, "value": 0.5, "stderr": 0.01, "epoch": 2, "final": True}
                          for m in ("R@1", "R@3", "R@5")], columns=COLUMNS)
@@ -383,9 +383,9 @@ def test_gathered_rows_are_the_finished_trials_text_after_one_header(tmp_path):
     asked for; a trial without done.json is left out. Its rows read back equal the returned frame."""
     import pandas as pd
 
-    from orchestration.gather import gather_rows
+    from orchestration.stages.gather import gather_rows
     from orchestration.rundir import RunDir
-    from poxm_core.results import COLUMNS
+    from poxm_core.common.results import COLUMNS
     rd = RunDir(tmp_path / "run")
     lines = {}
     for t, (p, value, done) in {"b": (10, 0.1, True), "a": (None, 1 / 3, True), "c": (5, 0.9, False)}.items():

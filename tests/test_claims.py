@@ -10,8 +10,8 @@ import pytest
 
 from orchestration.report import claims as C
 from orchestration.report.stability import stability, stability_table
-from orchestration.selection import select
-from poxm_core.results import make_row, to_frame
+from orchestration.stages.selection import select
+from poxm_core.common.results import make_row, to_frame
 
 
 def _point(method, seed, r5, p=None, lam=None, variant="A", val=None, psr5=None, dataset="d"):

@@ -110,7 +110,7 @@ def test_bad_run_dir(tmp_path):
 @pytest.mark.slow
 def test_print_config_is_resolved_and_loads_back(tmp_path):
     from orchestration.rundir import sweep_hash
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
 
     src = write(tmp_path, GOOD)
     r = poxm("run", src, "--runs-dir", tmp_path, "training.epochs=3", "--print-config")   # overrides after options too
@@ -120,13 +120,13 @@ def test_print_config_is_resolved_and_loads_back(tmp_path):
     assert printed["methods"]["logging"]["init"] is None and printed["training"]["init"] == "fresh"
     again = load_config(write(tmp_path, printed, "printed.yaml"))
     assert sweep_hash(again) == sweep_hash(load_config(src, ["training.epochs=3"]))
-    from orchestration.sweep import plan_sweep
+    from orchestration.stages.sweep import plan_sweep
     plan_sweep(again, runs_dir=tmp_path / "runs")     # the resolved config is a valid sweep (methods validate)
 
 
 def test_shipped_configs_load_and_plan(tmp_path):
-    from orchestration.sweep import plan_sweep
-    from poxm_core.config import load_config
+    from orchestration.stages.sweep import plan_sweep
+    from poxm_core.config.schema import load_config
 
     found = sorted((REPO / "configs").glob("*.yaml"))
     assert {p.name for p in found} >= {"quickstart.yaml", "bibtex.yaml", "delicious.yaml", "eurlex.yaml",
@@ -178,7 +178,7 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
         # the UI's page, through poxm ui's proxy, sets the browser's view to model training (MLflow 3.17
         # ignores the experiment tag); the rest passes through unchanged
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
-        from orchestration.ui import MODE_SCRIPT
+        from orchestration.tracking.ui import MODE_SCRIPT
         assert MODE_SCRIPT in page and page.index(MODE_SCRIPT) < page.index("static-files")   # before MLflow's own
         while not out.read_text().strip() and time.time() < deadline:    # the URL follows /health
             time.sleep(0.2)
@@ -265,7 +265,7 @@ def test_no_mlflow_info_lines_and_no_stray_escape_code(tmp_path):
     terminal writes no 'INFO mlflow...' line and no ESC[0m at exit."""
     import os
     import pty
-    code = ("import sys; from orchestration.ray_setup import quiet_libraries; quiet_libraries(); "
+    code = ("import sys; from orchestration.cluster.ray_setup import quiet_libraries; quiet_libraries(); "
             "import ray.autoscaler._private.cli_logger; import mlflow; "
             f"mlflow.MlflowClient('sqlite:///{tmp_path}/m.db').search_experiments(); "
             "from orchestration.cli import main; sys.exit(main(['status', '/nonexistent/run']))")
@@ -290,7 +290,7 @@ def test_no_mlflow_info_lines_and_no_stray_escape_code(tmp_path):
 
 
 def test_mode_script_goes_first_in_head():
-    from orchestration.ui import MODE_SCRIPT, with_mode_script
+    from orchestration.tracking.ui import MODE_SCRIPT, with_mode_script
     html = b"<!doctype html><html><head><script src=main.js></script></head></html>"
     out = with_mode_script(html).decode()
     assert out.startswith("<!doctype html><html><head>" + MODE_SCRIPT) and out.endswith("<script src=main.js></script></head></html>")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from poxm_core.config import (PUBLISHED_METHOD_KEYS, MethodConfig, SweepConfig, config_hash, load_config,
+from poxm_core.config.schema import (PUBLISHED_METHOD_KEYS, MethodConfig, SweepConfig, config_hash, load_config,
                               resolved_dict, resolved_yaml)
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 BASE = {
     "name": "t",

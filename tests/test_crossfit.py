@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from orchestration.report.build import build_report
-from poxm_core.config import config_hash, load_config, resolved_dict
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import config_hash, load_config, resolved_dict
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.training.command import pick_trial
 from poxm_core.training.crossfit import average_val_rows, fold_view, folds, whole_log
 from poxm_core.training.trainer import run_trial

@@ -1,4 +1,4 @@
-"""poxm_core.csr: the one CSR/sparse argument check and its one-line TypeError."""
+"""poxm_core.common.csr: the one CSR/sparse argument check and its one-line TypeError."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from poxm_core.csr import check_csr, check_sparse
+from poxm_core.common.csr import check_csr, check_sparse
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,4 +31,4 @@ def test_check_sparse_accepts_any_format():
 def test_sparse_type_checks_live_in_the_csr_module():
     hits = {str(p.relative_to(REPO)) for pkg in ("poxm_core", "orchestration") for p in (REPO / pkg).rglob("*.py")
             if re.search(r"\bsp\.issparse\(", p.read_text())}
-    assert hits == {"poxm_core/csr.py"}
+    assert hits == {"poxm_core/common/csr.py"}

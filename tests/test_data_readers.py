@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from poxm_core.config import default_data_root
+from poxm_core.config.schema import default_data_root
 from poxm_core.data import readers
 from poxm_core.data.readers import find_split_sparse, read_split_sparse, read_split_sparse_dir, read_xc_bow
 from poxm_core.data.text_reader import read_text_tfidf
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 DATA = default_data_root()
 

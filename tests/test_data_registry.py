@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poxm_core.config import DatasetConfig, SyntheticConfig, default_data_root
+from poxm_core.config.schema import DatasetConfig, SyntheticConfig, default_data_root
 from poxm_core.data import DATASETS, DatasetSpec, get_spec, load_dataset, propensity_params, register_dataset
 from poxm_core.data.registry import KnownShape, PaperVariant
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 DATA = default_data_root()
 VARIANTS = [{"name": "A", "alpha": 0.2, "beta": 0.0, "T": 2.0}]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from orchestration import cli
-from poxm_core.errors import DivergedError
+from poxm_core.common.errors import DivergedError
 from poxm_core.methods.poxm import POXM
 from poxm_core.training.command import pick_trial
 from poxm_core.training.trainer import check_finite, run_trial

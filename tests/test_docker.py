@@ -95,8 +95,8 @@ def test_kuberay_recipe_parses_and_is_consistent():
 
 def test_rayjob_entrypoint_is_a_valid_poxm_command(tmp_path):
     from orchestration.cli import build_parser
-    from orchestration.sweep import plan_sweep
-    from poxm_core.config import load_config
+    from orchestration.stages.sweep import plan_sweep
+    from poxm_core.config.schema import load_config
 
     job = next(d for d in _docs() if d["kind"] == "RayJob")
     argv = shlex.split(job["spec"]["entrypoint"])

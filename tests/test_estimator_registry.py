@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators import ESTIMATORS, IS, BaseEstimator, importance_weights
 from poxm_core.estimators.registry import register_estimator
 from poxm_core.estimators.validation import reported_labels, validation_estimates
-from poxm_core.results import mlflow_name
+from poxm_core.common.results import mlflow_name
 from poxm_core.training import run_trial, trial_specs
 from trial_fixtures import tiny_config, tiny_prepared
 
@@ -85,8 +85,8 @@ def test_registered_estimator_is_in_the_estimator_figure_data(trial):
 @pytest.mark.slow
 def test_registered_estimator_is_in_mlflow(trial, tmp_path):
     """The tracker's own calls on a real sqlite store: per-epoch and final metrics of every head."""
-    from orchestration import tracking
-    from poxm_core.config import resolved_dict
+    from orchestration.tracking import runs as tracking
+    from poxm_core.config.schema import resolved_dict
 
     cfg, spec, df, epochs, _ = trial
     uri = f"sqlite:///{tmp_path}/mlflow.db"

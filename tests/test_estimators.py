@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators import (DR, ESTIMATORS, IS, SIS, SNIS, Estimate, Translated, effective_sample_size,
                                   get_estimator, importance_weights, importance_weights_torch, pl_expectations,
                                   pl_expectations_torch, pl_log_conditionals, pl_log_conditionals_full_torch,

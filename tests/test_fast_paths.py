@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 import poxm_core.training.epoch as epoch_mod
-from poxm_core.slate_metrics import _gumbel, stochastic_metrics
+from poxm_core.metrics.slate import _gumbel, stochastic_metrics
 from poxm_core.training.checkpoint import load_checkpoint, save_checkpoint
 from poxm_core.accel.static import static_unique
 from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
@@ -125,7 +125,7 @@ def test_eval_threads_setting(monkeypatch):
     """POXM_EVAL_THREADS: unset -> 0 (the CPU count); a positive int; anything else a one-line error naming it."""
     import pytest
 
-    from poxm_core.errors import PoxmInputError
+    from poxm_core.common.errors import PoxmInputError
     from poxm_core.training.reporting import eval_threads, map_heads
 
     monkeypatch.delenv("POXM_EVAL_THREADS", raising=False)

@@ -1,13 +1,13 @@
-"""The typed hand-offs into Ray (orchestration/handoff.py): what a job's worker gets from the sweep."""
+"""The typed hand-offs into Ray (orchestration/stages/handoff.py): what a job's worker gets from the sweep."""
 from __future__ import annotations
 
 import pickle
 
 import pytest
 
-from orchestration.handoff import PreparedAt, SweepInputs, worker_job
-from orchestration.tracking import point_key
-from poxm_core.config import ResourcesConfig
+from orchestration.stages.handoff import PreparedAt, SweepInputs, worker_job
+from orchestration.tracking.runs import point_key
+from poxm_core.config.schema import ResourcesConfig
 from poxm_core.methods.head import HeadSpec
 from poxm_core.training.spec import TrialSpec
 

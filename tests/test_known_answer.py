@@ -28,7 +28,7 @@ import torch
 
 from poxm_core.bandit.known_answer import (greedy_slate_value, logging_value, make_world, optimal_value,
                                            pl_slate_value, sample_contexts, simulate_log)
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("POXM_KNOWN_ANSWER_SEED", "0"))

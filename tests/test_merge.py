@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from orchestration.merge import _first_difference, extend_plan, parse_seeds
-from orchestration.plan import plan_from_run_dir, plan_sweep, write_plan
+from orchestration.stages.merge import _first_difference, extend_plan, parse_seeds
+from orchestration.stages.plan import plan_from_run_dir, plan_sweep, write_plan
 from orchestration.rundir import sweep_id
-from poxm_core.config import load_config
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import load_config
+from poxm_core.common.errors import PoxmInputError
 
 DATA = {
     "name": "merge",
@@ -144,7 +144,7 @@ def test_report_over_runs_with_no_shared_variant_or_shared_seeds_is_refused(tmp_
 def fake_trials(root: Path, value) -> None:
     """Every trial of the planned run in `root` finished, with final rows whose values come from
     value(seed, method, p, lam, split, metric): val SNIS for the selection, test R@5 for the tables."""
-    from poxm_core.results import COLUMNS
+    from poxm_core.common.results import COLUMNS
     sw = json.loads((root / "sweep.json").read_text())
     for name in sw["trials"]:
         pts = [g for g in sw["grid"] if g["trial"] == name]
@@ -162,12 +162,12 @@ def fake_trials(root: Path, value) -> None:
 @pytest.mark.slow
 def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
     """Runs over seeds [0] and [1, 2] merged equal one run over [0, 1, 2] (here: its rows put together
-    and selected by orchestration.selection.select); the runs are not touched; a second merge into
+    and selected by orchestration.stages.selection.select); the runs are not touched; a second merge into
     the same directory replaces it."""
     import pandas as pd
 
-    from orchestration.merge import merge_report
-    from orchestration.selection import select
+    from orchestration.stages.merge import merge_report
+    from orchestration.stages.selection import select
 
     def value(g, split, metric):     # a different best (p, lam) per seed, known by construction
         best = {0: 2, 1: 4, 2: 2}[g["seed"]]

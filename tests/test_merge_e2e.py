@@ -43,8 +43,8 @@ def config(tmp: Path, seeds: list[int]) -> Path:
 
 
 def sweep(tmp: Path, runs: Path, seeds: list[int]) -> Path:
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
+    from orchestration.stages.sweep import run_sweep
+    from poxm_core.config.schema import load_config
     out = run_sweep(load_config(config(tmp, seeds)), runs_dir=runs, progress=False)
     assert out.ok, out
     return out.run_dir
@@ -62,7 +62,7 @@ def selection(run_dir: Path) -> pd.DataFrame:
 
 def train_runs(run_dir: Path) -> set[str]:
     """The Ray Train runs the sweep started (one per trial that was computed: train-<trial>)."""
-    from orchestration.ray_state import ray_state_dir
+    from orchestration.cluster.ray_state import ray_state_dir
     from orchestration.rundir import RunDir
     return {p.name for p in ray_state_dir(RunDir(run_dir)).iterdir() if p.name.startswith("train-")}
 
@@ -105,8 +105,8 @@ def test_report_over_two_runs_equals_one_sweep_over_both_seeds(runs):
 
 
 def test_add_seed_to_finished_sweep_equals_one_sweep_over_both_seeds(runs):
-    from orchestration.sweep import resume_sweep
-    from orchestration.tracking import stored_uri
+    from orchestration.stages.sweep import resume_sweep
+    from orchestration.tracking.runs import stored_uri
     from mlflow import MlflowClient
 
     rd = runs["s0"]

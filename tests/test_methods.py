@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from poxm_core.config import MethodConfig, load_config
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import MethodConfig, load_config
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
 from poxm_core.methods import METHODS, Batch, HeadContext, get_method, head_grid, translated_loss

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from poxm_core.errors import PoxmInputError
-from poxm_core.metrics import (covering_curve, greedy_from_policy, greedy_metrics, psp_unnormalised,
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.metrics.ranking import (covering_curve, greedy_from_policy, greedy_metrics, psp_unnormalised,
                                stochastic_metrics)
 
 LOG3 = math.log2(3)   # discount of position 2 is 1/log2(3); position 3 is 1/log2(4) = 1/2

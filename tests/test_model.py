@@ -4,8 +4,8 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from poxm_core.config import ModelConfig
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import ModelConfig
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.model import CoreModel, alpha_sample, encode, resolve_device, train_logging_model
 from poxm_core.model import logging_model
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import mps
-from poxm_core.config import load_config
-from poxm_core.errors import PoxmInputError
+from orchestration.cluster import mps
+from poxm_core.config.schema import load_config
+from poxm_core.common.errors import PoxmInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,8 +98,9 @@ def test_off_or_on_a_cluster_nothing_is_started(fake_mps):
 def test_the_sweep_stops_mps_after_ray_and_releases_its_lock_when_ray_fails(fake_mps, tmp_path, monkeypatch):
     """execute(): MPS is started before Ray; when Ray's start fails, MPS is still stopped and the run
     directory's lock released (the sweep's other stages are never reached)."""
-    from orchestration import ray_setup, sweep
-    from orchestration.plan import plan_sweep
+    from orchestration.cluster import ray_setup
+    from orchestration.stages import sweep
+    from orchestration.stages.plan import plan_sweep
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["device=cuda", "resources.gpus_per_trial=0.5",
                                                              "resources.mps=true", "mlflow.enabled=false"])
     plan = plan_sweep(cfg, runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache")

@@ -12,9 +12,9 @@ import scipy.sparse as sp
 import yaml
 from poxm_process import POXM, REPO, poxm_env
 
-from poxm_core.config import default_data_root, load_config
+from poxm_core.config.schema import default_data_root, load_config
 from poxm_core.data import load_dataset, read_npz_pair, save_xy_npz
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 DATA = default_data_root()
 MLDR = DATA / "mldr_misc"
@@ -213,7 +213,7 @@ def test_missing_folder_or_file_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_missing_folder_or_file_fails_at_plan_time(tmp_path):
-    from orchestration.sweep import plan_sweep
+    from orchestration.stages.sweep import plan_sweep
     (tmp_path / "sets").mkdir()
     cfg = load_config(_config(tmp_path, {"folder": "nope", "train": ["X.npz", "Y.npz"], "split": {}}),
                       [f"data_root={tmp_path}"])

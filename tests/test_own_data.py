@@ -18,9 +18,9 @@ from poxm_process import POXM, REPO, poxm_env, run_until_first_trial_then_kill
 import scipy.sparse as sp
 import yaml
 
-from poxm_core.config import MethodConfig, config_hash, load_config, resolved_dict
+from poxm_core.config.schema import MethodConfig, config_hash, load_config, resolved_dict
 from poxm_core.data import load_dataset, propensity_params, read_xy_npz, save_xy_npz
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 
 
@@ -135,7 +135,7 @@ def test_declared_dataset_errors_are_one_line(files, change, match):
 
 
 def test_missing_file_fails_at_plan_time(files, tmp_path):
-    from orchestration.sweep import plan_sweep
+    from orchestration.stages.sweep import plan_sweep
     d, _, _ = files
     cfg = load_config(cfg_file(d, [ds("mine", "xc", "data/nope.txt", "data/mine_test.txt")]))
     with pytest.raises(PoxmInputError, match=r"nope.txt: file not found \(datasets\[name=mine\]\.train\)"):
@@ -172,7 +172,7 @@ import scipy.sparse as sp
 from poxm_core.data import DatasetSpec, PaperVariant, XMCData, XMCSplit, register_dataset
 from pydantic import Field
 
-from poxm_core.config import MethodConfig
+from poxm_core.config.schema import MethodConfig
 from poxm_core.methods import register_method
 from poxm_core.methods.dm import DirectMethod
 

@@ -18,9 +18,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestration.plan import pack_name, pack_trials, plan_sweep, trials_per_job
-from poxm_core.config import load_config
-from poxm_core.errors import PoxmInputError
+from orchestration.stages.plan import pack_name, pack_trials, plan_sweep, trials_per_job
+from poxm_core.config.schema import load_config
+from poxm_core.common.errors import PoxmInputError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,8 +62,8 @@ def test_packs_keep_a_prepared_dataset_together(tmp_path):
 def test_alike_trials_make_one_round_and_balanced_jobs(tmp_path):
     """Trials of one dataset with the same heads end together: auto packs them one job per slot (no
     second round of start-ups while nothing computes); job sizes differ by at most one."""
-    from orchestration.plan import trials_alike
-    from orchestration.tune_stage import job_grid
+    from orchestration.stages.plan import trials_alike
+    from orchestration.stages.tune import job_grid
 
     assert trials_per_job(None, 30, 8, alike=True) == 4 and trials_per_job(None, 30, 8) == 2
     assert trials_per_job(None, 3, 8, alike=True) == 1 and trials_per_job(2, 30, 8, alike=True) == 2
@@ -95,7 +95,7 @@ def test_trials_per_job_config_key(tmp_path):
 
 
 def test_job_grid(tmp_path):
-    from orchestration.tune_stage import job_grid, member_of, members
+    from orchestration.stages.tune import job_grid, member_of, members
 
     plan = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)
     heads = len(plan.specs[0].heads)
@@ -116,7 +116,7 @@ def test_slots_with_fractional_gpus(monkeypatch):
     """gpus_per_trial 0.25 on one GPU: 4 jobs share the card, so auto packs into about 8 jobs."""
     import ray
 
-    from orchestration.ray_setup import check_resources
+    from orchestration.cluster.ray_setup import check_resources
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 1.0})
     c = cfg("resources.gpus_per_trial=0.25", "resources.cpus_per_trial=2", "device=cuda")
     slots = check_resources(c, local=True)
@@ -131,7 +131,7 @@ def _job(name, status, members, heads):
 def test_progress_counts_trials_inside_jobs(monkeypatch):
     import io
 
-    from orchestration.progress import SweepProgress
+    from orchestration.stages.progress import SweepProgress
 
     class NotATTY(io.StringIO):
         def isatty(self):
@@ -238,7 +238,7 @@ def e2e():
 
 @pytest.fixture(scope="module")
 def unpacked(e2e, ray_session, tmp_path_factory):
-    from orchestration.sweep import run_sweep
+    from orchestration.stages.sweep import run_sweep
     tmp = tmp_path_factory.mktemp("unpacked")
     res = dict(e2e.TINY["resources"], trials_per_job=1)
     out = run_sweep(load_config(e2e.write_config(tmp, resources=res)), runs_dir=tmp / "runs", progress=False)
@@ -249,7 +249,7 @@ def unpacked(e2e, ray_session, tmp_path_factory):
 @pytest.mark.slow
 def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(unpacked):
     """The sweep's jobs ran Ray Train controllers and workers, but no PlacementGroupCleaner (no
-    dashboard here), DatasetManager (no Ray Datasets) or PreemptionWatcher (orchestration.trial.
+    dashboard here), DatasetManager (no Ray Datasets) or PreemptionWatcher (orchestration.stages.trial.
     leave_out_unused_callbacks); Ray Train's one resource coordinator was there (started by the sweep)."""
     import ray._private.state
     classes = [a["ActorClassName"] for a in ray._private.state.actors().values()]
@@ -278,9 +278,9 @@ def _check_mlflow(e2e, run_dir: Path, ref_dir: Path, trial_crashed: str | None =
 
 @pytest.mark.slow
 def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray_session, unpacked, tmp_path, monkeypatch):
-    from orchestration.ray_state import ray_state_dir
+    from orchestration.cluster.ray_state import ray_state_dir
     from orchestration.rundir import RunDir
-    from orchestration.sweep import run_sweep
+    from orchestration.stages.sweep import run_sweep
 
     monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-B-s0-all")
     out = run_sweep(load_config(_packed_config(e2e, tmp_path)), runs_dir=tmp_path / "runs", progress=False)

@@ -1,6 +1,6 @@
 """Ray Train's per-job actors that a poxm job does not use are left out: the placement-group cleaner
 where Ray's state API does not answer, the datasets callback's DatasetManager when the trainer has no
-Ray Datasets (orchestration.trial.leave_out_unused_callbacks, orchestration.ray_setup.state_api_available)."""
+Ray Datasets (orchestration.stages.trial.leave_out_unused_callbacks, orchestration.cluster.ray_setup.state_api_available)."""
 from __future__ import annotations
 
 import pytest
@@ -17,7 +17,7 @@ def test_leave_out_unused_callbacks_drops_those_callbacks_only(pg_cleaner, datas
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 
-    from orchestration.trial import leave_out_unused_callbacks
+    from orchestration.stages.trial import leave_out_unused_callbacks
 
     plain = [type(c) for c in _trainer()._create_default_callbacks()]
     # Ray Train still adds both (the private method still exists and still returns them)
@@ -36,7 +36,7 @@ def test_leave_out_unused_callbacks_drops_those_callbacks_only(pg_cleaner, datas
 def test_state_api_available_follows_the_dashboard(monkeypatch, url, expected):
     import ray._private.worker as worker
 
-    from orchestration.ray_setup import state_api_available
+    from orchestration.cluster.ray_setup import state_api_available
 
     def fake():
         if url is RuntimeError:
@@ -52,7 +52,7 @@ def test_the_sweep_starts_ray_trains_resource_coordinator(ray_session):
     Ray Train looks it up by), so that the first jobs do not wait for it to start."""
     import ray
 
-    from orchestration.ray_setup import start_train_coordinator
+    from orchestration.cluster.ray_setup import start_train_coordinator
 
     def found() -> bool:
         try:

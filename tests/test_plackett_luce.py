@@ -1,4 +1,4 @@
-"""Position probabilities of Plackett-Luce by quadrature (poxm_core/plackett_luce.py) against
+"""Position probabilities of Plackett-Luce by quadrature (poxm_core/metrics/position_probs.py) against
 enumeration of every ordered prefix, on tiny cases that include peaked, flat, zero and short rows."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from poxm_core.plackett_luce import position_sums
+from poxm_core.metrics.position_probs import position_sums
 
 
 def _enumerate(w: np.ndarray, k: int) -> np.ndarray:
@@ -65,7 +65,7 @@ def test_torch_quadrature_equals_numpy_quadrature():
     columns, rows with fewer positive columns than k and k = 1 included."""
     import torch
 
-    from poxm_core.plackett_luce import position_sums, position_sums_torch
+    from poxm_core.metrics.position_probs import position_sums, position_sums_torch
 
     rng = np.random.default_rng(0)
     for c, m, kmax, zero in [(50, 20, 5, 0.3), (30, 100, 5, 0.0), (20, 7, 3, 0.5), (10, 4, 5, 0.2), (40, 50, 1, 0.0)]:

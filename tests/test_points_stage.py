@@ -1,6 +1,6 @@
-"""MLflow point runs created beside the trials (orchestration.track_stage.PointsStage): in the order the
+"""MLflow point runs created beside the trials (orchestration.stages.track.PointsStage): in the order the
 jobs need them, published to mlflow_runs.json every few points, stoppable; and a trial waiting for its
-own runs there (orchestration.trial.wait_for_runs)."""
+own runs there (orchestration.stages.trial.wait_for_runs)."""
 from __future__ import annotations
 
 import threading
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from orchestration.handoff import head_points
+from orchestration.stages.handoff import head_points
 from orchestration.rundir import write_json
-from orchestration.trial import wait_for_runs
+from orchestration.stages.trial import wait_for_runs
 
 SPEC = {"name": "t", "dataset": "d", "variant": "A", "seed": 0,
         "heads": [{"method": "poxm", "p": 10, "lam": 0.9}, {"method": "dm", "p": None, "lam": None}]}
@@ -49,11 +49,11 @@ def test_points_come_in_launch_order_published_as_they_are_made_and_stop(tmp_pat
     """A real SQLite store: the runs of the trials named first are created first, the file is rewritten
     while they are made, a stopped stage leaves the runs made so far, and a second stage over the same
     sweep finds them all (none duplicated)."""
-    from orchestration import tracking
-    from orchestration.plan import plan_sweep, write_plan
-    from orchestration.track_stage import PointsStage, stage_points, stage_track
+    from orchestration.tracking import runs as tracking
+    from orchestration.stages.plan import plan_sweep, write_plan
+    from orchestration.stages.track import PointsStage, stage_points, stage_track
     from orchestration.rundir import read_json
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
 
     cfg = load_config(data={"name": "pts", "seeds": [0, 1],
                             "datasets": [{"name": "synthetic", "synthetic": {"n_train": 50, "n_test": 20, "n_features": 10,

@@ -10,8 +10,8 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from poxm_core.config import PAPER_PROTOCOL, MethodConfig, TrainingConfig, protocol_name
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import PAPER_PROTOCOL, MethodConfig, TrainingConfig, protocol_name
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.methods import Batch, HeadContext, get_method
 from poxm_core.methods.base import reward_shift
 from poxm_core.model.core import csr_to_bag

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import yaml
 
-from poxm_core import prepare as prep
-from poxm_core import prepare_summary
+from poxm_core.prepare import pipeline as prep
+from poxm_core.prepare import summary as prepare_summary
 from poxm_core.bandit import build_variant, name_code, simulate_log, validation_split
-from poxm_core.config import load_config
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import load_config
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.model import chunked_topk
 
 BASE = {

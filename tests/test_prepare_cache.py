@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.gather import data_checksum
-from orchestration.storage import Storage, sweep_storage
-from poxm_core.config import load_config
+from orchestration.stages.gather import data_checksum
+from orchestration.cluster.storage import Storage, sweep_storage
+from poxm_core.config.schema import load_config
 from poxm_core.data.registry import write_example_data
-from poxm_core.errors import PoxmInputError
-from poxm_core.prepare import prepare
-from poxm_core.prepare_cache import cache_keys, dir_sha256, file_sha256, variant_record
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.prepare.pipeline import prepare
+from poxm_core.prepare.cache import cache_keys, dir_sha256, file_sha256, variant_record
 
 
 
@@ -102,7 +102,7 @@ def test_levels_travel_through_storage_and_are_checked(prepared, tmp_path):
 
 
 def test_trial_files_round_trip_through_storage(tmp_path):
-    from orchestration.trial import TrialFiles, fetch_trial
+    from orchestration.stages.trial import TrialFiles, fetch_trial
     uri = str(tmp_path / "store")
     tf = TrialFiles("t1", None, uri)
     work = tmp_path / "work"
@@ -128,7 +128,7 @@ def test_num_workers_above_one_is_refused_in_one_line():
 
 
 def test_bad_storage_path_is_refused_at_plan_time(tmp_path):
-    from orchestration.plan import plan_sweep
+    from orchestration.stages.plan import plan_sweep
     cfg = load_config(data=SYN, overrides=["resources.storage_path=nosuchfs://bucket/x"])
     with pytest.raises(PoxmInputError, match="resources.storage_path.*nosuchfs://bucket/x") as e:
         plan_sweep(cfg, runs_dir=tmp_path)

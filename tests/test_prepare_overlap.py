@@ -1,5 +1,5 @@
 """Trials beside the prepare stage: a trial waits for its own variant, not for its (dataset, seed)'s
-whole task (orchestration.handoff.PreparedRef, orchestration.tune_stage.variant_at); and the prepare
+whole task (orchestration.stages.handoff.PreparedRef, orchestration.stages.tune.variant_at); and the prepare
 task's logging-policy metrics go to the GPU when the config's device is one."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 
-from orchestration.handoff import PreparedAt, PreparedRef
-from orchestration.tune_stage import variant_at
-from poxm_core import prepare as prepare_module
-from poxm_core.config import load_config
-from poxm_core.prepare import metrics_device, prepare
-from poxm_core.prepare_cache import variant_record
+from orchestration.stages.handoff import PreparedAt, PreparedRef
+from orchestration.stages.tune import variant_at
+from poxm_core.prepare import pipeline as prepare_module
+from poxm_core.config.schema import load_config
+from poxm_core.prepare.pipeline import metrics_device, prepare
+from poxm_core.prepare.cache import variant_record
 
 # two alphas: two model and candidate levels, so a variant's parents depend on which variant it is
 TWO = {"name": "s", "datasets": [{"name": "synthetic",

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestration.progress import SweepProgress, head_epochs_done
+from orchestration.stages.progress import SweepProgress, head_epochs_done
 
 
 def _trial(name, status, heads):

@@ -2,7 +2,7 @@
 when they are set, never a secret; a local Ray's workers inherit the driver's environment."""
 from __future__ import annotations
 
-from orchestration.ray_setup import TRAIN_POLL_ENV, worker_env
+from orchestration.cluster.ray_setup import TRAIN_POLL_ENV, worker_env
 
 
 def test_a_remote_clusters_workers_are_handed_the_poll_interval():
@@ -23,7 +23,7 @@ def test_bytecode_hint_when_python_writes_none_and_the_module_has_none(tmp_path,
     import py_compile
     import sys
 
-    from orchestration.ray_setup import bytecode_hint
+    from orchestration.cluster.ray_setup import bytecode_hint
     (tmp_path / "poxm_hint_probe.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()

@@ -15,9 +15,9 @@ from orchestration.report import paper
 from orchestration.report.aggregate import (Cell, best_cells, cell_grid, expected_from_config,
                                             expected_from_grid, lam_set, p_set, seed_stats)
 from orchestration.report.tables import metric_table, tex_escape, to_latex, to_markdown
-from orchestration.selection import select, selected_rows
-from poxm_core.errors import PoxmInputError
-from poxm_core.results import make_row, to_frame
+from orchestration.stages.selection import select, selected_rows
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.results import make_row, to_frame
 
 STOCH = ["R@3", "R@5", "nDCR@3", "nDCR@5", "PSR@3", "PSR@5"]
 
@@ -430,7 +430,7 @@ def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypat
     again nor reads the criterion from config.yaml (which says IS here), and results/selection.csv is
     the run's criterion and the oracle rows of the report's selection.csv."""
     import orchestration.report.build as B
-    from orchestration.gather import select_and_report
+    from orchestration.stages.gather import select_and_report
     from orchestration.rundir import RunDir
 
     run = tmp_path / "run"

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from orchestration import sweep as sw
-from orchestration import tune_stage as ts
+from orchestration.stages import sweep as sw
+from orchestration.stages import tune as ts
 from orchestration.rundir import write_json
 
 

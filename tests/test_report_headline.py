@@ -14,8 +14,8 @@ from orchestration.report import figures as F
 from orchestration.report.aggregate import expected_from_rows, seed_stats
 from orchestration.report.tables import (greedy_logging_name, headline_table, logging_policy_values,
                                          logging_stats_table, metric_table)
-from orchestration.selection import select, selected_rows
-from poxm_core.results import make_row, to_frame
+from orchestration.stages.selection import select, selected_rows
+from poxm_core.common.results import make_row, to_frame
 
 
 def _rows(specs):

@@ -1,4 +1,4 @@
-"""A trial's epoch reports are paced by Ray Train's poll (orchestration/report_pace.py): an epoch is
+"""A trial's epoch reports are paced by Ray Train's poll (orchestration/stages/report_pace.py): an epoch is
 reported only once a poll has passed since the previous report, so `ray.train.report` never waits for
 the controller; the last epoch is left to the trial's member_finished report; fault injection forces
 its epoch's report. A resume takes the newer of Ray's checkpoint and the trial folder's."""
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from orchestration.report_pace import DEFAULT_POLL_S, POLL_ENV, ReportPace, poll_interval
-from orchestration.trial import checkpoint_epoch, crashes_after
+from orchestration.stages.report_pace import DEFAULT_POLL_S, POLL_ENV, ReportPace, poll_interval
+from orchestration.stages.trial import checkpoint_epoch, crashes_after
 
 
 class Clock:
@@ -94,7 +94,7 @@ def test_paced_reports_do_not_wait_for_ray_trains_poll(ray_session, tmp_path):
     def paced_job(config):      # defined here: Ray pickles it by value
         import ray.train
 
-        from orchestration.report_pace import ReportPace
+        from orchestration.stages.report_pace import ReportPace
         pace = ReportPace()
         inside, sent = 0.0, 0
         for epoch in range(1, config["epochs"] + 1):

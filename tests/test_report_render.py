@@ -17,8 +17,8 @@ from orchestration.report.aggregate import bootstrap_ci, expected_from_grid, see
 from orchestration.report.figure_common import spread_note
 from orchestration.report.index import render_html
 from orchestration.report.tables import logging_stats_table, metric_table
-from orchestration.selection import select, selected_rows
-from poxm_core.results import make_row, to_frame
+from orchestration.stages.selection import select, selected_rows
+from poxm_core.common.results import make_row, to_frame
 
 
 # ---- bootstrap interval over seeds --------------------------------------------------------------

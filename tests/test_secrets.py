@@ -16,7 +16,7 @@ CANARY = "canary-5b0f2e91d7"
 
 
 def test_secrets_withheld_only_inside_the_block():
-    from orchestration.ray_setup import is_secret_name, secrets_withheld
+    from orchestration.cluster.ray_setup import is_secret_name, secrets_withheld
     env = {"AWS_SECRET_ACCESS_KEY": "s", "HF_TOKEN": "t", "MLFLOW_TRACKING_PASSWORD": "p", "PATH": "/bin",
            "POXM_DATA_ROOT": "/d"}
     with secrets_withheld(env) as held:

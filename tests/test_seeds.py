@@ -1,5 +1,5 @@
-"""poxm_core.seeds: the one named scheme (pinned values: a change would move every trained number),
-the kept tagged stream, and where generators may be seeded (new code goes through poxm_core.seeds)."""
+"""poxm_core.common.seeds: the one named scheme (pinned values: a change would move every trained number),
+the kept tagged stream, and where generators may be seeded (new code goes through poxm_core.common.seeds)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poxm_core.seeds import rng, stable_seed, tagged_rng, torch_generator
+from poxm_core.common.seeds import rng, stable_seed, tagged_rng, torch_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def test_stable_seed_pinned_values():
 
 
 def test_stable_seed_does_not_depend_on_the_process_hash_seed():
-    code = "from poxm_core.seeds import stable_seed; print(stable_seed(0, 'batches', 1))"
+    code = "from poxm_core.common.seeds import stable_seed; print(stable_seed(0, 'batches', 1))"
     outs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                            env={"PYTHONHASHSEED": h, "PATH": ""}).stdout.strip() for h in ("1", "2")}
     assert outs == {"3131761497007632283"}
@@ -45,7 +45,7 @@ def test_a_stream_is_its_own_and_the_same_in_a_fresh_process():
     assert len(set(draws.values())) == len(keys)
     perms = {k: tuple(torch.randperm(40, generator=torch_generator(*k)).tolist()) for k in keys}
     assert len(set(perms.values())) == len(keys)
-    code = "from poxm_core.seeds import rng; print(rng(4, 'negatives', 2).integers(0, 2 ** 62, 2).tolist())"
+    code = "from poxm_core.common.seeds import rng; print(rng(4, 'negatives', 2).integers(0, 2 ** 62, 2).tolist())"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PYTHONHASHSEED": "3", "PATH": ""}).stdout.strip()
     assert out == str(list(draws[keys[0]]))
@@ -58,12 +58,12 @@ def test_tagged_stream_is_the_kept_formula():
     np.testing.assert_array_equal(tagged_rng(7, "logging-sample").random(4), want)
 
 
-# Where a generator may be seeded by hand: poxm_core/seeds.py and the kept streams its docstring lists.
+# Where a generator may be seeded by hand: poxm_core/common/seeds.py and the kept streams its docstring lists.
 ALLOWED = {
-    "SeedSequence": {"poxm_core/seeds.py", "poxm_core/bandit/policy.py"},
-    "default_rng": {"poxm_core/seeds.py", "poxm_core/slate_metrics.py", "poxm_core/data/synthetic.py",
+    "SeedSequence": {"poxm_core/common/seeds.py", "poxm_core/bandit/policy.py"},
+    "default_rng": {"poxm_core/common/seeds.py", "poxm_core/metrics/slate.py", "poxm_core/data/synthetic.py",
                     "poxm_core/data/registry.py", "poxm_core/estimators/base.py", "orchestration/report/aggregate.py"},
-    "manual_seed": {"poxm_core/seeds.py", "poxm_core/model/logging_model.py", "poxm_core/training/epoch.py",
+    "manual_seed": {"poxm_core/common/seeds.py", "poxm_core/model/logging_model.py", "poxm_core/training/epoch.py",
                     "poxm_core/policy/registry.py", "poxm_core/accel/triton_adam.py"},
 }
 
@@ -78,5 +78,5 @@ def test_seeding_happens_only_in_the_documented_places():
                 if re.search(rf"\b{k}\(", code):
                     found[k].add(str(p.relative_to(ROOT)))
     extra = {k: sorted(v - ALLOWED[k]) for k, v in found.items() if v - ALLOWED[k]}
-    assert extra == {}, f"seed a new stream with poxm_core.seeds (stable_seed / rng / torch_generator): {extra}"
+    assert extra == {}, f"seed a new stream with poxm_core.common.seeds (stable_seed / rng / torch_generator): {extra}"
     assert all(found[k] for k in ALLOWED)                             # the scan sees them at all

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators import phi, selector_pos
 
 

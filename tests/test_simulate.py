@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from poxm_core.bandit import simulate_log, validation_split
-from poxm_core.prepared import VariantPolicy
+from poxm_core.prepare.prepared import VariantPolicy
 
 
 def _policy(n, rho_row, labels):

@@ -52,8 +52,8 @@ def write_config(tmp: Path, **changes) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(ray_session, tmp_path_factory):
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
+    from orchestration.stages.sweep import run_sweep
+    from poxm_core.config.schema import load_config
 
     tmp = tmp_path_factory.mktemp("ref")
     out = run_sweep(load_config(write_config(tmp)), runs_dir=tmp / "runs", progress=False)
@@ -70,7 +70,7 @@ def final_rows(run_dir: Path) -> pd.DataFrame:
 def mlflow_runs(run_dir: Path, uri: str | None = None):
     from mlflow import MlflowClient
 
-    from orchestration.tracking import stored_uri
+    from orchestration.tracking.runs import stored_uri
     ml = json.loads((run_dir / "mlflow_runs.json").read_text())
     c = MlflowClient(uri or stored_uri(run_dir, ml))
     return c, ml, c.search_runs([ml["experiment_id"]], max_results=1000)
@@ -177,8 +177,8 @@ def test_crash_once_is_retried_from_checkpoint_logging_to_mlflow_server(ray_sess
     """A trial's worker dies once after epoch 1; the sweep logs to a real `mlflow server` process."""
     from mlflow import MlflowClient
 
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
+    from orchestration.stages.sweep import run_sweep
+    from poxm_core.config.schema import load_config
 
     with mlflow_server(tmp_path) as uri:
         monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-A-s0-all")
@@ -215,9 +215,9 @@ def test_preparing_before_the_trials_gives_the_same_rows(ray_session, reference,
     """The reference sweep's trials started while its data prepared (its one prepare task fits the 2
     CPUs beside nothing else); the same sweep with the stage first, as when the tasks do not all fit
     at once, gives identical rows."""
-    from orchestration import prepare_stage
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
+    from orchestration.stages import prepare as prepare_stage
+    from orchestration.stages.sweep import run_sweep
+    from poxm_core.config.schema import load_config
 
     ref_summary = json.loads((reference.run_dir / "results" / "sweep_summary.json").read_text())
     assert ref_summary["prepare_overlapped"] is True
@@ -382,10 +382,10 @@ def _chromium_sees_runs(url: str, port: int, exp_id: str, parent, points) -> Non
 def test_point_runs_that_cannot_be_created_stop_the_trials_waiting_for_them(ray_session, tmp_path, monkeypatch):
     """The MLflow runs are created beside the trials; when that fails, the trials already started
     (waiting for their runs) are stopped and the sweep ends with that error, in one line."""
-    from orchestration import tracking
-    from orchestration.sweep import run_sweep
-    from poxm_core.config import load_config
-    from poxm_core.errors import PoxmInputError
+    from orchestration.tracking import runs as tracking
+    from orchestration.stages.sweep import run_sweep
+    from poxm_core.config.schema import load_config
+    from poxm_core.common.errors import PoxmInputError
 
     def broken(*a, **kw):
         time.sleep(2)          # the jobs have started by now

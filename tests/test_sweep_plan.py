@@ -8,10 +8,10 @@ import pytest
 
 from orchestration import status as st
 from orchestration.rundir import RunDir, acquire_driver, release_driver, set_trial_state, write_json
-from orchestration.gather import busy_seconds as _union
-from orchestration.plan import plan_from_run_dir, plan_sweep, write_plan
-from poxm_core.config import load_config
-from poxm_core.errors import PoxmInputError
+from orchestration.stages.gather import busy_seconds as _union
+from orchestration.stages.plan import plan_from_run_dir, plan_sweep, write_plan
+from poxm_core.config.schema import load_config
+from poxm_core.common.errors import PoxmInputError
 
 DATA = {
     "name": "plan",

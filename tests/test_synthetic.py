@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from poxm_core.config import SyntheticConfig
+from poxm_core.config.schema import SyntheticConfig
 from poxm_core.data import PRESETS, make_synthetic, synthetic_from_config
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 
 def _small(seed=0, **kw):
@@ -156,9 +156,9 @@ def test_eurlex_preset_a_linear_model_beats_the_popularity_ranking(eurlex_sample
 def test_recalibrating_a_preset_changes_the_prepare_cache_key(monkeypatch):
     import dataclasses
 
-    from poxm_core.config import load_config
+    from poxm_core.config.schema import load_config
     from poxm_core.data import synthetic
-    from poxm_core.prepare_cache import cache_keys
+    from poxm_core.prepare.cache import cache_keys
     cfg = load_config(data={"name": "s", "datasets": [{"name": "synthetic", "synthetic": {"preset": "eurlex", "scale": 0.01},
                                                        "variants": [{"name": "A", "alpha": 0.5}]}],
                             "methods": {"dm": {}}})
@@ -166,5 +166,5 @@ def test_recalibrating_a_preset_changes_the_prepare_cache_key(monkeypatch):
     assert cache_keys(cfg, "synthetic", 0).data[1] == before
     moved = dict(synthetic.PRESETS, eurlex=dataclasses.replace(synthetic.PRESETS["eurlex"], signal=0.5))
     monkeypatch.setattr(synthetic, "PRESETS", moved)
-    monkeypatch.setattr("poxm_core.prepare_cache.PRESETS", moved)
+    monkeypatch.setattr("poxm_core.prepare.cache.PRESETS", moved)
     assert cache_keys(cfg, "synthetic", 0).data[1] != before

@@ -46,9 +46,9 @@ def test_a_fresh_process_does_not_import_inductor():
 
 def test_a_dense_optimiser_does_not_import_dynamo():
     """torch.optim imports torch._dynamo on an optimiser's first build and step; poxm's dense optimisers
-    (poxm_core.torch_lean) run a build, steps, zero_grad and a state_dict round trip without it."""
+    (poxm_core.optim.torch_lean) run a build, steps, zero_grad and a state_dict round trip without it."""
     code = ("import sys, torch\n"
-            "from poxm_core.torch_lean import adam\n"
+            "from poxm_core.optim.torch_lean import adam\n"
             "p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))\n"
             "opt = adam([p], lr=0.1)\n"
             "(p ** 2).sum().backward(); opt.step(); opt.zero_grad()\n"
@@ -61,7 +61,7 @@ def test_a_dense_optimiser_does_not_import_dynamo():
 
 
 def test_lean_adam_steps_as_torch_adam_bit_for_bit():
-    from poxm_core.torch_lean import adam
+    from poxm_core.optim.torch_lean import adam
     g = torch.Generator().manual_seed(3)
     init = [torch.randn(5, 4, generator=g), torch.randn(4, generator=g)]
     targets = [torch.randn(5, 4, generator=g), torch.randn(4, generator=g)]

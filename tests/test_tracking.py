@@ -1,4 +1,4 @@
-"""orchestration.tracking without Ray: URIs, run identity, idempotent run creation, closing, the worker logger."""
+"""orchestration.tracking.runs without Ray: URIs, run identity, idempotent run creation, closing, the worker logger."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from orchestration import tracking
-from poxm_core.errors import PoxmInputError
-from poxm_core.results import make_row, to_frame
+from orchestration.tracking import runs as tracking
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.results import make_row, to_frame
 
 
 def test_resolve_uri_precedence_and_absolute(tmp_path, monkeypatch):
@@ -218,7 +218,7 @@ def test_tag_selected(store):
 def test_parent_results_and_timing_names(tmp_path):
     """The parent run's headline: the selected point's test R@5/nDCR@5/PSR@5, mean over seeds; timings
     as sweep/... (after result/ and claims/ in a sorted list)."""
-    from orchestration.track_stage import result_metrics, timing_metrics
+    from orchestration.stages.track import result_metrics, timing_metrics
     res = tmp_path / "results"
     res.mkdir()
     sel = [{"dataset": "d", "variant": "A", "method": "poxm", "seed": s, "selection": sl, "criterion": "IS",

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.validation import reported_labels
-from poxm_core.results import COLUMNS
+from poxm_core.common.results import COLUMNS
 from poxm_core.training import HeadSpec, TrialSpec, run_trial, trial_specs
 from poxm_core.training.evaluation import PolicyView, _greedy_logpi, val_arrays
 from poxm_core.training.command import final_table, pick_trial
@@ -309,7 +309,7 @@ def test_all_label_test_table_is_the_renormalised_top_of_the_softmax():
 def test_device_ranking_and_softmax_equal_the_host_ones_with_ties():
     """The GPU trial's test table (sort and softmax on the device, tie-break on the sorted prefix) gives
     greedy_from_policy's ranking and NumPy's softmax; run here on CPU tensors, the same code."""
-    from poxm_core.metrics import greedy_from_policy
+    from poxm_core.metrics.ranking import greedy_from_policy
     from poxm_core.training.evaluation import _ranking_probs_on_device
     rng = np.random.default_rng(3)
     n, m = 200, 12

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.training import run_trial
 from poxm_core.training.checkpoint import load_checkpoint
 from poxm_core.training.overlap import ENV, overlap_wanted

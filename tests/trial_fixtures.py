@@ -11,8 +11,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from poxm_core.bandit.log import BanditLog
-from poxm_core.config import load_config
-from poxm_core.prepared import Prepared, VariantPolicy
+from poxm_core.config.schema import load_config
+from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
 
 def _policy(Z, W, b, K, T):

@@ -1,7 +1,7 @@
 """`build_report(run_dir)`: read a run directory's result rows, select, aggregate, write the report.
 
 Reads (layout written by orchestration):
-  results/rows.csv      long-form rows (poxm_core.results.COLUMNS), required
+  results/rows.csv      long-form rows (poxm_core.common.results.COLUMNS), required
   results/prepare.csv   dataset, variant, seed, metric, value (covering@k, logging statistics), optional
   config.yaml           resolved sweep config (name, seeds, datasets/variants, methods,
                         selection.criterion, training.protocol), optional
@@ -35,11 +35,11 @@ from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, e
 from orchestration.report.figure_pool import FigurePool
 from orchestration.report.index import render_html, render_markdown
 from orchestration.report.stability import stability, stability_table
-from orchestration.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
+from orchestration.stages.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
                                      check_rows, select_run, selected_rows, selection_label, val_criteria)
-from poxm_core.atomic import publish
-from poxm_core.errors import PoxmInputError
-from poxm_core.results import COLUMNS
+from poxm_core.common.atomic import publish
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.results import COLUMNS
 
 PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
 
@@ -136,7 +136,7 @@ def run_protocol(config: dict) -> str | None:
         if v is not None and not isinstance(v, (dict, list)) and str(v).strip():
             return str(v).strip()
     if isinstance(tr, dict):   # a resolved config: the protocol follows from its training settings
-        from poxm_core.config import PAPER_PROTOCOL, TrainingConfig, protocol_name
+        from poxm_core.config.schema import PAPER_PROTOCOL, TrainingConfig, protocol_name
         try:
             return protocol_name(TrainingConfig(**{k: v for k, v in tr.items() if k in TrainingConfig.model_fields}))
         except Exception:   # an older run's config (e.g. training.lr): the protocol was not recorded
@@ -434,7 +434,7 @@ def _paper_tables(d: str, v: str, stats: pd.DataFrame, paper_sel: pd.DataFrame, 
 def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = None) -> Path:
     """Build run_dir/report/ from run_dir/results/*.csv; returns the report directory.
 
-    `selection`: the run's selection (`orchestration.selection.select_run`, computed once by the run
+    `selection`: the run's selection (`orchestration.stages.selection.select_run`, computed once by the run
     with its validated config's criterion); without it (a report built on its own) the report selects
     with the criterion of run_dir/config.yaml.
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 from orchestration.report.aggregate import bootstrap_ci
 from orchestration.report.table_format import Table
-from orchestration.selection import PAPER_CRITERION, selected_rows, selection_label
+from orchestration.stages.selection import PAPER_CRITERION, selected_rows, selection_label
 
 
 @dataclass(frozen=True)

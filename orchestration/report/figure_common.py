@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from orchestration.report.aggregate import per_group  # noqa: E402
-from poxm_core.atomic import atomic_file  # noqa: E402
+from poxm_core.common.atomic import atomic_file  # noqa: E402
 
 # Per-series styles that stay distinguishable when two lines coincide (IS and sIS at p = K):
 # different markers, dash patterns and marker sizes, drawn with a small horizontal offset.

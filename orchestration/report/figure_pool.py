@@ -14,7 +14,7 @@ import sys
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 ENV = "POXM_REPORT_PROCS"
 MAX_PROCS = 8

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from poxm_core.atomic import write_text
+from poxm_core.common.atomic import write_text
 
 DAGGER = "†"
 
@@ -96,7 +96,7 @@ def to_latex(t: Table) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    write_text(path, text)   # poxm_core.atomic: the one place that publishes files
+    write_text(path, text)   # poxm_core.common.atomic: the one place that publishes files
 
 
 def write_table(t: Table, out_dir: Path) -> dict[str, Path]:

@@ -5,7 +5,7 @@
                    data-dependent shape, so that a training step can be captured in a CUDA graph
   triton_adam.py   the fused Triton kernels of Adam (row-wise for the output layers, dense for the
                    network stack); each checks itself on first use against the plain update
-                   (poxm_core/adam.py) and steps aside on a mismatch or where Triton is missing
+                   (poxm_core/optim/adam.py) and steps aside on a mismatch or where Triton is missing
   graph.py         the CUDA-graph runner of the training loop: one training step
                    (poxm_core/training/step.py) captured once and replayed for an epoch's full batches
 

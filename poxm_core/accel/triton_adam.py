@@ -10,7 +10,7 @@
   output layers, each slot with its head's rate and bias correction) and for the lazy input layer
   (`NetworkStack`, input_adam="lazy": a rate per column).
 
-Both compute `poxm_core.adam`'s update with `scale_after_divide=True` (IEEE sqrt and division; (1 - b1),
+Both compute `poxm_core.optim.adam`'s update with `scale_after_divide=True` (IEEE sqrt and division; (1 - b1),
 (1 - b2) from the host in double, as torch). Each kernel is built on first use and checked then against
 that plain update on a small random problem; where Triton is missing, cannot compile, or the check
 disagrees, the function returns False (once with a warning) and the caller runs the plain update.
@@ -22,7 +22,7 @@ import warnings
 import torch
 
 from poxm_core.accel.static import static_unique
-from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.optim.adam import adam_update_, row_adam_update_
 
 __all__ = ["fused_row_adam", "fused_adam", "fused_lazy_rows_adam", "fused_slot_rows_adam", "row_kernel_ok",
            "dense_kernel_ok", "touched_rows_kernel_ok"]

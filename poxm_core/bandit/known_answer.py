@@ -42,9 +42,9 @@ from itertools import combinations
 
 import numpy as np
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.plackett_luce import _lse_np as _lse
-from poxm_core.seeds import tagged_rng
+from poxm_core.common.seeds import tagged_rng
 
 __all__ = ["KnownAnswerWorld", "KnownAnswerContexts", "KnownAnswerLog", "make_world", "sample_contexts",
            "simulate_log", "pl_slate_value", "greedy_slate_value", "optimal_value", "logging_value",

@@ -24,9 +24,9 @@ import scipy.sparse as sp
 
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import frozen_gumbel, noise_key
-from poxm_core.csr import check_csr
+from poxm_core.common.csr import check_csr
 from poxm_core.bandit.variant import VariantPolicy
-from poxm_core.seeds import tagged_rng
+from poxm_core.common.seeds import tagged_rng
 
 _SLATE_STREAM = 0x51A7E  # separates slate noise from the policy's frozen noise for the same seed
 _ROW_BLOCK = 65536

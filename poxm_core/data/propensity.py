@@ -12,7 +12,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from poxm_core.csr import check_sparse
+from poxm_core.common.csr import check_sparse
 
 
 def label_propensities(Y_train: sp.csr_matrix, A: float = 0.55, B: float = 1.5) -> np.ndarray:

@@ -22,7 +22,7 @@ from typing import IO, Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 _CHUNK_ROWS = 20000
 _F32_MAX = float(np.finfo(np.float32).max)

@@ -15,11 +15,11 @@ from poxm_core.data.readers import find_split_sparse, read_split_sparse, read_xc
 from poxm_core.data.svmlight_npz import read_npz_pair, read_svmlight, read_xy_npz
 from poxm_core.data.text_reader import TEXT_FILES, read_text_tfidf
 from poxm_core.data.types import XMCData, XMCSplit
-from poxm_core.errors import PoxmInputError, nearest
-from poxm_core.registration import add
+from poxm_core.common.errors import PoxmInputError, nearest
+from poxm_core.common.registration import add
 
 if TYPE_CHECKING:
-    from poxm_core.config import DatasetConfig
+    from poxm_core.config.schema import DatasetConfig
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def declared_files(dcfg: "DatasetConfig", data_root: Path | str | None = None) -
         base = Path(dcfg.folder).expanduser()
         if not base.is_absolute():
             if data_root is None:
-                from poxm_core.config import default_data_root
+                from poxm_core.config.schema import default_data_root
                 data_root = default_data_root()
             base = Path(data_root) / base
         if not base.is_dir():

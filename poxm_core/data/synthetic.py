@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from poxm_core.data.types import XMCData, XMCSplit
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 _CHUNK_ROWS = 32768
 

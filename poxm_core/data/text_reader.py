@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from poxm_core.data.readers import open_text
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 log = logging.getLogger(__name__)
 

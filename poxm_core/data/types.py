@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from poxm_core.csr import check_csr as _check_csr
+from poxm_core.common.csr import check_csr as _check_csr
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["Estimate", "BaseEstimator", "effective_sample_size", "validate_log_arrays"]
 

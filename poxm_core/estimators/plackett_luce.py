@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["pl_log_conditionals", "pl_log_conditionals_torch", "pl_log_conditionals_full_torch",
            "pl_expectations", "pl_expectations_torch"]

@@ -3,8 +3,8 @@
 validation rows (`estimators.validation`), hence MLflow and the report's estimator figure, read it."""
 from __future__ import annotations
 
-from poxm_core.errors import PoxmInputError, nearest
-from poxm_core.registration import add
+from poxm_core.common.errors import PoxmInputError, nearest
+from poxm_core.common.registration import add
 from poxm_core.estimators.base import BaseEstimator
 from poxm_core.estimators.dr import DR
 from poxm_core.estimators.ips import IS, SIS

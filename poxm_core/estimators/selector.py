@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["phi", "phi_scores", "selector_pos"]
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.base import BaseEstimator
 
 __all__ = ["Translated", "translated_value_torch"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.plackett_luce import pl_log_conditionals, pl_log_conditionals_torch
 from poxm_core.estimators.selector import phi_scores, selector_pos
 

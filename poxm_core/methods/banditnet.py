@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from poxm_core.config import MethodConfig
+from poxm_core.config.schema import MethodConfig
 from poxm_core.estimators import pl_log_conditionals_torch
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
 

@@ -31,9 +31,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from poxm_core.config import PUBLISHED_METHOD_KEYS, MethodConfig
-from poxm_core.config_checks import _check
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import PUBLISHED_METHOD_KEYS, MethodConfig
+from poxm_core.config.checks import _check
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
 

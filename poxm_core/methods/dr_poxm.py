@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, phi, selector_pos
 from poxm_core.estimators.registry import get_estimator
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, masked_weights

@@ -1,14 +1,14 @@
 """One grid point of a method: `HeadSpec(method, p, lam)`, the unit the trainer trains (a head).
 
 It lives with the methods because a method's (p, lam) grid is made of them (`registry.head_grid`); the
-trial layer (`training.spec.TrialSpec`) groups them into trials. Imports nothing above poxm_core.errors.
+trial layer (`training.spec.TrialSpec`) groups them into trials. Imports nothing above poxm_core.common.errors.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["HeadSpec"]
 

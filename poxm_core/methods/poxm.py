@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from poxm_core.config import MethodConfig
+from poxm_core.config.schema import MethodConfig
 from poxm_core.estimators import phi, pl_log_conditionals_torch, selector_pos
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
 

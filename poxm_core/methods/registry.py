@@ -1,9 +1,9 @@
 """The method registry: name -> Method. Adding a method is one module and one line here."""
 from __future__ import annotations
 
-from poxm_core.config import MethodConfig
-from poxm_core.errors import PoxmInputError, nearest
-from poxm_core.registration import add
+from poxm_core.config.schema import MethodConfig
+from poxm_core.common.errors import PoxmInputError, nearest
+from poxm_core.common.registration import add
 from poxm_core.methods.banditnet import BanditNet
 from poxm_core.methods.base import Method
 from poxm_core.methods.dm import DirectMethod

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.methods.base import Batch, HeadContext, Method, Scorer
 from poxm_core.model.core import dense_targets
 

@@ -21,8 +21,8 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from poxm_core.csr import check_csr
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.csr import check_csr
+from poxm_core.common.errors import PoxmInputError
 
 
 def resolve_device(name: str | torch.device) -> torch.device:

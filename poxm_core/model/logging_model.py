@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from poxm_core.config import ModelConfig
-from poxm_core.csr import check_csr
+from poxm_core.config.schema import ModelConfig
+from poxm_core.common.csr import check_csr
 from poxm_core.model.core import CoreModel, csr_to_bag, dense_targets, resolve_device
-from poxm_core.torch_lean import adam
-from poxm_core.seeds import tagged_rng
+from poxm_core.optim.torch_lean import adam
+from poxm_core.common.seeds import tagged_rng
 
 _BYTES_PER_LOGIT = 16
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
-from poxm_core.torch_lean import adam
+from poxm_core.optim.torch_lean import adam
 
 __all__ = ["Policy", "Bag"]
 

@@ -21,7 +21,7 @@ shape, so that a step can be captured in a CUDA graph. The unique rows come from
 that gets no gradient and is never written back), the Adam bias corrections from a step counter on the
 device; on CUDA with Triton the update is one fused kernel (`accel.triton_adam.fused_row_adam`). The
 arithmetic is the same; only the float summation order of a row's gradient may differ (atomic adds).
-The update itself is `poxm_core.adam`'s.
+The update itself is `poxm_core.optim.adam`'s.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import torch
 
 from poxm_core.accel.static import static_unique
 from poxm_core.accel.triton_adam import fused_row_adam
-from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.optim.adam import adam_update_, row_adam_update_
 
 __all__ = ["RowScorer", "RowAdam", "HeadParams", "draw_in_threads"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.policy.base import Bag, Policy
 from poxm_core.policy.stack import NetworkStack
 from poxm_core.policy.heads import HeadParams

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from poxm_core.errors import PoxmInputError, nearest
+from poxm_core.common.errors import PoxmInputError, nearest
 from poxm_core.policy.base import Policy
 from poxm_core.policy.heads import draw_in_threads
 from poxm_core.policy.network import EndToEndPolicy, LinearPolicy, NetworkPolicy, fresh_output, logging_output

@@ -19,7 +19,7 @@ poxm_core/accel/graph.py): no host synchronisation. The EmbeddingBag's gradient 
 entries (`accel.static.BagSum`: padding entries of weight 0 add exactly 0), the bias corrections come
 from a step counter on the device, and on CUDA the Adam update of each parameter is one fused Triton
 kernel (`accel.triton_adam.fused_adam`, one read of p, g, m, v and one write of p, m, v) instead of
-ten passes. The update itself is `poxm_core.adam`'s.
+ten passes. The update itself is `poxm_core.optim.adam`'s.
 
 Lazy input layer (`input_adam="lazy"`, `training.input_adam`): V is an embedding of the sparse input,
 and a batch reads only the rows of the features its instances hold (at Amazon-670K's shape about 15,000
@@ -40,7 +40,7 @@ from torch import nn
 
 from poxm_core.accel.static import BagSum, static_unique
 from poxm_core.accel.triton_adam import fused_adam, fused_lazy_rows_adam
-from poxm_core.adam import adam_update_
+from poxm_core.optim.adam import adam_update_
 from poxm_core.policy.heads import draw_in_threads
 
 __all__ = ["NetworkStack"]

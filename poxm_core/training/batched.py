@@ -50,7 +50,7 @@ from poxm_core.methods.pm_banditnet import PMBanditNet
 from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline
 from poxm_core.methods.wpoxm import WPOXM
-from poxm_core.adam import adam_update_, row_adam_update_
+from poxm_core.optim.adam import adam_update_, row_adam_update_
 from poxm_core.accel.static import static_unique
 from poxm_core.accel.triton_adam import fused_slot_rows_adam
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy

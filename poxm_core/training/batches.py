@@ -19,7 +19,7 @@ import torch
 
 from poxm_core.methods import Batch
 from poxm_core.model.core import csr_to_bag
-from poxm_core.prepared import Prepared
+from poxm_core.prepare.prepared import Prepared
 
 __all__ = ["DeviceCSR", "TrainData", "EpochBags", "padded_labels"]
 

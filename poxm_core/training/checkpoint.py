@@ -6,7 +6,7 @@ trial identity (spec and the hash of the settings that determine the results). T
 not stored because there is none to store: every generator of epoch e is re-seeded from
 (seed, e, head key) (docs/training.md), which is what makes a resumed trial identical to an
 uninterrupted one. A checkpoint directory is assembled under a temporary name in the same folder
-and renamed into place (poxm_core.atomic.publish), so a directory named epoch_XXXX is always complete; only the
+and renamed into place (poxm_core.common.atomic.publish), so a directory named epoch_XXXX is always complete; only the
 `keep` most recent ones are kept.
 
 Speed: state.pt is written without the zip records' CRC-32 (`torch.utils.serialization.config.save.
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from poxm_core.atomic import publish
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.atomic import publish
+from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "on_host", "CKPT_RE"]
 

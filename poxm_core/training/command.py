@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from poxm_core.config import load_config, resolved_yaml
-from poxm_core.errors import PoxmInputError, nearest
+from poxm_core.config.schema import load_config, resolved_yaml
+from poxm_core.common.errors import PoxmInputError, nearest
 from poxm_core.methods import head_grid
 from poxm_core.training.spec import TrialSpec
 
@@ -50,7 +50,7 @@ def final_table(df: pd.DataFrame, metrics=TABLE_METRICS) -> pd.DataFrame:
 def train_command(config_path, overrides=None, out_dir=None, print_config: bool = False, dataset=None,
                   variant=None, method=None, seed=None, cache_dir=None, progress: bool = True) -> pd.DataFrame | None:
     """Load the config, pick one trial, load its prepared inputs, run it into `out_dir`, print a table."""
-    from poxm_core.prepare import load_prepared
+    from poxm_core.prepare.pipeline import load_prepared
     from poxm_core.training.trainer import run_trial
 
     cfg = load_config(config_path, list(overrides or []))

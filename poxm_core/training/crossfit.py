@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from poxm_core.bandit.log import BanditLog
-from poxm_core.config import SweepConfig
-from poxm_core.errors import DivergedError, PoxmInputError
-from poxm_core.prepared import Prepared
-from poxm_core.results import make_row
-from poxm_core.seeds import rng
+from poxm_core.config.schema import SweepConfig
+from poxm_core.common.errors import DivergedError, PoxmInputError
+from poxm_core.prepare.prepared import Prepared
+from poxm_core.common.results import make_row
+from poxm_core.common.seeds import rng
 from poxm_core.training.spec import TrialSpec
 
 LOG_FIELDS = ("instance", "actions", "cand_pos", "q", "rho", "rewards")

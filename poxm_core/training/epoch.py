@@ -29,15 +29,15 @@ import logging
 import torch
 
 from poxm_core.accel.graph import GraphedSteps, graphs_enabled
-from poxm_core.config import SweepConfig
-from poxm_core.errors import DivergedError
+from poxm_core.config.schema import SweepConfig
+from poxm_core.common.errors import DivergedError
 from poxm_core.methods import HeadContext
 from poxm_core.methods.base import reward_shift
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy
-from poxm_core.prepared import Prepared
+from poxm_core.prepare.prepared import Prepared
 from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.batches import TrainData
-from poxm_core.seeds import stable_seed
+from poxm_core.common.seeds import stable_seed
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.step import TrainStep
 from poxm_core.training.trial_setup import TrialHead

@@ -197,7 +197,7 @@ def _ranking_of_sorted(ids: np.ndarray, s: np.ndarray, kmax: int) -> np.ndarray:
     prefix (usually kmax columns) instead of sorting all max_support columns of every row again
     (about 23 of the 32 s an all-label head's test table took at Amazon-670K's shape on an H100;
     benchmarks/bench_all_label_eval.py)."""
-    from poxm_core.metrics import greedy_from_policy
+    from poxm_core.metrics.ranking import greedy_from_policy
 
     k = min(kmax, s.shape[1])
     w = int((s >= s[:, k - 1:k]).sum(axis=1).max()) if s.shape[0] else k
@@ -224,7 +224,7 @@ def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
     support/probs are None for the greedy kind (a deterministic policy). The truncated mass is the
     mean over instances of the probability outside the returned support (0 except for kind 'all').
     """
-    from poxm_core.metrics import greedy_from_policy
+    from poxm_core.metrics.ranking import greedy_from_policy
 
     n, K = cand.shape
     if view.kind == "rho":

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.training.reporting import EvalInputs, epoch_rows, freeze, frozen_bytes, map_heads, val_estimates
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import TrialHead

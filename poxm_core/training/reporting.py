@@ -20,18 +20,18 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from poxm_core.config import SweepConfig
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import SweepConfig
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
 from poxm_core.estimators.validation import validation_estimates
 from poxm_core.estimators.weights import importance_weights
-from poxm_core.metrics import greedy_metrics, stochastic_metrics
-from poxm_core.prepared import Prepared
-from poxm_core.results import make_row, mlflow_name
+from poxm_core.metrics.ranking import greedy_metrics, stochastic_metrics
+from poxm_core.prepare.prepared import Prepared
+from poxm_core.common.results import make_row, mlflow_name
 from poxm_core.training.batches import DeviceCSR
 from poxm_core.policy.heads import HeadParams
 from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
-from poxm_core.seeds import stable_seed
+from poxm_core.common.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 

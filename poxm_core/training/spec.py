@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from poxm_core.errors import PoxmInputError
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.methods import head_grid
 from poxm_core.methods.head import HeadSpec   # re-exported: a trial is made of heads
 

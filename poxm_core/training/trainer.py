@@ -46,12 +46,12 @@ import pandas as pd
 import torch
 import yaml
 
-from poxm_core.atomic import atomic_file, write_text
-from poxm_core.config import SweepConfig, protocol_name, resolved_dict
-from poxm_core.errors import DivergedError, PoxmInputError
+from poxm_core.common.atomic import atomic_file, write_text
+from poxm_core.config.schema import SweepConfig, protocol_name, resolved_dict
+from poxm_core.common.errors import DivergedError, PoxmInputError
 from poxm_core.policy import NetworkStack
-from poxm_core.prepared import Prepared
-from poxm_core.results import COLUMNS, to_frame
+from poxm_core.prepare.prepared import Prepared
+from poxm_core.common.results import COLUMNS, to_frame
 from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint, snapshot
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch

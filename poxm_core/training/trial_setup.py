@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from poxm_core.config import MethodConfig, SweepConfig, config_hash, resolved_dict
-from poxm_core.errors import PoxmInputError
+from poxm_core.config.schema import MethodConfig, SweepConfig, config_hash, resolved_dict
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.methods import Method, get_method
 from poxm_core.policy import NetworkStack, Policy, PolicyRequest, build_policies
-from poxm_core.prepared import Prepared
+from poxm_core.prepare.prepared import Prepared
 from poxm_core.training.evaluation import PolicyView
 from poxm_core.policy.heads import HeadParams
-from poxm_core.seeds import stable_seed
+from poxm_core.common.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 
 __all__ = ["TrialHead", "REWARD_KEY", "build_heads", "check_spec", "head_lr", "result_hash", "deterministic", "wants_deterministic"]
@@ -162,7 +162,7 @@ def set_deterministic(on: bool, warn_only: bool = False) -> None:
     """torch.use_deterministic_algorithms(on, warn_only), without importing torch._inductor when nothing
     else has: the public call also sets inductor's copy of the flag (read by torch.compile only, which
     poxm never uses), and that import pulls in torch._dynamo, sympy and more: 1 s of a fresh process on a
-    2-core CPU, several on an H100 machine without a bytecode cache (poxm_core/torch_lean.py)."""
+    2-core CPU, several on an H100 machine without a bytecode cache (poxm_core/optim/torch_lean.py)."""
     if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == \
             (bool(on), bool(warn_only) and bool(on)):
         return

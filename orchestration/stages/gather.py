@@ -1,0 +1,151 @@
+"""The gather stage: every finished trial's rows into results/rows.csv, and the prepare stage's
+statistics into results/prepare.csv (what selection and the report read).
+
+results/prepare.csv has columns dataset, variant, seed, metric, value:
+  covering@k                 k = 1..K, share of true test labels inside the top-k of rho (paper Fig. 1)
+  logging_model/P@k ...      the logging model's greedy P@k, nDCG@k, PSP@k on test
+  logging_policy/R@k ...     the logging policy rho's stochastic R@k, nDCR@k, PSR@k on test
+  rho/top1_mass              mean rho of the top candidate on test
+  log/reward_rate_{train,val}  mean logged reward of the bandit logs
+  data/N_train ...           dataset statistics (counts, not fractions)
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from orchestration.rundir import RunDir, read_json, write_json
+from poxm_core.common.atomic import atomic_file
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.results import COLUMNS
+
+PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
+
+
+def _csv_atomic(df: pd.DataFrame, path: Path, columns) -> None:
+    with atomic_file(path) as tmp:
+        df.to_csv(tmp, index=False, columns=columns)
+
+
+def read_trial_rows(path: Path, run_root: Path) -> tuple[pd.DataFrame, bytes]:
+    """A finished trial's rows.csv, checked: every column, a complete last line; (its rows, its bytes).
+    A damaged file is one line naming it and how to recompute that trial (its done.json removed,
+    `poxm resume` runs it again)."""
+    fix = (f"; remove {path.parent / 'done.json'} and run `poxm resume {run_root}` to recompute that trial")
+    try:
+        text = path.read_bytes()
+        df = pd.read_csv(io.BytesIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise PoxmInputError(f"{path}: unreadable result rows ({type(exc).__name__}){fix}") from None
+    if list(df.columns) != list(COLUMNS) or not text.endswith(b"\n") or df.iloc[-1:].isna()[["metric", "split"]].any(axis=None):
+        raise PoxmInputError(f"{path}: truncated or incomplete result rows{fix}")
+    return df, text
+
+
+def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:
+    """Concatenate trials/<name>/rows.csv of the finished trials (done.json) into results/rows.csv.
+    The file is the trials' own text after one header (their header is checked to be COLUMNS): the
+    values as the trials wrote them, and no second formatting of a real-data sweep's 440,000 rows
+    (2 s of the sweep's tail)."""
+    frames, texts = [], []
+    for name in trial_names:
+        d = rd.trial(name)
+        if (d / "done.json").is_file() and (d / "rows.csv").is_file():
+            df, text = read_trial_rows(d / "rows.csv", rd.root)
+            frames.append(df)
+            texts.append(text if not texts else text[text.index(b"\n") + 1:])
+    if not frames:
+        df = pd.DataFrame(columns=COLUMNS)
+        _csv_atomic(df, rd.rows_csv, COLUMNS)
+        return df
+    with atomic_file(rd.rows_csv) as tmp:
+        Path(tmp).write_bytes(b"".join(texts))
+    return pd.concat(frames, ignore_index=True)
+
+
+def prepare_stats(dataset: str, seed: int, record: dict) -> list[dict]:
+    """Long-form statistics of one prepared variant from its record (poxm_core.prepare.cache.variant_record)."""
+    man, parents = record["manifest"], record["parents"]
+    variant = man["key"]["variant"]["name"]
+    out: list[tuple[str, float]] = []
+    out += [(f"covering@{k + 1}", float(v)) for k, v in enumerate(record["covering"])]
+    out += [(f"logging_model/{k}", float(v)) for k, v in parents["candidates"]["stats"]["logging_model_test"].items()]
+    st = man["stats"]
+    out += [(f"logging_policy/{k}", float(v)) for k, v in st["logging_policy_test"].items() if not k.endswith("_se")]
+    out.append(("rho/top1_mass", float(st["rho_top1_mean_test"])))
+    out += [(f"log/reward_rate_{k}", float(v)) for k, v in st.get("log_reward_rate", {}).items()]
+    for k, v in parents["data"]["stats"].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append((f"data/{k}", float(v)))
+    return [{"dataset": dataset, "variant": variant, "seed": int(seed), "metric": m, "value": v} for m, v in out]
+
+
+def gather_prepare(rd: RunDir, prepared: dict[tuple[str, int], dict[str, dict]]) -> pd.DataFrame:
+    """results/prepare.csv from the prepare stage's outputs {(dataset, seed): {variant: record}}."""
+    rows = []
+    for (dataset, seed), variants in sorted(prepared.items()):
+        for record in variants.values():
+            rows += prepare_stats(dataset, seed, record)
+    df = pd.DataFrame(rows, columns=PREPARE_COLUMNS)
+    _csv_atomic(df, rd.prepare_csv, PREPARE_COLUMNS)
+    return df
+
+
+def data_checksum(record: dict) -> str:
+    """What 'dataset_checksum' tags carry: the SHA-256 of the prepared data level's content (Y, X,
+    inverse propensities as written), the same on every node and for every copy of the files."""
+    return record["parents"]["data"]["content_sha256"]
+
+
+def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Path | None:
+    """results/selection.csv (honest selection on the validation log) and report/; None when the
+    report cannot be built yet (said in one line)."""
+    from orchestration.stages.selection import select_run
+
+    sel = select_run(rows, criterion) if len(rows) else None
+    if sel is not None:
+        _csv_atomic(sel.selection, rd.selection_csv, list(sel.selection.columns))
+    try:
+        from orchestration.report import build_report
+        return Path(build_report(rd.root, sel))
+    except (PoxmInputError, ImportError) as exc:
+        say(f"  report: not built ({exc})")
+        return None
+
+
+def busy_seconds(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of time intervals: the wall time during which some trial was computing."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def sweep_summary(rd: RunDir, n_trials: int, n_points: int, done: list, errored: list, before: set,
+                  seconds: dict, max_concurrent: int, extra: dict | None = None) -> dict:
+    """results/sweep_summary.json: this invocation's counts and stage times (seconds: wall, prepare,
+    prepare_compute, tune, gather_select_report) with the trials' own compute, and `extra` (the
+    prepare stage's span and whether the trials ran beside it); the file keeps every invocation
+    under 'history'."""
+    compute, spans = 0.0, []
+    for n in sorted(set(done) - before):
+        for a in (read_json(rd.trial(n) / "timing.json", {}) or {}).get("attempts", []):
+            compute += float(a.get("run_trial_s", 0.0))
+            if "start" in a and "end" in a:
+                spans.append((a["start"], a["end"]))
+    busy, wall = busy_seconds(spans), seconds["wall"]
+    summary = {"sweep": rd.root.name, "trials": n_trials, "done": len(done), "errored": len(errored),
+               "ran_now": len(set(done) - before), "grid_points": n_points,
+               **{f"{k}_s": round(v, 2) for k, v in seconds.items()},
+               "trial_compute_s": round(compute, 2), "trial_compute_busy_s": round(busy, 2),
+               "share_outside_trial_compute": round(1 - busy / wall, 4) if wall > 0 else None,
+               "max_concurrent_trials": max_concurrent, **(extra or {}), "finished_at": time.time()}
+    history = (read_json(rd.summary_json, {}) or {}).get("history", [])
+    write_json(rd.summary_json, {**summary, "history": history + [summary]})
+    return summary

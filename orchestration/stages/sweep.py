@@ -1,0 +1,286 @@
+"""A sweep, stage by stage (docs/orchestration.md); one module per stage:
+
+  plan      orchestration.stages.plan           config -> run dir <runs_dir>/<name>-<hash>, trials, grid points
+  track     orchestration.stages.track    MLflow store + experiment + parent run, created once in the driver
+  ray       orchestration.cluster.ray_setup      connect or start Ray; how many trials fit at once
+  prepare   orchestration.stages.prepare  poxm_core.prepare.pipeline per (dataset, seed) as Ray tasks (content-addressed cache);
+                                         when it cannot deadlock, the trials start meanwhile and each waits for its data
+  points    orchestration.stages.track    one MLflow run per grid point
+  trials    orchestration.stages.tune     Ray Tune over the trials; each one a Ray Train job (orchestration.stages.trial)
+  gather    orchestration.stages.gather         results/rows.csv, prepare.csv, selection.csv, report/, sweep_summary.json
+  close     orchestration.stages.track    every MLflow run ended, the parent with the summary and artifacts
+
+`run_sweep` starts or continues the sweep of a config; `resume_sweep` continues the one in a run
+directory (Tuner.restore: unfinished and errored trials run again, finished ones are kept), or
+extends it with new seeds (`poxm resume RUN_DIR --add-seeds`, orchestration.stages.merge).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestration.tracking import runs as tracking
+from orchestration.stages.gather import gather_prepare, gather_rows, select_and_report, sweep_summary
+from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep, write_plan
+from orchestration.cluster.ray_setup import quiet_libraries
+from orchestration.rundir import acquire_driver, read_json, release_driver, remove_tmp_leftovers
+from poxm_core.config.schema import SweepConfig
+
+__all__ = ["SweepOutcome", "execute", "plan_from_run_dir", "plan_sweep", "report_only", "resume_sweep", "run_sweep"]
+
+
+@dataclass
+class SweepOutcome:
+    run_dir: Path
+    n_trials: int
+    done: list[str]
+    errored: list[str]
+    summary: dict
+    report: Path | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errored and len(self.done) == self.n_trials
+
+
+def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | None = None,
+            progress: bool = True, verbose: bool = False) -> SweepOutcome:
+    """Run (or continue) every stage of a planned sweep; see the module docstring."""
+    import ray
+
+    from orchestration.cluster.mps import check_mps_config, mps_for_sweep
+    from orchestration.stages.prepare import PrepareRun
+    from orchestration.cluster.ray_setup import bytecode_hint, check_resources, ray_init, start_train_coordinator
+    from orchestration.stages.track import PointsStage, abort_tracking, close_tracking, stage_points, stage_track
+    from orchestration.stages.tune import run_trials, sweep_inputs, trial_launch_order
+
+    def say(msg: str) -> None:
+        if progress:
+            print(msg, flush=True)
+
+    t_start = time.perf_counter()
+    if not verbose:
+        quiet_libraries()           # before MLflow's store is opened and Ray starts
+    rd, cfg = plan.rd, plan.cfg
+    from orchestration.cluster.ray_state import refuse_ray_state_inside
+    refuse_ray_state_inside(rd)     # before anything is written or loaded
+    check_mps_config(cfg.device, bool(cfg.resources.mps))
+    rd.root.mkdir(parents=True, exist_ok=True)
+    # the lock first: a second driver refused here must not have rewritten the running sweep's files
+    acquire_driver(rd)
+    started_ray, runs, parent_open = False, None, None   # runs/parent_open: MLflow runs that must not stay RUNNING
+    points = None                                        # the point runs being created beside the trials
+    prep = None                                          # the prepare stage (watched on a thread when overlapped)
+    local = not (address or os.environ.get("RAY_ADDRESS"))
+    services = contextlib.ExitStack()   # MPS: started before Ray, stopped after it
+    try:
+        write_plan(plan)
+        remove_tmp_leftovers(rd)        # a killed run's half-written files: nothing writes them now
+        say(f"poxm: sweep {rd.root.name}: {len(plan.specs)} trial(s), {len(plan.grid())} grid point(s)")
+        say(f"  run dir  {rd.root}")
+        if cfg.mlflow.enabled:
+            uri, exp_id, parent, tags = stage_track(plan, mlflow_uri)
+            parent_open = (uri, parent)
+            say(f"  mlflow   {uri}")
+        else:
+            say("  mlflow   off (mlflow.enabled=false)")
+
+        services.enter_context(mps_for_sweep(cfg.device, bool(cfg.resources.mps), local, say))
+        t_ray = time.perf_counter()
+        started_ray = ray_init(address, verbose)
+        start_train_coordinator()
+        max_conc = check_resources(cfg, local=local)
+        ray_s = time.perf_counter() - t_ray
+        res = ray.cluster_resources()
+        say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
+        if local and (hint := bytecode_hint()) is not None:
+            say(f"  note     {hint}")
+
+        prep = PrepareRun(plan, say)
+        # every trial done while Ray winds down: gather, select and report meanwhile (local run dirs:
+        # in storage mode the trials' files reach the run directory through callbacks, then the end)
+        early = EarlyReport(plan, prep, progress_say(progress)) if plan.storage is None else None
+        hook = early.start if early is not None else None
+        if prep.overlapped:
+            # the trials start now; each job's worker waits for its own variant, and for its own MLflow
+            # runs, created meanwhile (PointsStage: the first jobs' first). The points' data checksums
+            # are tagged once the prepare stage is over (ensure_points adds them).
+            say(f"  prepare  {len(prep.keys)} task(s); the trials start meanwhile")
+            prep.say = progress_say(progress)
+            if cfg.mlflow.enabled:
+                points = PointsStage(plan, uri, exp_id, parent, tags, trial_launch_order(plan, max_conc))
+            prep.watch(on_done=None if points is None else points.tag_checksums)
+            inputs = sweep_inputs(plan, prep.refs, None, None if points is None else (uri, str(rd.mlflow_runs)))
+            try:
+                done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper(),
+                                                           on_all_done=hook)
+            finally:
+                # Tune stopped every job: start afresh on `poxm resume`
+                if prep.failed() is not None or (points is not None and points.failed() is not None):
+                    forget_tune_state(plan)
+            if points is not None:
+                runs = points.result()
+        else:
+            prepared, _ = prep.wait_all()
+            gather_prepare(rd, prepared)
+            if cfg.mlflow.enabled:
+                runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
+            inputs = sweep_inputs(plan, prepared, runs)
+            done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, on_all_done=hook)
+        prepare_s = prep.seconds
+
+        t2 = time.perf_counter()
+        built = early.result() if early is not None else None
+        if built is None:       # not every trial was done, or none ran now: as always, after the trials
+            built = gather_select_report(plan, prep, say)
+        prepared, prepare_compute, rows, report, report_s = built
+        wall = time.perf_counter() - t_start
+        summary = sweep_summary(rd, len(plan.specs), len(plan.grid()), done, errored, before,
+                                {"wall": wall, "ray_init": ray_s, "prepare": prepare_s, "prepare_compute": prepare_compute,
+                                 "tune": tune_s, "gather_select_report": report_s,
+                                 "after_trials": time.perf_counter() - t2}, max_conc,
+                                {"prepare_overlapped": prep.overlapped,
+                                 "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)],
+                                 "prepare_tasks": prep.tasks})
+        if runs is not None:
+            close_tracking(plan, runs, done, errored, summary, report)
+            runs = parent_open = None
+        say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
+            f"compute {summary['trial_compute_s']:.1f} s ({100 * summary['share_outside_trial_compute']:.0f}% "
+            "of the wall time had no trial computing)")
+        return SweepOutcome(rd.root, len(plan.specs), done, errored, summary, report)
+    finally:
+        # each step runs even if an earlier one fails or a second Ctrl-C/SIGTERM interrupts it:
+        # MPS stops after Ray, and the run directory's lock is always released last
+        from orchestration.report.figure_pool import discard_prestarted
+        discard_prestarted()        # the report's drawing processes, when it was never built
+        try:
+            try:
+                if runs is None and points is not None:     # interrupted: close the point runs made so far
+                    runs = points.stop()
+                abort_tracking(plan, runs, parent_open)
+            finally:
+                try:
+                    if prep is not None:
+                        prep.stop()     # its thread must not outlive the sweep (nor this Ray)
+                finally:
+                    if started_ray:
+                        ray.shutdown()
+        finally:
+            try:
+                services.close()
+            finally:
+                release_driver(rd)
+
+
+def gather_select_report(plan: SweepPlan, prep, say) -> tuple:
+    """The prepare stage's statistics, every finished trial's rows, selection and the report:
+    (prepared, prepare compute seconds, rows, report dir or None, seconds)."""
+    t = time.perf_counter()
+    prepared, compute = prep.result()
+    gather_prepare(plan.rd, prepared)
+    rows = gather_rows(plan.rd, plan.names)
+    report = select_and_report(plan.rd, plan.cfg.selection.criterion, rows, say)
+    return prepared, compute, rows, report, time.perf_counter() - t
+
+
+class EarlyReport:
+    """gather_select_report on a thread, started (`start`, once) when every trial is done, while Ray Tune
+    and Ray Train wind down (about 7 s of a GPU sweep's tail: their 2 s polls, the jobs' shut-down).
+    `result()` waits for it: its outcome, or None when it never started; its error is raised there."""
+
+    def __init__(self, plan: SweepPlan, prep, say):
+        self.plan, self.prep, self.say = plan, prep, say
+        self._lock = threading.Lock()
+        self._thread = None
+        self._out = self._exc = None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="poxm-report", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = gather_select_report(self.plan, self.prep, self.say)
+        except BaseException as exc:      # noqa: BLE001 -- raised again by result() in the main thread
+            self._exc = exc
+
+    def result(self):
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return None
+        thread.join()
+        if self._exc is not None:
+            raise self._exc
+        return self._out
+
+
+def progress_say(progress: bool):
+    """Printing from the prepare stage's thread while the trials' progress bar may be drawn: through
+    tqdm, which clears and redraws the bar around the line."""
+    if not progress:
+        return lambda msg: None
+    from tqdm import tqdm
+    return lambda msg: tqdm.write(msg)
+
+
+def forget_tune_state(plan: SweepPlan) -> None:
+    """Tune's state of a run that PrepareFailed stopped (every job would count as finished): gone, so
+    that `poxm resume` fits a fresh Tuner (finished trials are skipped by their done.json)."""
+    import shutil
+
+    from orchestration.stages.tune import TUNE_NAME, ray_storage
+    path = Path(ray_storage(plan)) / TUNE_NAME
+    if plan.storage is None and path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
+    """`poxm report`: gather the finished trials' rows, select, rebuild report/ (no Ray); log it on
+    the sweep's MLflow parent run when there is one."""
+    rd = plan.rd
+    if not rd.prepare_csv.is_file():
+        from poxm_core.prepare.pipeline import prepare
+        from poxm_core.prepare.cache import variant_record
+        prepared = {(d.name, s): {k: variant_record(plan.cache_dir, v)
+                                  for k, v in prepare(plan.cfg, d.name, s, plan.cache_dir, progress=False).items()}
+                    for d in plan.cfg.datasets for s in plan.cfg.seeds}
+        gather_prepare(rd, prepared)
+    rows = gather_rows(rd, plan.names)
+    report = select_and_report(rd, plan.cfg.selection.criterion, rows, print)
+    ml = read_json(rd.mlflow_runs, None)
+    if log_mlflow and report is not None and ml:
+        c = tracking.client(tracking.stored_uri(rd.root, ml))
+        c.log_artifacts(ml["parent_run_id"], str(report), "report")
+        c.log_artifacts(ml["parent_run_id"], str(rd.results), "results")
+        from orchestration.stages.track import claim_metrics, result_metrics
+        tracking.log_metrics(c, ml["parent_run_id"], {**result_metrics(rd.root), **claim_metrics(report)})
+    return report
+
+
+def run_sweep(cfg: SweepConfig, *, runs_dir=None, cache_dir=None, address=None, mlflow_uri=None,
+              progress: bool = True, verbose: bool = False) -> SweepOutcome:
+    return execute(plan_sweep(cfg, runs_dir, cache_dir), address=address, mlflow_uri=mlflow_uri,
+                   progress=progress, verbose=verbose)
+
+
+def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = True, verbose: bool = False,
+                 add_seeds: list[int] | None = None) -> SweepOutcome:
+    """Continue the sweep in `run_dir`; with `add_seeds`, extended in place with those seeds first
+    (orchestration.stages.merge.extend_plan: the new seeds prepared, the old ones found in the cache; trials
+    and MLflow runs added for the new seeds; then selection and report over every seed)."""
+    if add_seeds:
+        from orchestration.stages.merge import extend_plan
+        plan = extend_plan(run_dir, add_seeds)
+    else:
+        plan = plan_from_run_dir(run_dir)
+    if mlflow_uri is None:   # keep logging where the sweep started
+        mlflow_uri = tracking.stored_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
+    return execute(plan, address=address, mlflow_uri=mlflow_uri, progress=progress, verbose=verbose)

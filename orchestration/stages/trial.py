@@ -1,0 +1,384 @@
+"""One trial on Ray: a Tune function trainable (the driver) that fits a one-worker Ray Train job
+(`DataParallelTrainer`, Train V2 pattern) whose worker function runs `poxm_core.training.run_trial`.
+
+Why not `TorchTrainer`: it is the same trainer plus a torch process group, which a one-worker job
+never uses, and it costs start-up: its controller and worker import torch and build the group
+before the worker function starts (on an H100 machine, 31 s against 17 s from `fit` to the worker
+function; benchmarks/ray_train_startup.py).
+
+    Tuner ──> drive_trial(config, sweep)       Tune trial actor, one per job: a trial (TrialSpec, a group
+                │                              of heads) or a pack of trials (resources.trials_per_job)
+                └─ DataParallelTrainer(worker_loop)  Ray Train job 'train-<job name>' under run_dir/ray
+                     └─ worker_loop({'job': WorkerJob})   per trial: load Prepared, run_trial, report
+                                                          epochs + checkpoints as Ray takes them
+
+`sweep` (`SweepInputs`) and the job (`WorkerJob`) are the typed hand-offs of orchestration/stages/handoff.py.
+
+Resume: the Train run name is stable, so a Train run started again with the same (storage_path,
+name), after a worker crash (Train FailureConfig) or a driver retry (Tune FailureConfig) or
+`poxm resume`, hands its latest checkpoint to `ray.train.get_checkpoint()` and run_trial continues
+from it (in a pack: the checkpoint's folder name says which trial it belongs to), or from the trial
+folder's checkpoint when that one is newer (report_pace.py: not every epoch is reported). A trial whose
+done.json exists is not run again.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from orchestration.stages.handoff import HeadRuns, JobMember, PreparedRef, SweepInputs, WorkerJob, head_points, worker_job
+from orchestration.cluster.ray_setup import PREEMPTION_WATCHER_ENV
+from orchestration.stages.report_pace import ReportPace
+from orchestration.rundir import read_json, set_trial_state, write_json
+from poxm_core.common.errors import PoxmInputError
+
+CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
+
+
+def crash_spec() -> str | None:
+    return os.environ.get(CRASH_ENV) or None
+
+
+def crashes_after(spec: str | None, trial: str, epoch: int) -> bool:
+    """Whether fault injection (`spec`, see CRASH_ENV) targets this trial's epoch."""
+    if not spec:
+        return False
+    e, _, only = spec.partition(":")
+    return int(e) == epoch and (not only or only == trial)
+
+
+def _maybe_crash(spec: str | None, trial: str, epoch: int, trial_dir: Path) -> None:
+    """Fault injection for tests: the worker process dies right after epoch `e` was checkpointed and
+    reported, once per trial (a marker file in the trial's working dir records that it fired)."""
+    if not crashes_after(spec, trial, epoch):
+        return
+    marker = trial_dir / ".crash_injected"
+    if marker.exists():
+        return
+    marker.write_text(f"{epoch}\n")
+    os._exit(17)
+
+
+class TrialFiles:
+    """A trial's result files (state.json, timing.json, done.json, rows.csv, summary.json): in the run
+    directory (`root` = run_root/trials/<name>), or in storage (orchestration.cluster.storage) under
+    trials/<name>/ when the nodes share no filesystem."""
+
+    def __init__(self, name: str, run_root: str | None, storage_uri: str | None):
+        from orchestration.cluster.storage import Storage
+        self.name = name
+        self.store = Storage(storage_uri) if storage_uri else None
+        self.root = None if self.store else Path(run_root) / "trials" / name
+
+    def read_json(self, f: str, default=None):
+        return read_json(self.root / f, default) if self.store is None else self.store.read_json(f"trials/{self.name}/{f}", default)
+
+    def write_json(self, f: str, obj) -> None:
+        if self.store is None:
+            write_json(self.root / f, obj)
+        else:
+            self.store.write_json(f"trials/{self.name}/{f}", obj)
+
+    def set_state(self, state: str, **extra) -> None:
+        if self.store is None:
+            set_trial_state(self.root, state, **extra)
+        else:
+            self.write_json("state.json", {**(self.read_json("state.json", {}) or {}), **extra, "state": state,
+                                           "updated": time.time()})
+
+    def work_dir(self, sweep_id: str) -> Path:
+        """Where run_trial writes (rows.csv, summary.json, checkpoints/): the trial directory, or this
+        node's own folder in storage mode."""
+        from orchestration.cluster.storage import node_dir
+        d = self.root if self.store is None else node_dir() / "trials" / sweep_id / self.name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def publish(self, work_dir: Path) -> None:
+        """Storage mode: the trial's result files (not its checkpoints: Ray stores those) to storage."""
+        if self.store is not None:
+            self.store.put_files(work_dir, f"trials/{self.name}", skip=("done.json", "state.json", "timing.json"))
+
+
+def worker_loop(train_loop_config: dict) -> None:
+    """The Ray Train worker of a job (one worker per job: no data parallelism, docs/orchestration.md):
+    the job's trials one after another, in this process (imports, Ray Train's start-up and a loaded
+    prepared variant serve them all). train_loop_config: {'job': WorkerJob}.
+
+    A trial with done.json is skipped; a trial interrupted mid-way continues from Ray's latest
+    checkpoint when that checkpoint is the trial's own (its folder name says whose: 'epoch_XXXX' in
+    a job of one trial, '<trial>.epoch_XXXX' in a pack) and not older than its trial folder's, else
+    from its trial folder's checkpoint."""
+    worker_start = time.time()     # Ray Train's part of the job's start-up ends here (timing.json)
+    import ray.train
+    import torch
+
+    from poxm_core.config.schema import SweepConfig
+
+    job: WorkerJob = train_loop_config["job"]
+    torch.set_num_threads(max(1, int(job.cpus)))
+    cfg = SweepConfig.model_validate(job.config)
+    if cfg.device != "cpu" and torch.cuda.is_available():
+        # 'cuda' from here on means the card Ray reserved for this job
+        torch.cuda.set_device(job_cuda_index())
+        torch.zeros(1, device="cuda")     # the CUDA context now, so worker_ready includes its start
+    starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3)}
+    members = job.members
+    E = cfg.training.epochs
+    ckpt = ray.train.get_checkpoint()
+    ckpt_trial = None
+    if ckpt is not None:
+        base = Path(ckpt.path).name
+        ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0].name
+    loaded: dict = {}                 # the last prepared variant loaded: {variant_dir: Prepared}
+    head_epochs = 0                   # of this job, for the progress bar
+    pace = ReportPace()               # epoch reports only as often as Ray Train takes them
+    for i, m in enumerate(members):
+        files = TrialFiles(m.name, job.run_root, job.storage)
+        n_heads = len(m.spec["heads"])
+        if files.read_json("done.json") is not None:     # finished by an earlier attempt
+            head_epochs += n_heads * E
+            continue
+        mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
+        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
+        head_epochs += n_heads * E
+        ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
+                          **({"finished": 1} if i == len(members) - 1 else {})})
+        pace.sent()
+
+
+POINTS_TIMEOUT_S = 3600.0      # a trial's MLflow runs not in mlflow_runs.json by then: the sweep is stuck
+
+
+def wait_for_runs(points_file: str, uri: str, spec: dict, poll_s: float = 0.25,
+                  timeout_s: float = POINTS_TIMEOUT_S) -> HeadRuns:
+    """This trial's MLflow runs from the driver's mlflow_runs.json, once every one of its grid points
+    is there (the driver creates them beside the trials and rewrites the file every few points,
+    atomically: orchestration.stages.track.PointsStage). A failure there stops the sweep's trials."""
+    wanted = head_points(spec)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            have = (read_json(Path(points_file), None) or {}).get("points") or {}
+        except PoxmInputError:      # not JSON (yet): the driver replaces it atomically, a copy may not
+            have = {}
+        if all(p in have for p in wanted.values()):
+            return HeadRuns(uri, {k: have[p] for k, p in wanted.items()})
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{points_file}: the MLflow runs of trial {spec.get('name', '?')} did not appear "
+                               f"within {timeout_s:.0f} s")
+        time.sleep(poll_s)
+
+
+def checkpoint_epoch(dirname: str) -> int:
+    """The epoch in a checkpoint folder's name ('epoch_0007', '<trial>.epoch_0007'); -1 if none."""
+    tail = dirname.rpartition("epoch_")[2]
+    return int(tail) if tail.isdigit() else -1
+
+
+def job_cuda_index() -> int:
+    """The index, among the cards this process sees, of the GPU Ray gave the job: Ray sets
+    CUDA_VISIBLE_DEVICES (often to that one card, then 0), but a worker may see more than its own."""
+    import ray
+    ids = [str(i) for i in ray.get_gpu_ids()]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible.index(ids[0]) if ids and ids[0] in visible else 0
+
+
+def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
+                base_head_epochs: int, packed: bool, starts: dict | None = None, pace: ReportPace | None = None) -> None:
+    """One trial of a job: load its prepared variant (kept when the previous trial used the same),
+    run_trial with its epochs reported to Ray (with their checkpoints) as often as Ray takes them
+    (`pace`, orchestration/stages/report_pace.py), its MLflow runs, timing.json, done.json."""
+    import ray.train
+
+    from orchestration.cluster.storage import node_dir
+    from poxm_core.prepare.pipeline import load_variant
+    from poxm_core.training import TrialSpec, run_trial
+
+    spec = TrialSpec.from_dict(m.spec)
+    out_dir = files.work_dir(job.sweep_id)
+    # every start counts as a try, also one that is killed before it can record its attempt
+    tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
+    files.set_state("running", started=time.time(), job=job.name, tries=tries)
+    t0 = time.perf_counter()
+    # while the prepare stage runs beside the trials: wait here for this trial's variant (read from
+    # the driver's cache: the stage overlaps the trials only when they share it)
+    at = (m.prepared.resolve(job.cache_dir if files.store is None else None) if isinstance(m.prepared, PreparedRef)
+          else m.prepared)
+    wait_s = time.perf_counter() - t0
+    variant_dir = at.dir
+    if variant_dir not in loaded:
+        loaded.clear()
+        if files.store is None:
+            cache = Path(job.cache_dir)
+        else:   # this node's own copy of the prepared levels, fetched from storage when missing
+            cache = node_dir() / "cache"
+            for rel in at.levels:
+                files.store.get_level(cache, rel)
+        loaded[variant_dir] = load_variant(cache, cache / variant_dir, mmap=True)
+    prepared = loaded[variant_dir]
+    load_s = time.perf_counter() - t0 - wait_s
+
+    runs, points_wait_s = m.runs, 0.0
+    if runs is None and job.points_file is not None:     # created beside the trials: wait for this trial's
+        t_points = time.perf_counter()
+        runs = wait_for_runs(job.points_file, job.mlflow_uri, m.spec)
+        points_wait_s = time.perf_counter() - t_points
+    logger = None
+    if runs is not None:
+        from orchestration.tracking.runs import PointLogger
+        logger = PointLogger(runs.uri, runs.heads)
+        logger.start()
+    n_heads, E = len(m.spec["heads"]), cfg.training.epochs
+
+    def on_epoch(epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
+        if logger is not None:
+            logger.log_epoch(epoch, metrics)
+        files.set_state("running", epoch=epoch, epochs=E)
+        # in storage mode a checkpoint reaches storage (and other nodes) only through its report: every one
+        # is reported; otherwise the trial folder keeps them and only a poll's worth of epochs are reported
+        must = crashes_after(job.crash, spec.name, epoch) or (files.store is not None and ckpt_dir is not None)
+        if pace is None or pace.epoch_report_due(epoch, E, forced=must):
+            extra = {"epoch": epoch, "member": index, "head_epochs": base_head_epochs + n_heads * epoch}
+            if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
+                ray.train.report({**metrics, **extra})
+            else:
+                ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
+                                 checkpoint_dir_name=f"{spec.name}.epoch_{epoch:04d}" if packed else f"epoch_{epoch:04d}")
+            if pace is not None:
+                pace.sent()
+        _maybe_crash(job.crash, spec.name, epoch, out_dir)
+
+    # Ray's latest checkpoint of this trial, unless the trial folder has a newer one: epochs are reported
+    # to Ray only as often as it takes them, and a worker that died right after a report can leave Ray
+    # without it. (In storage mode the folder is this node's: on another node Ray's is the one there.)
+    from poxm_core.training.checkpoint import latest_checkpoint
+    last = latest_checkpoint(out_dir)
+    if ckpt is not None and last is not None and checkpoint_epoch(last.name) > checkpoint_epoch(Path(ckpt.path).name):
+        ckpt = None
+    if ckpt is not None:
+        resumed = f"ray:{Path(ckpt.path).name}"
+    else:
+        resumed = None if last is None else f"trial_dir:{last.name}"
+    try:
+        t1, wall1 = time.perf_counter(), time.time()
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                df = run_trial(cfg, spec, prepared, out_dir, resume_from=Path(d), on_epoch=on_epoch, progress=False)
+        else:
+            df = run_trial(cfg, spec, prepared, out_dir, on_epoch=on_epoch, progress=False)
+        compute_s = time.perf_counter() - t1
+    except BaseException:
+        if logger is not None:
+            logger.fail()
+        raise
+    if logger is not None:
+        points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
+                  zip(m.spec["heads"], (runs.heads[k] for k in m.head_keys))}
+        logger.log_final(df, points, seconds=compute_s)
+    files.publish(out_dir)
+    timing = files.read_json("timing.json", {"attempts": []})
+    timing["attempts"].append({"prepare_wait_s": round(wait_s, 3), "load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
+                               **({"points_wait_s": round(points_wait_s, 3)} if job.points_file is not None else {}),
+                               "start": round(wall1, 3), "end": round(time.time(), 3),
+                               "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
+                               "job_start": round(job.fit_start, 3),   # the job's trainer.fit began
+                               # its worker function began (after Ray Train's start-up) and had torch and CUDA
+                               **(starts or {}),
+                               "ray_node_id": ray.get_runtime_context().get_node_id(),
+                               # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
+                               "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
+                               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    files.write_json("timing.json", timing)
+    summary = files.read_json("summary.json", {}) or {}
+    # fit_s: from the start of the job's trainer.fit to this trial's end (in a pack, earlier trials included)
+    files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
+                                   "fit_s": round(time.time() - job.fit_start, 3), "job": job.name,
+                                   "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
+                                   "attempts": len(timing["attempts"]), "tries": tries})
+
+
+def drive_trial(config: dict, sweep: SweepInputs) -> None:
+    """Tune function trainable: one Ray Train job for a job's trials (one trial, or a pack of them
+    run one after another). config: {'trial': {'name': job name, 'members': [trial names], ...}};
+    sweep (tune.with_parameters): what every job gets (`SweepInputs`)."""
+    import ray.train
+    import ray.tune
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    name = config["trial"]["name"]
+    names = config["trial"].get("members") or [name]
+    files = {n: TrialFiles(n, sweep.run_root, sweep.storage) for n in names}
+    todo = [n for n in names if files[n].read_json("done.json") is None]
+    if not todo:      # finished before an interruption that Tune's state did not record
+        ray.tune.report({"finished": 1, "skipped": 1, "member": len(names) - 1})
+        return
+    res = sweep.resources
+    job = worker_job(sweep, name, names, fit_start=time.time())
+    use_gpu = res.gpus_per_trial > 0
+    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
+    # one worker, no collectives: no process group (see the module docstring)
+    trainer = DataParallelTrainer(
+        worker_loop, train_loop_config={"job": job},
+        scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
+        run_config=ray.train.RunConfig(
+            name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
+            failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
+    leave_out_unused_callbacks(trainer, pg_cleaner=sweep.state_api)
+    # Ray Train's preemption watcher is one more actor (process) a job, polling for nodes about to be
+    # preempted so that the worker can ask Ray Train whether it is; poxm's worker never asks (it saves
+    # every epoch, and `poxm resume` continues). Ray Train hands the variable on to the job's controller.
+    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
+    try:
+        trainer.fit()
+    except BaseException as exc:
+        # the trial that was running when the job gave up is the errored one; the job's later trials stay pending
+        left = [n for n in names if files[n].read_json("done.json") is None]
+        running = [n for n in left if (files[n].read_json("state.json", {}) or {}).get("state") == "running"]
+        if left:
+            files[(running or left)[0]].set_state(
+                "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
+        raise
+
+
+def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:
+    """Make `trainer` use Ray Train's default callbacks less those that only start processes a poxm job
+    does not use; each is one more process a job, and a sweep starts its first jobs all at once.
+
+    - The datasets callback starts a DatasetManager actor (which imports Ray Data) for every job,
+      with or without Ray Datasets; poxm's jobs hand Ray Train none (their worker reads the
+      prepared files itself), so it goes whenever the trainer has no datasets.
+    - The placement-group cleaner (`pg_cleaner=False`): a detached actor that asks Ray's state API
+      each second whether the job's controller is alive, to remove its placement group if it died.
+      The state API is served by Ray's dashboard, which the local Ray poxm starts does not run: there
+      the query fails, the cleaner retries until the job ends and never removes anything (on 2 cores,
+      4 jobs: 18 s from fit to the worker function against 22 s; benchmarks/ray_train_startup.py
+      --no-pg-cleaner). Left out only where the state API does not answer (SweepInputs.state_api).
+
+    `_create_default_callbacks` is Ray Train's private method (Ray pinned in pyproject.toml);
+    tests/test_pg_cleaner.py checks it is still there and what it returns."""
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    unused = (() if pg_cleaner else (PlacementGroupCleanerCallback,)) + (() if trainer.datasets else (DatasetsCallback,))
+    defaults = trainer._create_default_callbacks
+    trainer._create_default_callbacks = lambda: [c for c in defaults() if not isinstance(c, unused)]
+
+
+def fetch_trial(rd_root: Path, name: str, storage) -> None:
+    """Storage mode, in the driver: the trial's files from storage into run_dir/trials/<name>/
+    (done.json last, so a trial is done in the run directory only once its rows are there)."""
+    if storage is not None:
+        storage.get_files(f"trials/{name}", Path(rd_root) / "trials" / name, last=("done.json",))
+
+
+def trial_dirname(trial) -> str:
+    """Tune's trial directory: the stable trial name (not the long default of every parameter)."""
+    return str(trial.config["trial"]["name"])
+
+
+def done_trials(run_root: Path, names) -> set[str]:
+    return {n for n in names if (Path(run_root) / "trials" / n / "done.json").is_file()}

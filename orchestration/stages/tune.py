@@ -1,0 +1,229 @@
+"""The trials stage of a sweep: a Ray Tune `Tuner` over jobs, each one a Ray Train job that runs one
+trial or a pack of them one after another (orchestration.stages.trial); a restored Tuner continues
+unfinished and errored jobs (their finished trials are skipped).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ray.tune import Callback
+
+from orchestration.stages.handoff import PreparedAt, SweepInputs
+from orchestration.stages.plan import SweepPlan
+
+DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see make_tuner)
+TUNE_NAME = "tune"
+
+
+def ray_storage(plan: SweepPlan) -> str:
+    """Ray Tune's and Ray Train's storage_path: this user's state folder for the run (outside the run
+    directory: orchestration.cluster.ray_state), or ray/ under resources.storage_path."""
+    from orchestration.cluster.ray_state import ray_state_dir
+    return plan.storage.ray if plan.storage is not None else str(ray_state_dir(plan.rd))
+
+
+class StorageSync(Callback):
+    """Storage mode, in the driver: the run directory follows the trials that run elsewhere:
+    state.json from each reported epoch (for `poxm status`), the trial's files when it ends."""
+
+    def __init__(self, plan: SweepPlan):
+        self.plan = plan
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        from orchestration.rundir import set_trial_state
+        from orchestration.stages.trial import fetch_trial
+        name = member_of(trial.config, result)
+        if result.get("member_finished"):
+            fetch_trial(self.plan.rd.root, name, self.plan.storage)
+        elif "epoch" in result and not result.get("finished"):
+            set_trial_state(self.plan.rd.trial(name), "running", epoch=int(result["epoch"]),
+                            epochs=self.plan.cfg.training.epochs)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        from orchestration.stages.trial import fetch_trial
+        for name in members(trial.config):
+            fetch_trial(self.plan.rd.root, name, self.plan.storage)
+
+    on_trial_error = on_trial_complete
+
+
+_ALL_DONE: dict[str, object] = {}    # run dir -> what to call once every trial is done (run_trials sets it)
+
+
+class ReportEarly(Callback):
+    """The report's preparations while the trials run. When the sweep's first trial finishes, the
+    report's drawing processes start (orchestration.report.figure_pool.prestart), so they are ready when
+    the last trial ends. When every trial of the plan is done (done.json), the hook `run_trials` was
+    given is called once: the sweep then gathers and reports while Ray Tune and Ray Train wind down
+    (orchestration.stages.sweep). Tune pickles its callbacks with the experiment (a restored Tuner uses those),
+    so this holds only names; the hook is looked up by run directory in this process."""
+
+    def __init__(self, root, names):
+        self.root, self.names = str(root), list(names)
+        self.started = self.all_done = False
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not result.get("member_finished"):
+            return
+        if not self.started:
+            self.started = True
+            from orchestration.report.figure_pool import prestart
+            prestart()
+        hook = _ALL_DONE.get(self.root)
+        if hook is not None and not self.all_done:
+            from orchestration.stages.trial import done_trials
+            if len(done_trials(Path(self.root), self.names)) == len(self.names):
+                self.all_done = True
+                hook()
+
+
+def members(config: dict) -> list[str]:
+    """The trials of a Tune trial (a job): its config's 'members' (a pack), else the one trial."""
+    t = config.get("trial", {})
+    return list(t.get("members") or [t.get("name")])
+
+
+def member_of(config: dict, result: dict) -> str:
+    """The trial a job's result is about (its 'member' index; a job of one trial: that trial)."""
+    names = members(config)
+    i = result.get("member", 0)
+    try:
+        return names[int(i)]
+    except (TypeError, ValueError, IndexError):
+        return names[0]
+
+
+def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
+    """The Tune trials: one per job, each a pack of trials (resources.trials_per_job; auto: about 2
+    jobs per slot, 1 when the trials are alike). A job of one trial has that trial's name and keys, as without packing. `specs`:
+    the trials to pack (default every trial of the plan; on resume, those not done)."""
+    from orchestration.stages.plan import pack_name, pack_trials, trials_alike, trials_per_job
+
+    specs = list(plan.specs if specs is None else specs)
+    if not specs:
+        return []
+    per_job = trials_per_job(plan.cfg.resources.trials_per_job, len(specs), max_concurrent, trials_alike(specs))
+    grid = []
+    for i, group in enumerate(pack_trials(specs, per_job)):
+        s = group[0]
+        grid.append({"name": pack_name(group, i), "dataset": s.dataset, "variant": s.variant, "seed": s.seed,
+                     "methods": ",".join(s.methods), "heads": sum(len(g.heads) for g in group),
+                     "members": [g.name for g in group], "member_heads": [len(g.heads) for g in group]})
+    return grid
+
+
+def variant_at(cfg, dataset: str, seed: int, variant: str) -> PreparedAt:
+    """Where prepare puts a variant in the cache, from the config alone (its cache keys): the levels
+    relative to the cache, data first, the variant last (as poxm_core.prepare.cache.variant_record)."""
+    from poxm_core.prepare.cache import cache_keys
+
+    keys = cache_keys(cfg, dataset, int(seed))
+    alpha = next(v.alpha for v in cfg.dataset(dataset).variants if v.name == variant)
+    levels = (f"data/{keys.data[1]}", f"model/{keys.model[alpha][1]}", f"candidates/{keys.candidates[alpha][1]}",
+              f"variant/{keys.variant[variant][1]}")
+    return PreparedAt(levels[-1], levels)
+
+
+def trial_launch_order(plan: SweepPlan, max_concurrent: int) -> list[str]:
+    """The trials in about the order the jobs need them: every job's first trial (jobs in Tune's
+    order), then every job's second, ... (what PointsStage creates MLflow runs for first)."""
+    jobs = job_grid(plan, max_concurrent)
+    depth = max((len(j["members"]) for j in jobs), default=0)
+    return [j["members"][i] for i in range(depth) for j in jobs if i < len(j["members"])]
+
+
+def sweep_inputs(plan: SweepPlan, prepared: dict, runs, pending_runs: tuple[str, str] | None = None) -> SweepInputs:
+    """What every job gets (tune.with_parameters; orchestration.stages.trial.drive_trial): the config as
+    given, the trial specs, where each trial's prepared variant is, storage, resources, MLflow ids.
+    `prepared`: {(dataset, seed): {variant: record}} once prepared, or {(dataset, seed): ObjectRef
+    of its prepare task} while the stage runs beside the trials (the worker waits for it).
+    `runs`: the sweep's MLflow runs (tracking.SweepRuns), or None; `pending_runs`: (tracking URI,
+    mlflow_runs.json) while they are created beside the trials (each trial reads its own there)."""
+    from orchestration.stages.handoff import PreparedRef
+    from orchestration.cluster.ray_setup import state_api_available
+    from orchestration.rundir import config_input
+    from orchestration.stages.trial import crash_spec
+
+    cfg = plan.cfg
+    at: dict = {}
+    for s in plan.specs:
+        p = prepared[(s.dataset, s.seed)]
+        at[s.name] = (PreparedAt(str(p[s.variant]["dir"]), tuple(p[s.variant]["levels"])) if isinstance(p, dict)
+                      else PreparedRef(p, s.variant, variant_at(cfg, s.dataset, s.seed, s.variant)))
+    return SweepInputs(
+        run_root=str(plan.rd.root), cache_dir=str(plan.cache_dir), config=config_input(cfg),
+        storage=plan.storage.uri if plan.storage else None, ray_storage=ray_storage(plan),
+        sweep_id=plan.rd.root.name, specs={s.name: s.to_dict() for s in plan.specs},
+        prepared=at,
+        resources=cfg.resources, crash=crash_spec(),
+        mlflow_uri=runs.uri if runs is not None else (pending_runs[0] if pending_runs else None),
+        mlflow_points=dict(runs.points) if runs is not None else None,
+        mlflow_points_file=pending_runs[1] if runs is None and pending_runs else None,
+        state_api=state_api_available())
+
+
+def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None):
+    import ray.tune
+
+    from orchestration.stages.trial import drive_trial, trial_dirname
+
+    # The Tune trial only drives its Ray Train job; giving it a CPU would leave that CPU idle and can
+    # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), {"memory": DRIVER_MEMORY})
+    storage = ray_storage(plan)
+    path = f"{storage}/{TUNE_NAME}"
+    if restore and ray.tune.Tuner.can_restore(path):
+        return ray.tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True), True
+    grid = job_grid(plan, max_concurrent)
+    return ray.tune.Tuner(
+        trainable, param_space={"trial": ray.tune.grid_search(grid)},
+        tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
+                                        trial_name_creator=trial_dirname),
+        run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
+                                      failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
+                                      callbacks=[progress, ReportEarly(plan.rd.root, plan.names)]
+                                      + ([StorageSync(plan)] if plan.storage else []),
+                                      stop=stop, verbose=0),
+    ), False
+
+
+def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress: bool, say,
+               stop=None, on_all_done=None) -> tuple[list, list, set, float]:
+    """Fit (or continue) the Tuner; (done, errored, done before this call, seconds). `stop`: a
+    Tune stopper (orchestration.stages.prepare.PrepareFailed while the prepare stage runs beside).
+    `on_all_done()`: called once, in this process, when every trial of the plan is done (ReportEarly)."""
+    import time
+
+    from orchestration.stages.merge import tune_caught_up, tune_covers
+    from orchestration.stages.progress import SweepProgress
+    from orchestration.rundir import trial_state
+    from orchestration.stages.trial import done_trials
+
+    rd = plan.rd
+    before = done_trials(rd.root, plan.names)
+    prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
+    # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.stages.merge)
+    tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan), stop=stop)
+    jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
+    say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
+    t0 = time.perf_counter()
+    from orchestration.cluster.ray_setup import secrets_withheld
+    try:
+        # Ray Tune copies AWS_* credentials from this process's environment into every trial's
+        # runtime_env, which Ray's runtime-env agent logs in plain text: hold secrets back while it runs.
+        if on_all_done is not None:
+            _ALL_DONE[str(rd.root)] = on_all_done
+        with secrets_withheld():
+            tuner.fit()
+        tune_caught_up(plan)
+    except KeyboardInterrupt:      # Ctrl-C or SIGTERM: the command line prints this one line, exit 130
+        raise KeyboardInterrupt(f"interrupted; continue with `poxm resume {rd.root}`") from None
+    finally:
+        _ALL_DONE.pop(str(rd.root), None)
+        if plan.storage is not None:     # whatever the callbacks missed (a driver restart, a late file)
+            from orchestration.stages.trial import fetch_trial
+            for n in plan.names:
+                fetch_trial(rd.root, n, plan.storage)
+    done = sorted(done_trials(rd.root, plan.names))
+    errored = [n for n in plan.names if n not in done and trial_state(rd.trial(n)).get("state") == "errored"]
+    return done, errored, before, time.perf_counter() - t0

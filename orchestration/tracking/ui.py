@@ -1,0 +1,219 @@
+"""`poxm ui RUN_DIR`: a lightweight MLflow server on the run's own store, and the URL of its runs table.
+
+The server is `mlflow server` with one uvicorn worker, no job execution (MLflow 3 otherwise starts a
+huey job runner and its workers), no access log, logging at warning level. It runs in its own process
+group, which is taken down as a whole on Ctrl-C or SIGTERM (SIGTERM, then SIGKILL after half a second:
+uvicorn's own graceful shutdown takes ~20 s). `poxm ui` waits until the server answers /health, then
+prints one line, the URL of the experiment's runs table in model-training mode
+(`#/experiments/<id>/runs?workflowType=machine_learning`; MLflow 3.17's UI routes). The server's
+own output (its security banner, warnings) goes to a temporary log, shown only if it fails.
+
+MLflow 3.17's UI picks the experiment page's mode (GenAI or model training) from the URL's
+`workflowType` or else the browser's last choice (local storage 'mlflow.workflowType_v1'), default
+GenAI; the experiment tag `mlflow.experimentKind` is no longer read (a feature flag in its JavaScript
+bundle that returns true routes the kind through the workflow type). So a run page reached from the
+runs table (its links carry no parameter) would open in the GenAI layout. `poxm ui` therefore puts
+a small proxy in front of the server, on the port the user asked for: it passes every request
+through unchanged, except that the UI's page (`/`) gets one line of script that sets that browser
+choice to model training when the browser has made none. The server itself listens on a free
+local port.
+"""
+from __future__ import annotations
+
+import http.client
+import http.server
+import os
+import shutil
+import signal
+import socket
+import threading
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from poxm_core.common.errors import PoxmInputError
+
+START_TIMEOUT_S = 240      # a loaded 2-core machine has taken > 90 s to bring the server up
+
+
+def runs_url(base: str, experiment_id: str) -> str:
+    """The runs table of an experiment in MLflow 3's UI, in model-training (not GenAI) mode."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def server_command(uri: str, host: str, port: int, artifacts: Path | None = None) -> list[str]:
+    exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or shutil.which("mlflow")
+    cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
+        "server", "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", "1",
+        "--uvicorn-opts", "--no-access-log --log-level warning"]
+    if artifacts is not None:
+        cmd += ["--artifacts-destination", artifacts.resolve().as_uri()]
+    return cmd
+
+
+def server_env() -> dict:
+    env = dict(os.environ)
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"   # no huey job runner: the UI needs none
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")        # no usage telemetry (and no UI banner asking)
+    env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning,ignore::FutureWarning")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def wait_until_up(proc: subprocess.Popen, base: str, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with code {proc.returncode} before answering")
+        if time.time() > deadline:
+            raise RuntimeError(f"mlflow server did not answer {base}/health within {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
+MODE_KEY = "mlflow.workflowType_v1"      # MLflow 3.17's local-storage key of the browser's view choice
+MODE_SCRIPT = (f'<script>try{{if(!localStorage.getItem("{MODE_KEY}"))'
+               f'localStorage.setItem("{MODE_KEY}",JSON.stringify("machine_learning"))}}catch(e){{}}</script>')
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+
+
+def with_mode_script(html: bytes) -> bytes:
+    """The UI's page with MODE_SCRIPT first in <head> (before MLflow's own scripts read the choice)."""
+    i = html.find(b"<head>")
+    return html[:i + 6] + MODE_SCRIPT.encode() + html[i + 6:] if i >= 0 else MODE_SCRIPT.encode() + html
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """Passes requests to the MLflow server (`upstream`), streaming the answers; see the module doc."""
+    protocol_version = "HTTP/1.0"       # one request per connection: answers end when the connection does
+    upstream: tuple[str, int] = ("127.0.0.1", 0)
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _forward(self) -> None:
+        page = self.command == "GET" and self.path.split("?")[0] in ("/", "/index.html")
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else None
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in _HOP and not (page and k.lower() == "accept-encoding")}
+        conn = http.client.HTTPConnection(*self.upstream, timeout=600)
+        try:
+            conn.request(self.command, self.path, body=body, headers=headers)
+            r = conn.getresponse()
+            data = r.read() if page and r.status == 200 else None
+            if data is not None and "text/html" in (r.getheader("Content-Type") or ""):
+                data = with_mode_script(data)
+            self.send_response_only(r.status, r.reason)
+            for k, v in r.getheaders():
+                if k.lower() not in _HOP and not (data is not None and k.lower() == "content-length"):
+                    self.send_header(k, v)
+            if data is not None:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if data is not None:
+                self.wfile.write(data)
+            elif self.command != "HEAD":
+                while chunk := r.read1(1 << 16):
+                    self.wfile.write(chunk)
+        except (OSError, http.client.HTTPException):
+            pass            # the browser left, or the server is going down
+        finally:
+            conn.close()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward
+
+
+def start_proxy(host: str, port: int, upstream_port: int) -> http.server.ThreadingHTTPServer:
+    handler = type("Proxy", (_Proxy,), {"upstream": ("127.0.0.1", upstream_port)})
+    server = http.server.ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+STOP_GRACE_S = 0.5   # SIGTERM, then SIGKILL: the server holds no state the store needs flushed
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left (uvicorn workers included)."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
+    """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed."""
+    from orchestration.tracking import runs as tracking
+    from orchestration.rundir import RunDir, read_json
+
+    rd = RunDir.existing(run_dir)
+    ml = read_json(rd.mlflow_runs, {}) or {}
+    uri = tracking.stored_uri(rd.root, ml) if ml else None
+    if uri is None:
+        if not rd.mlflow_db.is_file():
+            raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
+        uri = "sqlite:///" + str(rd.mlflow_db)
+    exp_id = str(ml.get("experiment_id", ""))
+    if not uri.startswith("sqlite:"):
+        say(f"this sweep logs to {uri}: its runs: {runs_url(uri, exp_id or '?')}")
+        return 0
+    if check_port is not None:
+        check_port(host, port)          # a busy or invalid port: one line, exit 2 (orchestration.cli)
+    log = tempfile.TemporaryFile(mode="w+", prefix="poxm-ui-")   # the server's banner and warnings
+    inner = free_port()        # the MLflow server; the user's host:port is the proxy's (module doc)
+    proc = subprocess.Popen(server_command(uri, "127.0.0.1", inner, rd.mlartifacts), env=server_env(),
+                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+    def on_term(*_):
+        # stop the server and leave at once: a normal interpreter exit after importing MLflow takes
+        # seconds more, and nothing here needs tearing down (the log file is already unlinked)
+        stop_group(proc)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    base = f"http://{host}:{port}"
+    try:
+        try:
+            wait_until_up(proc, f"http://127.0.0.1:{inner}")
+            start_proxy(host, port, inner)
+        except (RuntimeError, OSError) as exc:
+            stop_group(proc)
+            log.seek(0)
+            tail = log.read().strip().splitlines()[-15:]
+            print(f"poxm: error: {exc}" + "".join(f"\n  {line}" for line in tail), file=sys.stderr)
+            return 1
+        url = runs_url(base, exp_id) if exp_id else base
+        say(f"MLflow UI: {url}", flush=True)
+        # poll, not proc.wait(): a blocking wait holds Popen's waitpid lock, so the SIGTERM handler's
+        # own wait for the server could not reap it and would sit out its whole timeout
+        while proc.poll() is None:
+            time.sleep(0.2)
+        return 0 if proc.returncode in (0, -signal.SIGTERM) else 1
+    except KeyboardInterrupt:
+        on_term()
+    finally:
+        log.close()

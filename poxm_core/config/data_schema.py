@@ -1,0 +1,126 @@
+"""The data part of the configuration schema (poxm_core/config/schema.py holds the rest and the loader):
+synthetic presets, logging-policy variants, and datasets from the registry or declared in the config.
+Also the strict base model every config class derives from."""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+
+def _unset(v: Any) -> bool:
+    """Keys added after results were published are left out of dumps (and so of every hash) while unset."""
+    return v is None or v == []
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan off: a rate, fraction or temperature of inf/nan would train to NaN minutes later
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class SyntheticConfig(_Strict):
+    """Generated XMC data: power-law label frequencies, features carrying label signal."""
+    preset: Literal["eurlex", "wiki10", "amazon670k"] | None = Field(None, description="Table-1 shape; explicit sizes below override it")
+    n_train: int | None = Field(None, gt=0, description="training instances")
+    n_test: int | None = Field(None, gt=0, description="test instances")
+    n_features: int | None = Field(None, gt=0, description="D, vocabulary size")
+    n_labels: int | None = Field(None, gt=1, description="L, number of labels (actions)")
+    mean_labels: float | None = Field(None, gt=0, description="mean true labels per instance")
+    scale: float = Field(1.0, gt=0, le=1.0, description="shrink a preset's N (not D, L) by this factor")
+
+
+class VariantConfig(_Strict):
+    """A logging-policy variant (paper appendix, Table logging_param)."""
+    name: str = Field(description="variant label, e.g. A")
+    alpha: float = Field(description="fraction of training instances the logging model sees")
+    beta: float = Field(0.0, description="Gumbel noise scale on log p_hat")
+    T: float = Field(1.0, description="softmax temperature")
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, v: float) -> float:
+        if not (0.0 < v <= 1.0) or math.isnan(v):
+            raise ValueError(f"alpha must be in (0, 1], got {v}")
+        return v
+
+    @field_validator("beta")
+    @classmethod
+    def _beta(cls, v: float) -> float:
+        if not (v >= 0.0) or math.isinf(v):
+            raise ValueError(f"beta must be a finite number >= 0, got {v}")
+        return v
+
+    @field_validator("T")
+    @classmethod
+    def _temp(cls, v: float) -> float:
+        if not (v > 0.0) or math.isinf(v):
+            raise ValueError(f"T must be a finite number > 0, got {v}")
+        return v
+
+
+class SplitConfig(_Strict):
+    """A test split cut from a single data file (a dataset declared with `train` and no `test`)."""
+    test_fraction: float = Field(0.25, gt=0, lt=1, description="share of the file's rows held out as the test split")
+    seed: int = Field(0, ge=0, description="seed of the row permutation")
+
+
+DATA_FORMATS = ("xc", "split", "svmlight", "npz", "text")
+
+
+class DatasetConfig(_Strict):
+    """One dataset of the sweep and its logging variants: a registry dataset (by name), or one declared
+    here by `format` + `train` [+ `test` | `split`] (docs/data.md, "Your own data")."""
+    name: str = Field(description="registry name (bibtex, delicious, eurlex-4k, wiki10-31k, amazon-670k, synthetic, or one a plugin registers), or any name with `format`")
+    path: str | None = Field(None, description="folder or file of user-supplied data; default: <data_root>/<registry folder>")
+    format: Literal["xc", "split", "svmlight", "npz", "text"] | None = Field(None, exclude_if=_unset, description="a dataset declared in the config: xc (XC BoW file), split (X_Xf + X_Y files), svmlight (multilabel), npz (X and Y in one .npz, or [X.npz, Y.npz] written by scipy.sparse.save_npz), text (texts + label names)")
+    folder: str | None = Field(None, exclude_if=_unset, description="a dataset declared by `format`: the folder holding its files, relative to the data root unless absolute; `train`/`test` are then names inside it")
+    train: str | list[str] | None = Field(None, exclude_if=_unset, description="training file (split/text: [features or texts, labels]; npz: one file or [features, labels]); relative to the config file's folder, or to `folder`")
+    test: str | list[str] | None = Field(None, exclude_if=_unset, description="test file(s), as `train`; or leave out and set `split`")
+    split: SplitConfig | None = Field(None, exclude_if=_unset, description="cut the test split from `train` (when there is no test file)")
+    propensity: Literal["default"] | None = Field(None, exclude_if=_unset, description="'default': accept A=0.55, B=1.5 for a dataset declared in the config (a warning is logged)")
+    synthetic: SyntheticConfig | None = Field(None, description="sizes for name=synthetic")
+    propensity_A: float | None = Field(None, gt=0, description="Jain et al. A; default from the registry (required for a dataset declared by `format`)")
+    propensity_B: float | None = Field(None, gt=0, description="Jain et al. B; default from the registry (required for a dataset declared by `format`)")
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="share of training instances held out as the validation log")
+    variants: list[VariantConfig] = Field(description="logging variants (alpha, beta, T)")
+
+    @model_validator(mode="after")
+    def _unique_variants(self) -> "DatasetConfig":
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names must be unique, got {names}")
+        if not names:
+            raise ValueError("at least one variant is needed")
+        if self.format is None:
+            for key in ("folder", "train", "test", "split", "propensity"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"'{key}' declares a dataset by its files: set 'format' too ({', '.join(DATA_FORMATS)})")
+            return self
+        if self.train is None:
+            raise ValueError(f"format={self.format}: 'train' (the training file) is required")
+        if (self.test is None) == (self.split is None):
+            raise ValueError("a dataset declared by 'format' needs exactly one of 'test' (a test file) or "
+                             "'split' (e.g. split: {test_fraction: 0.25, seed: 0})")
+        pair = self.format in ("split", "text")
+        for key in ("train", "test"):
+            v = getattr(self, key)
+            if v is None:
+                continue
+            two = isinstance(v, list) and len(v) == 2
+            ok = (two or not isinstance(v, list)) if self.format == "npz" else (two if pair else not isinstance(v, list))
+            if not ok:
+                want = "a list of two files [features, labels]" if self.format == "split" else \
+                       "a list of two files [texts, labels]" if pair else \
+                       "one file path (X and Y in one .npz) or a list of two files [features, labels]" \
+                       if self.format == "npz" else "one file path"
+                raise ValueError(f"'{key}': format={self.format} expects {want}, got {v!r}")
+        if self.format == "npz" and self.test is not None and isinstance(self.test, list) != isinstance(self.train, list):
+            raise ValueError("format=npz: 'train' and 'test' must be alike, both one file (X and Y in one .npz) "
+                             "or both a list [features, labels]")
+        if self.propensity is None and (self.propensity_A is None or self.propensity_B is None):
+            raise ValueError("a dataset declared by 'format' needs its label propensity parameters "
+                             "propensity_A and propensity_B (Jain et al.; 0.55 and 1.5 are the usual "
+                             "defaults), or propensity: default to accept those with a warning")
+        return self

@@ -1,0 +1,315 @@
+"""Stochastic (slate) metrics of docs/metrics.md: R@k, nDCR@k, PSR@k of a Plackett-Luce policy.
+
+Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without replacement
+(Gumbel-top-k). Expectations are exact where cheap — position probabilities by the exponential-race
+integral of poxm_core/metrics/position_probs.py, no m^k enumeration — else Monte-Carlo with S slates per
+instance and its standard error (docs/metrics.md). docs/metrics.md gives the formulas.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from poxm_core.metrics.inputs import (CHUNK_ELEMS, check_count, check_ids, check_inv_prop, check_ks, check_labels,
+                                     check_probs, discount_cumsum, member, true_keys, truth_summaries)
+from poxm_core.metrics.position_probs import elements_per_row, position_sums, position_sums_torch
+from poxm_core.common.seeds import torch_generator
+
+_NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
+# Exact when instances x support <= this (e.g. 3000 test instances at m = 100): measured 2-4 ms per
+# row at m = 100, i.e. ~6x the 32-slate Monte-Carlo (docs/metrics.md), so larger tables use Monte-Carlo
+EXACT_BUDGET = 300_000
+NAMES = ("R", "nDCR", "PSR")
+# float64 elements per working array of the quadrature on a GPU (about 256 MB each at 300 nodes a row;
+# more where tiny probabilities need more panels): a chunk costs a few hundred kernels whatever its size
+GPU_CHUNK_ELEMS = 1 << 25
+# float64 elements of Gumbel noise per chunk of the Monte-Carlo on a device (64 MB): the draws of a chunk
+# are a few kernels whatever its size, and a trial evaluates its heads on threads, each holding its chunk
+GPU_MC_CHUNK_ELEMS = 1 << 23
+
+__all__ = ["stochastic_metrics", "EXACT_BUDGET"]
+
+
+def _slate_values(hit_pos, w_pos, filled, ks, idcg, disc):
+    """Per-slate R, DCG/IDCG and PS sums for each k. hit_pos/w_pos/filled (c, S, kk) by position."""
+    kk = hit_pos.shape[-1]
+    h = hit_pos & filled
+    ch = np.cumsum(h, axis=-1)
+    cdcg = np.cumsum(h * disc[:kk], axis=-1)
+    cps = np.cumsum(np.where(h, w_pos, 0.0), axis=-1)
+    out = {}
+    for k in ks:
+        j = min(k, kk) - 1   # a slate shorter than k simply has no hit beyond its end
+        idk = idcg[:, k - 1][:, None]
+        out[k] = (ch[..., j] / k,
+                  np.divide(cdcg[..., j], idk, out=np.zeros(cdcg.shape[:-1]), where=idk > 0),
+                  cps[..., j])
+    return out
+
+
+def _gumbel(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """`rng.gumbel(size=shape)` from the same draws: NumPy's Gumbel is -log(-log(1 - u)) with u =
+    next_double = (raw >> 11) * 2^-53, one 64-bit draw per value (numpy/random/src/distributions:
+    random_gumbel), and `rng.random` yields exactly those u. Computed vectorised (several times faster;
+    `random` fills and the logs run without the GIL, so chunks evaluated by threads overlap); equal to
+    rng.gumbel up to the last bit of NumPy's vectorised log (1 ulp on a fraction of the values,
+    tests/test_fast_paths.py). A draw u = 0, which random_gumbel rejects and redraws (probability
+    2^-53 a value), falls back to rng.gumbel itself."""
+    state = rng.bit_generator.state
+    u = rng.random(int(np.prod(shape)))
+    if u.size and not u.all():
+        rng.bit_generator.state = state
+        return rng.gumbel(size=shape)
+    np.subtract(1.0, u, out=u)
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    return u.reshape(shape)
+
+
+def _block_gumbel(seed: int, a: int, b: int, S: int, m: int) -> np.ndarray:
+    """Gumbel noise (b-a, S, m) for rows a..b-1 (a multiple of _NOISE_BLOCK): a fixed function of
+    (seed, row block), so the chunk size never changes the draws."""
+    parts = []
+    for blk_start in range(a, b, _NOISE_BLOCK):
+        r = min(b, blk_start + _NOISE_BLOCK) - blk_start
+        rng = np.random.default_rng([seed, blk_start // _NOISE_BLOCK])
+        parts.append(_gumbel(rng, (r, S, m)))
+    return np.concatenate(parts, axis=0)
+
+
+def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
+    """Gumbel-top-kk: (idx (c, S, kk) columns in draw order, filled (c, S, kk) real positions)."""
+    c, m = probs.shape
+    with np.errstate(divide="ignore"):
+        keys = np.log(probs)[:, None, :] + _block_gumbel(seed, a, a + c, S, m)
+    if kk < m:
+        idx = np.argpartition(-keys, kk - 1, axis=-1)[..., :kk]
+    else:
+        idx = np.broadcast_to(np.arange(m), (c, S, m))
+    sel = np.take_along_axis(keys, idx, axis=-1)
+    o = np.argsort(-sel, axis=-1, kind="stable")
+    idx = np.take_along_axis(idx, o, axis=-1)
+    filled = np.isfinite(np.take_along_axis(sel, o, axis=-1))   # -inf key = zero prob: slate ends
+    return idx, filled
+
+
+def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Tensor:
+    """Gumbel noise (b-a, S, m) float64 on `device` for rows a..b-1 (a multiple of _NOISE_BLOCK), from the
+    stream (seed, "mc-slates", row block) on the device: a fixed function of them on one device, so the
+    chunk size never changes the draws (other draws than the NumPy path's; the same distribution)."""
+    out = torch.empty((b - a, S, m), dtype=torch.float64, device=device)
+    for blk_start in range(a, b, _NOISE_BLOCK):
+        r = min(b, blk_start + _NOISE_BLOCK) - blk_start
+        gen = torch_generator(seed, "mc-slates", blk_start // _NOISE_BLOCK, device=device)
+        u = torch.rand((r, S, m), dtype=torch.float64, device=device, generator=gen)
+        # -log(-log(1 - u)); an endpoint draw (u = 0, or 1 on a backend that returns it) would give an
+        # infinite key: clamped to a finite one (about 690 from the bound), as likely as 2^-53 a value
+        out[blk_start - a:blk_start - a + r] = -torch.log((-torch.log1p(-u)).clamp_(min=1e-300, max=1e300))
+    return out
+
+
+def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device) -> None:
+    """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there instead of NumPy's
+    noise on the host, which for wide supports is most of an evaluation (an all-label head's 1,024
+    labels: 32 x 1,024 Gumbel draws a test row, about 2 ms of CPU). Same estimator and standard error;
+    other draws."""
+    c = pr.shape[0]
+    if ks[-1] > 1:
+        prt = torch.as_tensor(pr, device=device)
+        with torch.no_grad():
+            keys = torch.log(prt).unsqueeze(1) + _torch_gumbel(seed, a, a + c, S, prt.shape[1], device)
+            sel, idx = torch.topk(keys, kk, dim=-1, sorted=True)          # draw order: largest key first
+            del keys
+            filled = torch.isfinite(sel)                                   # -inf key = zero prob: slate ends
+            ht = torch.as_tensor(hit, device=device).unsqueeze(1).expand(c, S, -1).gather(-1, idx) & filled
+            wt = torch.as_tensor(w, device=device).unsqueeze(1).expand(c, S, -1).gather(-1, idx)
+            dt = torch.as_tensor(disc[:kk], device=device)
+            hf = ht.double()
+            ch = torch.cumsum(hf, dim=-1)
+            cdcg = torch.cumsum(hf * dt, dim=-1)
+            cps = torch.cumsum(torch.where(ht, wt, torch.zeros((), dtype=wt.dtype, device=device)), dim=-1)
+            idt = torch.as_tensor(idcg, device=device, dtype=torch.float64)
+            keys, sums = [], []       # read back in one transfer (a synchronisation per value cost more)
+            for k in (k for k in ks if k > 1):
+                j = min(k, kk) - 1
+                idk = idt[:, k - 1].unsqueeze(1)
+                triple = (ch[..., j] / k,
+                          torch.where(idk > 0, cdcg[..., j] / torch.where(idk > 0, idk, torch.ones_like(idk)),
+                                      torch.zeros((), dtype=torch.float64, device=device)),
+                          cps[..., j])
+                for nm, v in zip(NAMES, triple):
+                    keys.append((est, (nm, k)))
+                    sums.append(v.mean(dim=1).sum())
+                    if S > 1:
+                        keys.append((var, (nm, k)))
+                        sums.append(v.var(dim=1, unbiased=True).sum())
+            for (acc, key), value in zip(keys, torch.stack(sums).tolist() if sums else []):
+                acc[key] += value
+    if ks[0] == 1:
+        p_hit = (pr * hit).sum(1)
+        est["R", 1] += float(p_hit.sum())
+        est["nDCR", 1] += float(p_hit.sum())
+        est["PSR", 1] += float((pr * w).sum())
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _map_chunks(fn, starts: range) -> list:
+    """[fn(a) for a in starts], by a module-wide thread pool when there is more than one chunk."""
+    global _POOL
+    if len(starts) <= 1 or (os.cpu_count() or 1) <= 1:
+        return [fn(a) for a in starts]
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=min(32, os.cpu_count() or 1), thread_name_prefix="slate-metrics")
+    return list(_POOL.map(fn, starts))
+
+
+def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None) -> None:
+    """Add the chunk's exact expectations to est[(name, k)]: position probabilities by quadrature (on
+    `device` when it is a GPU: the same quadrature in torch, equal to round-off)."""
+    kmax = ks[-1]
+    vals = np.stack([hit.astype(np.float64), w], axis=2)
+    if device is not None:
+        S = position_sums_torch(torch.as_tensor(pr, device=device), torch.as_tensor(vals, device=device),
+                                kmax).cpu().numpy()
+    else:
+        S = position_sums(pr, vals, kmax)   # (c, kmax, 2)
+    cum_hit = np.cumsum(S[:, :, 0], axis=1)
+    cum_dcg = np.cumsum(S[:, :, 0] * disc[:kmax], axis=1)
+    cum_ps = np.cumsum(S[:, :, 1], axis=1)
+    for k in ks:
+        idk = idcg[:, k - 1]
+        est["R", k] += float(cum_hit[:, k - 1].sum() / k)
+        est["nDCR", k] += float(np.divide(cum_dcg[:, k - 1], idk, out=np.zeros(len(idk)), where=idk > 0).sum())
+        est["PSR", k] += float(cum_ps[:, k - 1].sum())
+
+
+def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var) -> None:
+    """Add the chunk's Monte-Carlo means (and sample variances) for k > 1; k = 1 exactly."""
+    c = pr.shape[0]
+    if ks[-1] > 1:
+        idx, filled = _mc_slates(pr, seed, a, S, kk)
+        rows = np.arange(c)[:, None, None]
+        vals = _slate_values(hit[rows, idx], w[rows, idx], filled, [k for k in ks if k > 1], idcg, disc)
+        for k, triple in vals.items():
+            for nm, v in zip(NAMES, triple):
+                est[nm, k] += float(v.mean(axis=1).sum())
+                if S > 1:
+                    var[nm, k] += float(v.var(axis=1, ddof=1).sum())
+    if ks[0] == 1:   # exact: the first label is drawn with probability pi_j
+        p_hit = (pr * hit).sum(1)
+        est["R", 1] += float(p_hit.sum())
+        est["nDCR", 1] += float(p_hit.sum())   # IDCG@1 = 1 whenever a hit is possible
+        est["PSR", 1] += float((pr * w).sum())
+
+
+def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int = 32, seed: int = 0,
+                       exact_budget: int = EXACT_BUDGET, *, chunk_elems: int = CHUNK_ELEMS,
+                       device=None) -> dict[str, float]:
+    """R@k, nDCR@k, PSR@k of a stochastic policy and their Monte-Carlo standard errors "<name>_se".
+
+    Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without
+    replacement (Gumbel-top-k on log probs); with hit_l = 1{y_l in Y*_i} (docs/metrics.md, paper §5):
+      R@k    = (1/n) sum_i E[(1/k) sum_{l<=k} hit_l] = (1/n) sum_i (1/k) sum_{l<=k} sum_y hit_y P(y at l)
+      nDCR@k = (1/n) sum_i E[DCG_i@k] / IDCG_i@k     (IDCG over min(k, |Y*_i|); Y*_i empty adds 0)
+      PSR@k  = sum_i E[sum_{l<=k} hit_l / p_{y_l}] / sum_i best_i@k   (ratio of sums, as PSP@k)
+    If a row has fewer than k positive-probability labels its slate is that short (the 1/k stays).
+
+    Exact (se = 0) for k = 1 (E[hit_1] = sum_j pi_j hit_j) and, when n * m <= `exact_budget`, for
+    every k: the position probabilities P(y at l) come from the exponential-race integral
+    (plackett_luce.position_sums, quadrature error ~1e-12). Otherwise Monte-Carlo with S = n_slates
+    seeded slates per instance:
+      estimate = (1/n) sum_i mean_s v_is,  se = sqrt(sum_i var_s(v_is) / S) / n   (PSR: / sum_i best_i)
+    with var_s the unbiased sample variance over the S slates of instance i (se is nan when S = 1),
+    the error of the Monte-Carlo approximation to the expectation on these instances.
+    `exact_budget=0` forces Monte-Carlo. `device`: a torch device (the trial's GPU) computes the exact
+    position probabilities there (the same quadrature; in larger chunks by default, and a chunk's
+    hardest row sets its number of panels, so a row's value may move within the quadrature error,
+    ~1e-10) and draws and scores the Monte-Carlo slates there (torch's generator, seeded per block of
+    rows like NumPy's: the same estimator and standard error, other draws, so values differ from the
+    NumPy path's within the Monte-Carlo error); None: NumPy.
+
+    Y CSR (n, L); support (n, m) int64 (-1 padding, prob 0); probs (n, m) float64 rows summing to 1;
+    inv_prop (L,). Memory is bounded by `chunk_elems` elements per working array.
+    """
+    Y = check_labels(Y)
+    n, L = Y.shape
+    ks = check_ks(ks)
+    kmax = ks[-1]
+    support = check_ids("support", support, L, n)
+    probs = check_probs(support, probs)
+    inv = check_inv_prop(inv_prop, L)
+    S = check_count("n_slates", n_slates, 1)
+    seed = check_count("seed", seed, 0)
+    exact_budget = check_count("exact_budget", exact_budget, 0)
+    chunk_elems = check_count("chunk_elems", chunk_elems, 1)
+    m = support.shape[1]
+    kk = min(kmax, m)
+    cd = discount_cumsum(kmax)
+    disc = np.diff(cd)
+    exact = kmax == 1 or n * m <= exact_budget
+    if exact:
+        r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
+        # on a GPU larger chunks: the quadrature is a few hundred small kernels a chunk whatever its size
+        budget = GPU_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
+        chunk = max(1, budget // elements_per_row(m, max(r, 1), kmax))
+    else:
+        budget = GPU_MC_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
+        chunk = max(1, budget // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
+
+    def one(a: int):
+        """The chunk's (sum of best_i, additions to est, additions to var): chunks are independent."""
+        b = min(n, a + chunk)
+        keys = true_keys(Y, a, b)
+        ny, best = truth_summaries(keys, b - a, L, inv, kmax)
+        idcg = cd[np.minimum(np.arange(1, kmax + 1)[None, :], ny[:, None])]
+        pr = probs[a:b]
+        hit = member(keys, support[a:b], L)
+        w = np.where(hit, inv[np.maximum(support[a:b], 0)], 0.0)
+        e = {(nm, k): 0.0 for nm in NAMES for k in ks}
+        v = {(nm, k): 0.0 for nm in NAMES for k in ks}
+        if exact:
+            _exact_chunk(pr, hit, w, ks, idcg, disc, e, device)
+        elif device is not None:
+            _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, device)
+        else:
+            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v)
+        return best.sum(0), e, v
+
+    est = {(nm, k): 0.0 for nm in NAMES for k in ks}
+    var = {(nm, k): 0.0 for nm in NAMES for k in ks}
+    best_sum = np.zeros(kmax)
+    # chunks run on a thread pool (NumPy's large array operations release the GIL); their sums are
+    # added in chunk order, so the result is the same float for float as the sequential loop's
+    starts = range(0, n, chunk)
+    for best_c, e, v in (map(one, starts) if device is not None else _map_chunks(one, starts)):
+        best_sum += best_c
+        for key in est:
+            est[key] += e[key]
+            var[key] += v[key]
+
+    out: dict[str, float] = {}
+    for k in ks:
+        mc = not exact and k > 1
+        for nm in NAMES:
+            den = (best_sum[k - 1] if nm == "PSR" else n)
+            value = est[nm, k] / den if den > 0 else 0.0
+            if not mc:
+                se = 0.0
+            elif S == 1:
+                se = math.nan
+            else:
+                se = math.sqrt(var[nm, k] / S) / den if den > 0 else 0.0
+            out[f"{nm}@{k}"] = float(value)
+            out[f"{nm}@{k}_se"] = float(se)
+    return out

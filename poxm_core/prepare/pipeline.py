@@ -1,0 +1,262 @@
+"""The prepare stage (docs/architecture.md, §4): dataset -> logging model -> candidates -> variants -> bandit logs,
+computed once per (dataset, core-model config, variant, seed) into the content-addressed cache of
+poxm_core.prepare.cache (docs/artifacts.md lists every file):
+
+    data        Y, X (train, test), inverse propensities     <- dataset content, propensity (A, B)
+    model       logging model: Z_train, Z_test, W, b          <- data, model cfg, alpha, seed, val_fraction
+    candidates  top-K labels by logit, train and test         <- model, K
+    variant     rho (train, test), bandit logs, covering      <- candidates, variant (name, beta, T), seed,
+                                                                 val_fraction, slate size ell
+
+`prepare` builds what is missing and returns the variant directories; `load_variant` reads one into
+a `Prepared` (from its directory alone: a trial never needs the raw data or the config's keys).
+
+The validation slice (val_fraction of the training rows, seeded) is held out from every gradient step:
+the logging model's alpha sample is drawn from the other rows; its logged slates form `log_val`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from tqdm.auto import tqdm
+
+from poxm_core.bandit.log import BanditLog
+from poxm_core.bandit.policy import build_variant, name_code
+from poxm_core.bandit.simulate import simulate_log, validation_split
+from poxm_core.config.schema import SweepConfig, default_data_root
+from poxm_core.data import inverse_propensities, load_dataset, propensity_params
+from poxm_core.data.types import XMCData
+from poxm_core.common.errors import PoxmInputError, nearest
+from poxm_core.metrics.ranking import covering_curve, greedy_metrics, stochastic_metrics
+from poxm_core.model.core import encode, resolve_device
+from poxm_core.model.logging_model import alpha_sample, train_logging_model
+from poxm_core.model.topk import chunked_topk
+from poxm_core.prepare.cache import build_level, cache_keys, is_complete, level_dir, read_manifest
+from poxm_core.prepare.prepared import Prepared, VariantPolicy
+
+KS = (1, 3, 5)
+COVER_KS = (1, 5, 10, 20, 50, 100)
+_SPLIT_CODE = {"train": 0, "test": 1}
+
+
+# --------------------------------------------------------------------------------------------
+# the pipeline
+
+@dataclass
+class _Lazy:
+    """Loads the dataset once, only if some level has to be built from the raw data."""
+    cfg: SweepConfig
+    dataset: str
+    seed: int
+    progress: bool
+    _data: XMCData | None = field(default=None, init=False)
+
+    def get(self) -> XMCData:
+        if self._data is None:
+            _say(self.progress, f"[{self.dataset}] loading data")
+            root = Path(self.cfg.data_root) if self.cfg.data_root else default_data_root()
+            self._data = load_dataset(self.cfg.dataset(self.dataset), root, self.seed)
+        return self._data
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        tqdm.write(msg)
+
+
+def _save_csr(path: Path, M: sp.csr_matrix) -> None:
+    M = sp.csr_matrix(M)
+    M.sort_indices()
+    sp.save_npz(path, M, compressed=False)
+
+
+def _build_data(lazy: _Lazy, A: float, B: float) -> Callable[[Path], dict]:
+    def fn(d: Path) -> dict:
+        data = lazy.get()
+        _save_csr(d / "Y_train.npz", data.train.Y)
+        _save_csr(d / "Y_test.npz", data.test.Y)
+        _save_csr(d / "X_train.npz", data.train.X)   # the policy network reads the sparse input
+        _save_csr(d / "X_test.npz", data.test.X)
+        np.save(d / "inv_propensity.npy", inverse_propensities(data.train.Y, A, B))
+        return {**data.stats(), "propensity_A": A, "propensity_B": B}
+    return fn
+
+
+def _build_model(cfg: SweepConfig, lazy: _Lazy, alpha: float, seed: int, fit_rows: np.ndarray,
+                 progress: bool) -> Callable[[Path], dict]:
+    def fn(d: Path) -> dict:
+        data = lazy.get()
+        _say(progress, f"[{lazy.dataset}] training the logging model (alpha={alpha}, seed={seed})")
+        model = train_logging_model(data.train.X, data.train.Y, cfg.model, alpha, seed, cfg.device,
+                                    progress=progress, rows=fit_rows)
+        W, b = model.head_arrays()
+        np.save(d / "W.npy", W)
+        np.save(d / "b.npy", b)
+        np.save(d / "Z_train.npy", encode(model, data.train.X, cfg.device))
+        np.save(d / "Z_test.npy", encode(model, data.test.X, cfg.device))
+        sample = alpha_sample(data.train.n, alpha, seed, fit_rows)
+        np.save(d / "alpha_rows.npy", sample)
+        torch.save(model.encoder.state_dict(), d / "encoder.pt")
+        return {"n_sample": int(sample.size), "dim": int(W.shape[1]), "n_labels": int(W.shape[0])}
+    return fn
+
+
+def _build_candidates(cfg: SweepConfig, model_dir: Path, data_dir: Path, progress: bool,
+                      name: str) -> Callable[[Path], dict]:
+    def fn(d: Path) -> dict:
+        W, b = np.load(model_dir / "W.npy"), np.load(model_dir / "b.npy")
+        K = min(cfg.model.n_candidates, W.shape[0])
+        for split in ("train", "test"):
+            _say(progress, f"[{name}] top-{K} candidates ({split})")
+            idx, sc = chunked_topk(np.load(model_dir / f"Z_{split}.npy", mmap_mode="r"), W, b, K,
+                                   cfg.model.topk_chunk_mb, cfg.device)
+            np.save(d / f"cand_{split}.npy", idx)
+            np.save(d / f"score_{split}.npy", sc)
+        ranked = np.load(d / "cand_test.npy", mmap_mode="r")[:, :min(max(KS), K)]
+        greedy = greedy_metrics(sp.load_npz(data_dir / "Y_test.npz"), np.ascontiguousarray(ranked),
+                                np.load(data_dir / "inv_propensity.npy"), KS)
+        return {"K": int(K), "K_configured": cfg.model.n_candidates, "logging_model_test": greedy}
+    return fn
+
+
+def metrics_device(device: str) -> torch.device | None:
+    """The GPU the logging policy's test metrics are computed on (stochastic_metrics' `device`), or
+    None (NumPy) when the config's device is the CPU."""
+    dev = resolve_device(device)
+    return dev if dev.type == "cuda" else None
+
+
+def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path, seed: int,
+                   val_fraction: float, progress: bool, name: str) -> Callable[[Path], dict]:
+    v = next(x for x in cfg.dataset(name).variants if x.name == vname)
+
+    def fn(d: Path) -> dict:
+        _say(progress, f"[{name}] variant {vname} (alpha={v.alpha}, beta={v.beta}, T={v.T}): rho and slates")
+        pol = {}
+        for split in ("train", "test"):
+            pol[split] = build_variant(np.load(cand_dir / f"cand_{split}.npy"), np.load(cand_dir / f"score_{split}.npy"),
+                                       v.beta, v.T, seed=(seed, name_code(vname), _SPLIT_CODE[split]))
+            np.save(d / f"policy_{split}_cand.npy", pol[split].cand)
+            np.save(d / f"policy_{split}_rho.npy", pol[split].rho)
+        Y_train = sp.load_npz(data_dir / "Y_train.npz").tocsr()
+        Y_test = sp.load_npz(data_dir / "Y_test.npz").tocsr()
+        inv = np.load(data_dir / "inv_propensity.npy")
+        K = pol["train"].cand.shape[1]
+        if cfg.model.slate_size > K:
+            raise PoxmInputError(f"config key 'model.slate_size': {cfg.model.slate_size} exceeds the "
+                                 f"{K} candidates of dataset '{name}' (model.n_candidates or L)")
+        fit_rows, val_rows = validation_split(Y_train.shape[0], val_fraction, seed)
+        logs = {}
+        for part, rows in (("train", fit_rows), ("val", val_rows)):
+            logs[part] = simulate_log(pol["train"], Y_train, rows, cfg.model.slate_size, seed=(seed, name_code(vname)))
+            logs[part].validate_against(pol["train"].cand)
+            np.savez(d / f"log_{part}.npz", **logs[part].to_npz_dict())
+        cover_test = covering_curve(Y_test, pol["test"].cand)
+        cover_train = covering_curve(Y_train, pol["train"].cand)
+        np.save(d / "covering.npy", cover_test)
+        np.save(d / "covering_train.npy", cover_train)
+        with open(d / "covering.csv", "w") as f:
+            f.write("k,test,train\n")
+            for k in range(K):
+                f.write(f"{k + 1},{cover_test[k]:.8g},{cover_train[k]:.8g}\n")
+        _say(progress, f"[{name}] variant {vname}: logging policy metrics on test")
+        # on a GPU there, as the trials compute theirs: on a CPU these are most of a variant's time
+        # (the exact quadrature: 1.5-2 s for Bibtex's test split), and 20 prepare tasks started
+        # beside a sweep's Ray Train jobs share the CPUs with them
+        sto = stochastic_metrics(Y_test, pol["test"].cand, pol["test"].rho, inv, KS,
+                                 n_slates=cfg.training.mc_slates, seed=seed, device=metrics_device(cfg.device))
+        return {"K": int(K), "n_fit": int(fit_rows.size), "n_val": int(val_rows.size),
+                "logging_policy_test": sto,
+                "covering_test": {str(k): float(cover_test[k - 1]) for k in COVER_KS if k <= K},
+                "log_reward_rate": {p: float(logs[p].rewards.mean()) for p in logs},
+                "rho_top1_mean_test": float(pol["test"].rho[:, 0].mean())}
+    return fn
+
+
+def prepare(cfg: SweepConfig, dataset: str, seed: int, cache_dir: Path | str,
+            progress: bool = True) -> dict[str, Path]:
+    """Build (or reuse) every cached level of one (dataset, seed); returns {variant name: variant dir}."""
+    if not isinstance(cfg, SweepConfig):
+        raise TypeError(f"cfg: expected a SweepConfig, got {type(cfg).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise PoxmInputError(f"seed: expected a non-negative int, got {seed!r}")
+    cache_dir = Path(cache_dir)
+    dcfg = cfg.dataset(dataset)
+    keys = cache_keys(cfg, dataset, int(seed))
+    out = {v: level_dir(cache_dir, "variant", h) for v, (_, h) in keys.variant.items()}
+    if all(is_complete(p) for p in out.values()):
+        return out
+
+    lazy = _Lazy(cfg, dataset, int(seed), progress)
+    A, B = propensity_params(dcfg)
+    data_dir, _ = build_level(cache_dir, "data", *keys.data, _build_data(lazy, A, B))
+    n_train = int(read_manifest(data_dir)["stats"]["N_train"])
+    fit_rows, _ = validation_split(n_train, dcfg.val_fraction, int(seed))
+    for alpha in keys.model:
+        todo = [v for v in dcfg.variants if v.alpha == alpha and not is_complete(out[v.name])]
+        if not todo:
+            continue
+        model_dir, _ = build_level(cache_dir, "model", *keys.model[alpha],
+                              _build_model(cfg, lazy, alpha, int(seed), fit_rows, progress))
+        cand_dir, _ = build_level(cache_dir, "candidates", *keys.candidates[alpha],
+                             _build_candidates(cfg, model_dir, data_dir, progress, dataset))
+        for v in todo:
+            vkey, vh = keys.variant[v.name]
+            vkey = {**vkey, "parents": {"data": f"data/{keys.data[1]}", "model": f"model/{keys.model[alpha][1]}",
+                                        "candidates": f"candidates/{keys.candidates[alpha][1]}"}}
+            build_level(cache_dir, "variant", vkey, vh,
+                   _build_variant(cfg, v.name, cand_dir, data_dir, int(seed), dcfg.val_fraction, progress, dataset))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+def load_prepared(cfg: SweepConfig, dataset: str, variant: str, seed: int, cache_dir: Path | str,
+                  mmap: bool = False, progress: bool = False) -> Prepared:
+    """The `Prepared` inputs of a trial (prepares what is missing). `mmap=True` memory-maps the dense
+    arrays read-only instead of reading them (fast start for large Z; do not write into them)."""
+    names = [v.name for v in cfg.dataset(dataset).variants]
+    if variant not in names:
+        raise PoxmInputError(f"unknown variant '{variant}' of dataset '{dataset}'" + nearest(variant, names))
+    vdir = prepare(cfg, dataset, seed, cache_dir, progress=progress)[variant]
+    return load_variant(cache_dir, vdir, mmap)
+
+
+def load_variant(cache_dir: Path | str, vdir: Path | str, mmap: bool = False) -> Prepared:
+    """The `Prepared` inputs in the prepared variant directory `vdir` (and its parent levels, named in
+    its manifest, under `cache_dir`): no raw data, no config needed."""
+    cache_dir, vdir = Path(cache_dir), Path(vdir)
+    man = read_manifest(vdir)
+    parents = {k: cache_dir / p for k, p in man["key"]["parents"].items()}
+    mode = "r" if mmap else None
+
+    def arr(d: Path, name: str) -> np.ndarray:
+        return np.load(d / name, mmap_mode=mode)
+
+    def log(name: str) -> BanditLog:
+        with np.load(vdir / name) as z:
+            return BanditLog.from_npz(z)
+
+    meta = {"variant": man, "candidates": read_manifest(parents["candidates"]),
+            "model": read_manifest(parents["model"]), "data": read_manifest(parents["data"]),
+            "dirs": {"variant": str(vdir), **{k: str(p) for k, p in parents.items()}}}
+    return Prepared(
+        dataset=meta["data"]["key"]["identity"]["name"], variant=man["key"]["variant"]["name"],
+        seed=int(man["key"]["seed"]),
+        Z_train=arr(parents["model"], "Z_train.npy"), Z_test=arr(parents["model"], "Z_test.npy"),
+        W=arr(parents["model"], "W.npy"), b=arr(parents["model"], "b.npy"),
+        policy_train=VariantPolicy(arr(vdir, "policy_train_cand.npy"), arr(vdir, "policy_train_rho.npy")),
+        policy_test=VariantPolicy(arr(vdir, "policy_test_cand.npy"), arr(vdir, "policy_test_rho.npy")),
+        log_train=log("log_train.npz"), log_val=log("log_val.npz"),
+        inv_propensity=arr(parents["data"], "inv_propensity.npy"),
+        Y_test=sp.load_npz(parents["data"] / "Y_test.npz").tocsr(),
+        Y_train=sp.load_npz(parents["data"] / "Y_train.npz").tocsr(),
+        X_train=sp.load_npz(parents["data"] / "X_train.npz").tocsr(),
+        X_test=sp.load_npz(parents["data"] / "X_test.npz").tocsr(),
+        meta=meta)
