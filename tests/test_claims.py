@@ -1,4 +1,4 @@
-"""The claims table (paired differences over seeds, bootstrap interval, verdict) and selection
+"""The claims table (paired differences over seeds and test instances, t-interval, Holm verdicts) and selection
 stability, on hand-built rows and selection frames."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from orchestration.report import claims as C
 from orchestration.report.stability import stability, stability_table
@@ -40,45 +41,78 @@ def _claims(rows, criterion="IS"):
     return C.claims(rows, select(rows, criterion), criterion)
 
 
-def test_paired_difference_hand_computed_and_bootstrap_matches_numpy():
+def test_paired_difference_hand_computed_and_t_interval_matches_scipy():
     f = _claims(_rows())
     assert list(f.columns) == C.CLAIM_COLUMNS
     assert f["claim"].tolist() == ["poxm_vs_logging"]     # no DM, BanditNet, ...: those rows are omitted
-    r = f.iloc[0]
+    r = f.set_index("claim").loc["poxm_vs_logging"]
     d = np.array([10.0, 5.0, 20.0])                       # (0.30, 0.25, 0.40) - 0.20, x100, at IS's p = 20
-    assert r["diff"] == pytest.approx(35.0 / 3) and r["n"] == 3 and r["seeds"] == "0 1 2"
-    idx = np.random.default_rng(0).integers(0, 3, size=(10_000, 3))   # independent: same RNG, same B
-    lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975])
-    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((lo, hi))
-    # with 3 seeds each extreme resample has probability 1/27 > 2.5 %: the interval is the range
-    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((5.0, 20.0))
-    assert r["verdict"] == "holds" and r["criterion"] == "IS" and not r["paper_criterion"]
+    assert r["diff"] == pytest.approx(35.0 / 3) and r["n"] == 3 and r["seeds"] == "0 1 2" and r["signs"] == "3/3"
+    # no per-instance values here: the paired t-interval over seeds, as scipy computes it
+    t = stats.ttest_1samp(d, 0.0)
+    lo, hi = t.confidence_interval(0.95)
+    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((lo, hi)) and r["p_value"] == pytest.approx(t.pvalue)
+    assert r["interval"] == "t (seeds)" and r["df"] == 2
+    assert r["p_holm"] == pytest.approx(t.pvalue)        # a family of one
+    assert r["verdict"] == ("holds" if t.pvalue < 0.05 else "undecided") and not r["paper_criterion"]
     s = _claims(_rows(), "SNIS").iloc[0]                  # SNIS chose the other head: +50 everywhere
     assert s["diff"] == pytest.approx(35.0 / 3 + 50) and s["paper_criterion"]
 
 
 @pytest.mark.parametrize("poxm, verdict", [((0.10, 0.15, 0.12), "fails"),     # every seed below logging
                                            ((0.30, 0.15, 0.25), "undecided"),  # one seed below
-                                           ((0.21, 0.22, 0.23), "holds")])
-def test_verdict_from_the_interval(poxm, verdict):
+                                           ((0.25, 0.26, 0.27), "holds")])
+def test_verdict_from_the_holm_adjusted_test(poxm, verdict):
     assert _claims(_rows(poxm_r5=poxm)).iloc[0]["verdict"] == verdict
 
 
-def test_verdict_rules_and_one_seed():
-    assert C.verdict(0.1, 2.0) == "holds" and C.verdict(-2.0, -0.1) == "fails"
-    assert C.verdict(-1.0, 1.0) == "undecided" and C.verdict(0.0, 1.0) == "undecided"   # touches 0
-    assert C.verdict(math.nan, math.nan) == "undecided"
-    one = C.paired([3.0])
-    assert one["diff"] == 3.0 and one["n"] == 1 and math.isnan(one["ci_lo"]) and one["verdict"] == "undecided"
-    f = _claims(_rows(poxm_r5=(0.30,), logging_r5=(0.20,)))
-    assert f.iloc[0]["n"] == 1 and f.iloc[0]["verdict"] == "undecided"
-    assert C.cell_text(f.iloc[0]) == "+10.00"
+def test_too_few_seeds_gives_no_verdict():
+    one = _claims(_rows(poxm_r5=(0.30,), logging_r5=(0.20,))).iloc[0]
+    assert one["n"] == 1 and math.isnan(one["ci_lo"]) and one["verdict"] == "too few seeds"
+    assert C.cell_text(one) == "+10.00"
+    two = _claims(_rows(poxm_r5=(0.30, 0.40), logging_r5=(0.20, 0.20))).iloc[0]
+    assert two["n"] == 2 and two["verdict"] == "too few seeds" and math.isnan(two["p_holm"])
+    assert math.isfinite(two["ci_lo"])          # an interval (df 1: wide), but no verdict
+
+
+def test_instance_term_widens_the_interval_and_holm_spans_the_family():
+    rows = to_frame(sum((_point("logging", s, 0.2, variant=v, dataset=ds) + _point("poxm", s, 0.25 + 0.01 * s,
+                         p=10, lam=0.9, variant=v, dataset=ds, val={"IS": 1.0})
+                         for s in range(4) for v in ("A", "B") for ds in ("d", "e")), []))
+    rng = np.random.default_rng(0)
+    inst = {}
+    for ds in ("d", "e"):
+        for v in ("A", "B"):
+            for s in range(4):
+                x = rng.random(50)
+                x = x - x.mean() + 0.25 + 0.01 * s          # per-instance values whose mean is the row's
+                inst[C.instance_key(ds, v, s, "poxm", 10, 0.9, "R@5")] = x.astype(np.float32)
+                inst[C.instance_key(ds, v, s, "logging", -1, math.nan, "R@5")] = np.full(50, 0.2, np.float32)
+    sel = select(rows, "IS")
+    without = C.claims(rows, sel, "IS").set_index(["dataset", "variant", "claim"])
+    withi = C.claims(rows, sel, "IS", inst).set_index(["dataset", "variant", "claim"])
+    a, b = without.loc[("d", "A", "poxm_vs_logging")], withi.loc[("d", "A", "poxm_vs_logging")]
+    assert a["diff"] == pytest.approx(b["diff"], abs=1e-4) and b["interval"] == "t (seeds + test instances)"
+    assert b["ci_hi"] - b["ci_lo"] > a["ci_hi"] - a["ci_lo"] and b["m"] == 50
+    # hand-computed: seed term from the rows' per-seed differences, instance term from the seed means
+    d = np.array([5.0, 6.0, 7.0, 8.0])
+    D = np.stack([100 * (inst[C.instance_key("d", "A", s, "poxm", 10, 0.9, "R@5")].astype(float) - 0.2)
+                  for s in range(4)])
+    v1, v2 = d.var(ddof=1) / 4, D.mean(0).var(ddof=1) / 50
+    df = (v1 + v2) ** 2 / (v1 ** 2 / 3 + v2 ** 2 / 49)
+    half = stats.t.ppf(0.975, df) * math.sqrt(v1 + v2)
+    assert (b["ci_lo"], b["ci_hi"]) == pytest.approx((b["diff"] - half, b["diff"] + half), rel=1e-6)
+    # Holm over the claim's 4 cells (2 datasets x 2 variants): the smallest p times 4, then step down
+    fam = withi.xs("poxm_vs_logging", level="claim")
+    p = np.sort(fam["p_value"].to_numpy())
+    expect = np.maximum.accumulate(np.minimum(1, (4 - np.arange(4)) * p))
+    assert np.sort(fam["p_holm"].to_numpy()) == pytest.approx(expect)
 
 
 def test_every_pair_its_metric_and_p_grows_from_a_to_c():
     rows = []
     for v, p in (("A", 10), ("C", 50)):
-        for s in (0, 1):
+        for s in (0, 1, 2):
             rows += _point("logging", s, 0.1, variant=v)
             rows += _point("dm", s, 0.3, variant=v)
             rows += _point("poxm", s, 0.2 + 0.01 * s, p=p, lam=0.9, variant=v, val={"IS": 1.0}, psr5=0.5)
@@ -86,29 +120,42 @@ def test_every_pair_its_metric_and_p_grows_from_a_to_c():
             rows += _point("wpoxm", s, 0.1, p=p, lam=0.9, variant=v, val={"IS": 1.0}, psr5=0.6 + 0.02 * s)
             rows += _point("wpoxm", s, 0.1, p=20, lam=0.9, variant=v, val={"IS": 0.5}, psr5=0.0)
     f = _claims(to_frame(rows)).set_index(["claim", "variant"])
-    assert set(f.index) == {(k, v) for k in ("poxm_vs_logging", "poxm_vs_dm", "wpoxm_vs_poxm") for v in "AC"} | {
-        ("p_grows", "A→C")}
-    assert f.loc[("poxm_vs_dm", "A"), "diff"] == pytest.approx(-9.5)           # (-10, -9) x100
+    assert set(f.index) == {(k, v) for k in ("poxm_vs_logging", "poxm_vs_dm", "wpoxm_vs_poxm", "dm_vs_logging")
+                            for v in "AC"} | {("p_grows", "A→C")}
+    assert f.loc[("poxm_vs_dm", "A"), "diff"] == pytest.approx(-9.0)           # (-10, -9, -8) x100
+    assert f.loc[("dm_vs_logging", "A"), "diff"] == pytest.approx(20.0)
     w = f.loc[("wpoxm_vs_poxm", "C")]
-    assert w["metric"] == "PSR@5" and w["diff"] == pytest.approx(11.0)          # (0.6 - 0.5, 0.62 - 0.5)
+    assert w["metric"] == "PSR@5" and w["diff"] == pytest.approx(12.0)          # (0.6, 0.62, 0.64) - 0.5
     p = f.loc[("p_grows", "A→C")]
-    assert p["metric"] == "p" and p["diff"] == pytest.approx(40.0) and p["n"] == 2
-    assert (p["ci_lo"], p["ci_hi"]) == (40.0, 40.0) and p["verdict"] == "holds"
+    assert p["metric"] == "p" and p["diff"] == pytest.approx(40.0) and p["n"] == 3
+    assert (p["ci_lo"], p["ci_hi"]) == (40.0, 40.0) and p["verdict"] == "holds"   # no spread at all
     only_a = to_frame([r for r in rows if r["variant"] == "A"])
     assert "p_grows" not in set(_claims(only_a)["claim"])                      # needs both A and C
+
+
+def test_poxm_against_the_logging_policys_greedy_ranking():
+    rows = []
+    for s in range(3):
+        rows += _point("logging", s, 0.2) + [make_row(dataset="d", variant="A", method="logging", p=None, lam=None,
+                                                      seed=s, epoch=0, final=True, split="test", metric="P@5",
+                                                      value=0.35)]
+        rows += _point("poxm", s, 0.30 + 0.01 * s, p=10, lam=0.9, val={"IS": 1.0})
+    r = _claims(to_frame(rows)).set_index("claim").loc["poxm_vs_logging_greedy"]
+    assert r["metric"] == "R@5 vs P@5" and r["diff"] == pytest.approx(-4.0) and r["signs"] == "0/3"
 
 
 def test_table_summary_and_mlflow_names():
     f = pd.concat([_claims(_rows()), _claims(_rows(), "SNIS")], ignore_index=True)
     t = C.claims_table(f, ["IS", "SNIS"])
-    assert t.name == "claims" and t.columns[3:7] == ["IS: Δ [95 % CI]", "IS: verdict",
-                                                       "SNIS (paper's): Δ [95 % CI]", "SNIS (paper's): verdict"]
-    assert t.rows[0][:5] == ["POXM > logging policy", "A", "R@5 ×100", "+11.67 [+5.00, +20.00]", "holds"]
+    assert t.name == "claims" and t.columns[3:7] == ["IS: Δ [95 % CI]", "IS: seeds > 0", "IS: Holm p", "IS: verdict"]
+    r = f[(f["criterion"] == "IS")].iloc[0]
+    assert t.rows[0][:7] == ["POXM > logging policy", "A", "R@5 ×100", C.cell_text(r), "3/3",
+                             f"{r['p_holm']:.3f}", r["verdict"]]
     text = C.summary_text(f, ["IS", "SNIS"])
-    assert "under IS" in text and "+11.67 H/H" in text
+    assert "under IS" in text and "+11.67 " in text and "too few seeds" in text
     m = C.mlflow_metrics(f)
     assert m["claims/IS/d/poxm_vs_logging/A/diff"] == pytest.approx(35.0 / 3)
-    assert m["claims/SNIS/d/poxm_vs_logging/A/verdict"] == 1.0
+    assert m["claims/IS/d/poxm_vs_logging/A/p_holm"] == pytest.approx(r["p_holm"])
     assert not any(ch in k for k in m for ch in "@=")
 
 
@@ -166,6 +213,6 @@ def test_cli_prints_the_claims_of_a_built_report(tmp_path, capsys):
     _print_claims(tmp_path)
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("claims: ") and "verdicts IS/SNIS" in out[1]
-    assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 H/H")
+    assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 ?/H")   # d (10, 5, 20): p 0.14 under IS
     _print_claims(tmp_path / "nothing-here")          # a report without claims: nothing printed
     assert capsys.readouterr().out == ""

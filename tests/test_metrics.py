@@ -369,3 +369,35 @@ def test_stochastic_bad_input(support, probs, extra, msg):
     with pytest.raises(PoxmInputError) as e:
         stochastic_metrics(csr([[0]], 4), np.array(support), np.array(probs), INV_HAND, ks=(1, 2), **extra)
     assert msg in str(e.value)
+
+
+def test_per_instance_values_average_to_the_metric_and_match_a_row_loop():
+    """Each instance's share (what a claim's test-set term reads): its mean is the metric itself, in the
+    exact, the NumPy Monte-Carlo and the torch Monte-Carlo paths; the greedy shares against a plain loop."""
+    import scipy.sparse as sp
+    import torch
+
+    from poxm_core.metrics.ranking import greedy_metrics, greedy_per_instance
+    from poxm_core.metrics.slate import stochastic_metrics
+    rng = np.random.default_rng(0)
+    n, L, m = 150, 30, 8
+    Y = sp.csr_matrix((rng.random((n, L)) < 0.15).astype(np.float32))
+    sup = np.stack([rng.choice(L, m, replace=False) for _ in range(n)]).astype(np.int64)
+    pr = rng.dirichlet(np.ones(m), n)
+    inv = 1 + 3 * rng.random(L)
+    for budget, dev in ((10**9, None), (0, None), (0, torch.device("cpu"))):
+        per = {"R@5": None, "PSR@5": None, "nDCR@3": None, "R@1": None}
+        out = stochastic_metrics(Y, sup, pr, inv, (1, 3, 5), n_slates=8, seed=2, exact_budget=budget, device=dev,
+                                 per_instance=per)
+        for k, v in per.items():
+            assert v.shape == (n,) and v.mean() == pytest.approx(out[k], abs=1e-12), (budget, dev, k)
+    ranked = np.take_along_axis(sup, np.argsort(-pr, 1)[:, :5], 1)
+    g, gi = greedy_metrics(Y, ranked, inv, (5,)), greedy_per_instance(Y, ranked, inv, 5)
+    dense = Y.toarray() > 0
+    hits = np.array([[dense[i, y] for y in ranked[i]] for i in range(n)])
+    best = np.array([np.sort(inv[dense[i]])[::-1][:5].sum() for i in range(n)])
+    assert gi["P@5"] == pytest.approx(hits.mean(1))
+    assert gi["PSP@5"] == pytest.approx((hits * inv[ranked]).sum(1) / best.mean())
+    assert (gi["P@5"].mean(), gi["PSP@5"].mean()) == pytest.approx((g["P@5"], g["PSP@5"]))
+    with pytest.raises(PoxmInputError, match="per_instance"):
+        stochastic_metrics(Y, sup, pr, inv, (1, 5), per_instance={"R@4": None})

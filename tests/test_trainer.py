@@ -208,6 +208,17 @@ def test_rows_schema_files_and_metric_names(tmp_path):
     assert conf["trial"] == spec.to_dict() and conf["config"]["training"]["epochs"] == 1
     assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
     assert len(final_table(df)) == len(spec.heads)
+    # every head's per-instance test values, whose means are its rows' values (the claims' test-set term)
+    with np.load(tmp_path / "test_instances.npz") as z:
+        assert len(z.files) == 3 * len(spec.heads)
+        for h in spec.heads:
+            v = fin[(fin.method == h.method) & (fin.p == (h.p or -1)) & (fin.split == "test")].set_index("metric").value
+            for m, twin in (("R@5", "P@5"), ("PSR@5", "PSP@5"), ("P@5", "P@5")):
+                p = -1 if h.p is None else h.p
+                lam = "nan" if h.lam is None else repr(float(h.lam))
+                a = z[f"{spec.dataset}|{spec.variant}|{spec.seed}|{h.method}|{p}|{lam}|{m}"]
+                assert a.shape == (PREP.Y_test.shape[0],)
+                assert float(a.astype(float).mean()) == pytest.approx(v.get(m, v[twin]), abs=1e-6)
 
 
 def test_greedy_policy_metrics_are_exact():

@@ -15,6 +15,7 @@ tables and claims are always there.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -23,6 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -39,7 +41,7 @@ from orchestration.stages.selection import (DEFAULT_CRITERION, PAPER_CRITERION, 
                                      check_rows, select_run, selected_rows, selection_label, val_criteria)
 from poxm_core.common.atomic import publish
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.common.results import COLUMNS
+from poxm_core.common.results import COLUMNS, INSTANCES
 
 PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
 
@@ -284,7 +286,10 @@ def _selected_blocks(run_dir: Path, out: Path, chosen: RunSelection | None, rows
     if paper_sel is not None:
         paper_stats = seed_stats(selected_rows(rows, paper_sel, selection_label(PAPER_CRITERION)))
     shown = [criterion] + ([PAPER_CRITERION] if paper_sel is not None else [])
-    claim_frames = [f for f in (C.claims(rows, s, c) for c, s in zip(shown, [selection, paper_sel])) if len(f)]
+    inst_file = run_dir / "results" / INSTANCES
+    with (np.load(inst_file) if inst_file.is_file() else contextlib.nullcontext()) as instances:
+        claim_frames = [f for f in (C.claims(rows, s, c, instances) for c, s in zip(shown, [selection, paper_sel]))
+                        if len(f)]
     claim_frame = pd.concat(claim_frames, ignore_index=True) if claim_frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
     sel_path = out / "selection.csv"
     T.atomic_write_text(sel_path, chosen.frame().to_csv(index=False))

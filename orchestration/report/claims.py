@@ -1,23 +1,29 @@
 """The claims table: what the benchmark says about each claim, per dataset and variant (the report's
-first table, the end of `poxm run` / `poxm report`, and metrics of the sweep's MLflow parent run).
+first table, the end of `poxm run` / `poxm report`, and the sweep's MLflow parent run).
 
 A claim compares two methods at their selected heads on one test metric:
 
   poxm_vs_logging, poxm_vs_dm, poxm_vs_banditnet, poxm_vs_pm_banditnet   POXM > the other (R@5; the paper's)
   wpoxm_vs_poxm      wPOXM > POXM on PSR@5 (the paper's)
   dr_poxm_vs_poxm    DR-POXM > POXM on R@5 (ours: the paper leaves DR-POXM to future work)
+  dm_vs_logging      DM > the logging policy (R@5; a row the paper leaves out)
+  poxm_vs_logging_greedy   POXM's R@5 > the logging policy's greedy ranking's P@5 (would deploying the
+                     logging policy's top-5, the logging model's own ranking where beta = 0, have done better?)
 
 and, per dataset, p_grows: POXM's selected p at variant C minus at variant A (the paper: the more
 stochastic the logging policy, the larger the selected p).
 
-For each claim and seed the paired difference d_s = value(first) − value(second) at the heads the
-criterion selected for that seed (×100 like the report's metrics; p as it is). Reported: the mean
-of d_s over the n seeds where both exist, the paired 95 % percentile bootstrap interval of that mean
-(``aggregate.bootstrap_ci``: seeds resampled with replacement, B = 10,000, seeded so a report
-rebuilds identically) and a verdict: holds (interval above 0), fails (interval below 0), undecided
-(the interval contains 0, or one seed: no interval). With 3 seeds the percentile interval is the
-range of the d_s, so "holds" then means every seed agrees. A claim whose methods or variants the run
-lacks has no row. Pure functions of result rows and a selection frame (``selection.select``).
+For each claim and seed, the paired difference d_s = value(first) − value(second) at the heads the
+criterion selected for that seed (×100 like the report's metrics; p as it is), with, where the run
+kept them (results/test_instances.npz), each test instance's difference too. Reported
+(``inference.paired_inference``): the mean of d_s over the n seeds where both exist, a 95 % interval
+that covers seed variation and test-set sampling (a t-interval on the sum of a seed term and an
+instance term, Welch–Satterthwaite df; the seed term alone for p and for runs without per-instance
+values), the per-seed sign count, the raw p-value and Holm's adjusted one within each claim (all
+datasets × variants of that claim and criterion), and a verdict from the adjusted p: holds,
+fails, undecided, or "too few seeds" below ``inference.MIN_SEEDS``. A claim whose methods or
+variants the run lacks has no row. Pure functions of result rows, a selection frame
+(``selection.select``) and the per-instance values.
 """
 from __future__ import annotations
 
@@ -29,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestration.report.aggregate import bootstrap_ci
+from orchestration.report.inference import (ALPHA, MIN_SEEDS, SEEDS_AND_INSTANCES, TOO_FEW, holm, paired_inference,
+                                            verdict_of)
 from orchestration.report.table_format import Table
 from orchestration.stages.selection import PAPER_CRITERION, selected_rows, selection_label
 
@@ -42,6 +49,7 @@ class Claim:
     second: str
     metric: str
     source: str      # 'paper' or 'ours'
+    second_metric: str | None = None   # the second method's metric where it differs (a greedy ranking's P@5)
 
 
 CLAIMS = (
@@ -51,37 +59,20 @@ CLAIMS = (
     Claim("poxm_vs_pm_banditnet", "POXM > PM-BanditNet", "poxm", "pm_banditnet", "R@5", "paper"),
     Claim("wpoxm_vs_poxm", "wPOXM > POXM", "wpoxm", "poxm", "PSR@5", "paper"),
     Claim("dr_poxm_vs_poxm", "DR-POXM > POXM", "dr_poxm", "poxm", "R@5", "ours"),
+    Claim("dm_vs_logging", "DM > logging policy", "dm", "logging", "R@5", "ours"),
+    Claim("poxm_vs_logging_greedy", "POXM > logging policy's greedy top-5", "poxm", "logging", "R@5", "ours",
+          second_metric="P@5"),
 )
 P_CLAIM = Claim("p_grows", "POXM's selected p grows from A to C", "poxm", "poxm", "p", "paper")
 P_FROM, P_TO = "A", "C"
 P_VARIANT = f"{P_FROM}→{P_TO}"
 SCALE = 100.0
-VERDICT_SCORE = {"holds": 1, "undecided": 0, "fails": -1}
+VERDICT_SCORE = {"holds": 1, "undecided": 0, "fails": -1, TOO_FEW: 0}
 CLAIM_COLUMNS = ["criterion", "paper_criterion", "dataset", "variant", "claim", "claim_text", "source",
-                 "metric", "diff", "ci_lo", "ci_hi", "verdict", "n", "seeds"]
+                 "metric", "diff", "ci_lo", "ci_hi", "verdict", "n", "seeds", "signs", "positive", "negative",
+                 "se", "df", "p_value", "p_holm", "interval", "m", "v_seed", "v_inst"]
 # a deterministic slate has R@k = P@k ...: a greedy method written without stochastic rows uses its twin
 _TWIN = {"R@": "P@", "nDCR@": "nDCG@", "PSR@": "PSP@"}
-
-
-def verdict(lo: float, hi: float) -> str:
-    """'holds' when the interval lies above 0, 'fails' below 0, else (or without an interval) 'undecided'."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "undecided"
-    if lo > 0:
-        return "holds"
-    if hi < 0:
-        return "fails"
-    return "undecided"
-
-
-def paired(diffs) -> dict:
-    """Mean, bootstrap 95 % interval (nan with one seed), verdict and n of per-seed paired differences."""
-    d = np.asarray(diffs, dtype=float)
-    d = d[np.isfinite(d)]
-    if not len(d):
-        return {"diff": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "verdict": "undecided", "n": 0}
-    lo, hi = bootstrap_ci(d)
-    return {"diff": float(d.mean()), "ci_lo": lo, "ci_hi": hi, "verdict": verdict(lo, hi), "n": int(len(d))}
 
 
 def _twin(metric: str) -> str:
@@ -118,23 +109,71 @@ def _per_seed(lookup, dataset: str, variant: str, method: str, metric: str) -> p
     return pd.Series(dtype=float)
 
 
+def instance_key(dataset, variant, seed, method, p, lam, metric) -> str:
+    """The key of one head's per-instance values in results/test_instances.npz (training/reporting.py)."""
+    p = -1 if p is None or (isinstance(p, float) and math.isnan(p)) else int(p)
+    lam = "nan" if lam is None or (isinstance(lam, float) and math.isnan(lam)) else repr(float(lam))
+    return f"{dataset}|{variant}|{int(seed)}|{method}|{p}|{lam}|{metric}"
+
+
+def _instance_lookup(sel: pd.DataFrame, instances):
+    """lookup(dataset, variant, method, seed, metric) -> the selected head's (n_test,) values or None."""
+    if instances is None:
+        return lambda *a: None
+    heads = {(str(r.dataset), str(r.variant), str(r.method), int(r.seed)): (r.p, r.lam)
+             for r in sel.itertuples(index=False)}
+
+    def lookup(dataset, variant, method, seed, metric):
+        pl = heads.get((dataset, variant, method, int(seed)))
+        if pl is None:
+            return None
+        for m in (metric, _twin(metric)):
+            k = instance_key(dataset, variant, seed, method, pl[0], pl[1], m)
+            if k in instances:
+                return np.asarray(instances[k], dtype=float)
+        return None
+    return lookup
+
+
 def _record(criterion: str, dataset: str, variant: str, claim: Claim, a: pd.Series, b: pd.Series,
-            scale: float) -> dict | None:
+            scale: float, inst=None) -> dict | None:
     seeds = sorted(set(a.index) & set(b.index))
     if not seeds:
         return None
     diffs = scale * (a.loc[seeds].to_numpy(dtype=float) - b.loc[seeds].to_numpy(dtype=float))
+    per = None
+    if inst is not None:
+        xs = [inst(dataset, variant, claim.first, s, claim.metric) for s in seeds]
+        ys = [inst(dataset, variant, claim.second, s, claim.second_metric or claim.metric) for s in seeds]
+        if all(x is not None for x in xs + ys) and len({len(x) for x in xs + ys}) == 1:
+            per = scale * (np.stack(xs) - np.stack(ys))
+    r = paired_inference(diffs, per)
     return {"criterion": criterion, "paper_criterion": criterion == PAPER_CRITERION, "dataset": dataset,
             "variant": variant, "claim": claim.key, "claim_text": claim.text, "source": claim.source,
-            "metric": claim.metric, **paired(diffs), "seeds": " ".join(str(int(s)) for s in seeds)}
+            "metric": claim.metric if claim.second_metric is None else f"{claim.metric} vs {claim.second_metric}",
+            **r, "signs": f"{r['positive']}/{r['n']}", "seeds": " ".join(str(int(s)) for s in seeds)}
 
 
-def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str) -> pd.DataFrame:
+def with_verdicts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Holm's adjusted p-values within each (criterion, claim) over its datasets × variants (cells with
+    fewer than MIN_SEEDS seeds left out of the family), and the verdicts they give."""
+    f = frame.copy()
+    f["p_holm"] = np.nan
+    for _, idx in f.groupby(["criterion", "claim"], sort=False).groups.items():
+        sub = f.loc[idx]
+        p = sub["p_value"].where(sub["n"] >= MIN_SEEDS)
+        f.loc[idx, "p_holm"] = holm(p.to_numpy(dtype=float))
+    f["verdict"] = [verdict_of(d, p, n) for d, p, n in zip(f["diff"], f["p_holm"], f["n"])]
+    return f
+
+
+def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str, instances=None) -> pd.DataFrame:
     """Every claim the run can check, under the honest selection by `criterion` in `selection`.
 
     `rows`: result rows (``selection.check_rows``); `selection`: from ``selection.select(rows,
-    criterion)`` (other labels in it are ignored). Columns ``CLAIM_COLUMNS``; one row per (dataset,
-    variant, claim) with at least one seed where both methods have a value.
+    criterion)`` (other labels in it are ignored); `instances`: a mapping of per-instance test values
+    (results/test_instances.npz opened with np.load) or None. Columns ``CLAIM_COLUMNS``; one row per
+    (dataset, variant, claim) with at least one seed where both methods have a value.
     """
     label = selection_label(criterion)
     sel = selection[selection["selection"] == label]
@@ -142,13 +181,14 @@ def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str) -> pd.Da
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     test = selected_rows(rows, sel, label, split="test")
     values = _last_values(test)
+    inst = _instance_lookup(sel, instances)
     recs = []
     for d in sorted(sel["dataset"].astype(str).unique()):
         variants = sorted(sel[sel["dataset"] == d]["variant"].astype(str).unique())
         for c in CLAIMS:
             for v in variants:
                 r = _record(criterion, d, v, c, _per_seed(values, d, v, c.first, c.metric),
-                            _per_seed(values, d, v, c.second, c.metric), SCALE)
+                            _per_seed(values, d, v, c.second, c.second_metric or c.metric), SCALE, inst)
                 if r is not None:
                     recs.append(r)
         if P_FROM in variants and P_TO in variants:
@@ -158,7 +198,8 @@ def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str) -> pd.Da
             r = _record(criterion, d, P_VARIANT, P_CLAIM, at[P_TO], at[P_FROM], 1.0)
             if r is not None:
                 recs.append(r)
-    return pd.DataFrame(recs, columns=CLAIM_COLUMNS)
+    frame = pd.DataFrame(recs, columns=[c for c in CLAIM_COLUMNS if c != "p_holm"] + ["p_holm"])
+    return with_verdicts(frame)[CLAIM_COLUMNS] if len(frame) else pd.DataFrame(columns=CLAIM_COLUMNS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,6 +207,12 @@ def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str) -> pd.Da
 
 def _num(v: float, p: bool) -> str:
     return f"{v:+.1f}" if p else f"{v:+.2f}"
+
+
+def _p_text(p: float) -> str:
+    if not math.isfinite(p):
+        return "—"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def cell_text(r) -> str:
@@ -192,7 +239,7 @@ def claims_table(frame: pd.DataFrame, criteria: list[str]) -> Table:
     columns = ["Claim", "Variant", "Metric"]
     for c in criteria:
         h = column_name(c)
-        columns += [f"{h}: Δ [95 % CI]", f"{h}: verdict"]
+        columns += [f"{h}: Δ [95 % CI]", f"{h}: seeds > 0", f"{h}: Holm p", f"{h}: verdict"]
     columns.append("seeds")
     order = [c.key for c in CLAIMS] + [P_CLAIM.key]
     rows, sections, bold = [], {}, set()
@@ -210,26 +257,32 @@ def claims_table(frame: pd.DataFrame, criteria: list[str]) -> Table:
             for c in criteria:
                 if c in here.index:
                     r = here.loc[c]
-                    row += [cell_text(r), r["verdict"]]
-                    if r["verdict"] != "undecided":
+                    row += [cell_text(r), str(r["signs"]), _p_text(r["p_holm"]), r["verdict"]]
+                    if r["verdict"] in ("holds", "fails"):
                         bold.add((len(rows), len(row) - 1))
                 else:
-                    row += ["—", "—"]
+                    row += ["—", "—", "—", "—"]
             row.append("/".join(sorted({str(int(here.loc[c, "n"])) for c in criteria if c in here.index})))
             rows.append(row)
     notes = ["Δ: mean over seeds of the paired difference first − second method (test metric ×100 at the "
-             "heads each criterion selected on the validation log; p as it is). 95 % CI: percentile "
-             "bootstrap over seeds (seeds resampled with replacement, 10,000 resamples, fixed seed). "
-             "Verdict: holds (interval above 0), fails (below 0), undecided (contains 0, or one seed). "
-             f"Criteria: {', '.join(criterion_name(c) for c in criteria)}. Test labels choose nothing."]
-    if len(f) and int(f["n"].max()) <= 3:
-        notes.append("With 3 seeds or fewer the interval is the range of the per-seed differences: "
-                     "holds means every seed agrees.")
+             "heads each criterion selected on the validation log; p as it is). "
+             "95 % CI: a t-interval whose variance adds the seed-to-seed variance of the per-seed differences "
+             "and the test-set sampling variance of the seed-averaged per-instance differences (every seed "
+             "shares one test set), degrees of freedom by Welch–Satterthwaite; for p, and for runs without "
+             "per-instance values, the paired t-interval over seeds. Seeds > 0: seeds whose difference is "
+             f"positive, of those paired. Holm p: the two-sided p-value adjusted (Holm) within each claim over "
+             f"its datasets × variants. Verdict: holds (Holm p < {ALPHA} and Δ > 0), fails (Holm p < {ALPHA} "
+             f"and Δ < 0), undecided (otherwise), {TOO_FEW} (fewer than {MIN_SEEDS} seeds: no verdict, "
+             "not in the Holm family); the unadjusted interval may exclude 0 where the adjusted verdict is "
+             f"undecided. Criteria: {', '.join(criterion_name(c) for c in criteria)}. Test labels choose nothing."]
+    if len(f) and (f["interval"] != SEEDS_AND_INSTANCES).any() and (f["metric"] != "p").any():
+        notes.append("Some rows have no per-instance test values (a run from before they were kept): their "
+                     "interval covers the seeds only and is narrower than it should be.")
     return Table(name="claims", title="Claims: what this benchmark says", columns=columns, rows=rows,
                  bold=bold, sections=sections, notes=notes, frame=frame.reset_index(drop=True))
 
 
-_LETTER = {"holds": "H", "fails": "F", "undecided": "?"}
+_LETTER = {"holds": "H", "fails": "F", "undecided": "?", TOO_FEW: "n"}
 
 
 def summary_text(frame: pd.DataFrame, criteria: list[str]) -> str | None:
@@ -240,7 +293,8 @@ def summary_text(frame: pd.DataFrame, criteria: list[str]) -> str | None:
         return None
     main = criteria[0]
     head = (f"claims: mean paired difference over seeds (x100; p as is) under {main}; verdicts "
-            + "/".join(criteria) + " (H holds, F fails, ? undecided: the 95 % interval contains 0)")
+            + "/".join(criteria) + f" (H holds, F fails, ? undecided, n too few seeds (< {MIN_SEEDS}); "
+            "Holm-adjusted within each claim)")
     out = [head]
     order = [c.key for c in CLAIMS] + [P_CLAIM.key]
     for d in sorted(f["dataset"].unique()):
@@ -273,7 +327,8 @@ def claims_markdown(frames: list[pd.DataFrame | None], criterion: str = "IS") ->
     c = pd.concat([f for f in frames if f is not None], ignore_index=True)
     c = c[c["criterion"] == criterion]
     variants = list(dict.fromkeys(c["variant"]))
-    lines = [f"| claim ({criterion}; H holds, F fails, ? undecided) | dataset | " + " | ".join(variants) + " |",
+    lines = [f"| claim ({criterion}; H holds, F fails, ? undecided, n too few seeds; Holm) | dataset | "
+             + " | ".join(variants) + " |",
              "|---|---|" + "---|" * len(variants)]
     for claim in dict.fromkeys(c["claim_text"]):
         for d in dict.fromkeys(c["dataset"]):
@@ -296,13 +351,15 @@ def _name(part: str) -> str:
 
 
 def mlflow_metrics(frame: pd.DataFrame) -> dict[str, float]:
-    """'claims/<criterion>/<dataset>/<claim>/<variant>/{diff,lo,hi,verdict,n}' (verdict +1 holds, 0
-    undecided, -1 fails); names use only what MLflow accepts (no '@', no '='), a missing interval is left out."""
+    """'claims/<criterion>/<dataset>/<claim>/<variant>/{diff,lo,hi,p_holm,verdict,n}' (verdict +1 holds, 0
+    undecided or too few seeds, -1 fails); names use only what MLflow accepts (no '@', no '='), a missing
+    interval is left out."""
     out: dict[str, float] = {}
     for r in frame.itertuples(index=False):
         v = "A_to_C" if r.variant == P_VARIANT else r.variant
         base = "/".join(["claims"] + [_name(x) for x in (r.criterion, r.dataset, r.claim, v)])
-        vals = {"diff": r.diff, "lo": r.ci_lo, "hi": r.ci_hi, "verdict": VERDICT_SCORE[r.verdict], "n": r.n}
+        vals = {"diff": r.diff, "lo": r.ci_lo, "hi": r.ci_hi, "p_holm": r.p_holm, "verdict": VERDICT_SCORE[r.verdict],
+                "n": r.n}
         out.update({f"{base}/{k}": float(x) for k, x in vals.items() if math.isfinite(float(x))})
     return out
 
@@ -313,7 +370,7 @@ def read_claims(report_dir) -> pd.DataFrame | None:
     if not f.is_file():
         return None
     try:
-        df = pd.read_csv(f, dtype={"dataset": str, "variant": str, "seeds": str})
+        df = pd.read_csv(f, dtype={"dataset": str, "variant": str, "seeds": str, "signs": str})
     except pd.errors.EmptyDataError:
         return None
     return df if set(CLAIM_COLUMNS) <= set(df.columns) else None

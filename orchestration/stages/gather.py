@@ -1,5 +1,6 @@
 """The gather stage: every finished trial's rows into results/rows.csv, and the prepare stage's
-statistics into results/prepare.csv (what selection and the report read).
+statistics into results/prepare.csv (what selection and the report read), and the trials' per-instance
+test values into results/test_instances.npz (what the claims' intervals read).
 
 results/prepare.csv has columns dataset, variant, seed, metric, value:
   covering@k                 k = 1..K, share of true test labels inside the top-k of rho (paper Fig. 1)
@@ -16,12 +17,13 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from orchestration.rundir import RunDir, read_json, write_json
 from poxm_core.common.atomic import atomic_file
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.common.results import COLUMNS
+from poxm_core.common.results import COLUMNS, INSTANCES
 
 PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
 
@@ -65,6 +67,32 @@ def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:
     with atomic_file(rd.rows_csv) as tmp:
         Path(tmp).write_bytes(b"".join(texts))
     return pd.concat(frames, ignore_index=True)
+
+
+def gather_instances(rd: RunDir, trial_names: list[str]) -> int:
+    """results/test_instances.npz: every finished trial's per-instance test values (trials/<name>/
+    test_instances.npz, keys 'dataset|variant|seed|method|p|lam|metric'), what the claims' intervals
+    read for their test-set term. Returns the number of arrays (0: no file written, an older trial
+    kept none, and the claims fall back to the seed term alone)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name in trial_names:
+        f = rd.trial(name) / INSTANCES
+        if (rd.trial(name) / "done.json").is_file() and f.is_file():
+            try:
+                with np.load(f) as z:
+                    arrays.update({k: z[k] for k in z.files})
+            except (OSError, ValueError) as exc:
+                raise PoxmInputError(f"{f}: unreadable per-instance test values ({type(exc).__name__}); remove "
+                                     f"{rd.trial(name) / 'done.json'} and run `poxm resume {rd.root}` to recompute "
+                                     "that trial") from None
+    out = rd.root / "results" / INSTANCES
+    if not arrays:
+        out.unlink(missing_ok=True)
+        return 0
+    with atomic_file(out) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+    return len(arrays)
 
 
 def prepare_stats(dataset: str, seed: int, record: dict) -> list[dict]:

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep
@@ -27,6 +28,7 @@ from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_
 from poxm_core.common.atomic import publish
 from poxm_core.config.schema import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.results import INSTANCES
 
 # Keys that may differ between the runs of one merged report (besides those that change no number).
 FREE_KEYS = ("name", "seeds")
@@ -163,6 +165,20 @@ class _Run:
         return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def _merge_instances(files: list[Path], out: Path) -> None:
+    """The runs' per-instance test values in one results/test_instances.npz (keys name their seed, so
+    runs that differ in seeds never collide); none written when a run kept none (the claims then use
+    the seed term alone, for every run alike)."""
+    if not files or not all(f.is_file() for f in files):
+        return
+    arrays: dict = {}
+    for f in files:
+        with np.load(f) as z:
+            arrays.update({k: z[k] for k in z.files})
+    with open(out, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+
+
 def check_runs(given: list[str]) -> list[_Run]:
     """The runs of one merged report, checked: distinct, one config apart from name, seeds and the
     variants each ran; no (dataset, variant, seed) in two runs; a variant every run shares."""
@@ -250,6 +266,7 @@ def merge_report(given: list[str], out: str | os.PathLike | None = None, say=pri
         rows.to_csv(trd.rows_csv, index=False, columns=COLUMNS)
         if preps:
             pd.concat(preps, ignore_index=True).to_csv(trd.prepare_csv, index=False)
+        _merge_instances([r.rd.results / INSTANCES for r in runs], trd.results / INSTANCES)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.merge.old-", dir=out.parent))
             publish(out, old / "out")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestration.tracking import runs as tracking
-from orchestration.stages.gather import gather_prepare, gather_rows, select_and_report, sweep_summary
+from orchestration.stages.gather import gather_instances, gather_prepare, gather_rows, select_and_report, sweep_summary
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep, write_plan
 from orchestration.cluster.ray_setup import quiet_libraries
 from orchestration.rundir import acquire_driver, read_json, release_driver, remove_tmp_leftovers
@@ -184,6 +184,7 @@ def gather_select_report(plan: SweepPlan, prep, say) -> tuple:
     prepared, compute = prep.result()
     gather_prepare(plan.rd, prepared)
     rows = gather_rows(plan.rd, plan.names)
+    gather_instances(plan.rd, plan.names)
     report = select_and_report(plan.rd, plan.cfg.selection.criterion, rows, say)
     return prepared, compute, rows, report, time.perf_counter() - t
 
@@ -254,6 +255,7 @@ def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
                     for d in plan.cfg.datasets for s in plan.cfg.seeds}
         gather_prepare(rd, prepared)
     rows = gather_rows(rd, plan.names)
+    gather_instances(rd, plan.names)
     report = select_and_report(rd, plan.cfg.selection.criterion, rows, print)
     ml = read_json(rd.mlflow_runs, None)
     if log_mlflow and report is not None and ml:

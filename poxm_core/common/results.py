@@ -36,3 +36,7 @@ def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
 def mlflow_name(metric: str) -> str:
     """MLflow rejects '@' and '=': 'R@5' -> 'R_at_5'."""
     return metric.replace("@", "_at_").replace("=", "_eq_")
+
+# a trial's (and, gathered, a run's results/) per-instance test values of every head: np.savez arrays
+# keyed 'dataset|variant|seed|method|p|lam|metric', (n_test,) float32 each (training/reporting.py)
+INSTANCES = "test_instances.npz"

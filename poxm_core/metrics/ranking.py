@@ -23,7 +23,7 @@ from poxm_core.metrics.inputs import (check_count, check_ids, check_inv_prop, ch
                                      discount_cumsum, member, true_keys, truth_summaries)
 from poxm_core.metrics.slate import stochastic_metrics
 
-__all__ = ["greedy_metrics", "psp_unnormalised", "stochastic_metrics", "greedy_from_policy",
+__all__ = ["greedy_metrics", "greedy_per_instance", "psp_unnormalised", "stochastic_metrics", "greedy_from_policy",
            "covering_curve"]
 
 
@@ -76,6 +76,29 @@ def greedy_metrics(Y, ranked, inv_prop, ks=(1, 3, 5), *, chunk_rows: int = 65536
         out[f"nDCG@{k}"] = float(s["ndcg"][k - 1] / n)
         out[f"PSP@{k}"] = float(s["psp"][k - 1] / s["best"][k - 1]) if s["best"][k - 1] > 0 else 0.0
     return out
+
+
+def greedy_per_instance(Y, ranked, inv_prop, k: int, *, chunk_rows: int = 65536) -> dict[str, np.ndarray]:
+    """Each test instance's share of P@k and PSP@k: {"P@k": (n,), "PSP@k": (n,)} float64 whose means are
+    exactly `greedy_metrics`' P@k and PSP@k. P@k_i = (1/k) sum_{l<=k} hit_il; PSP@k_i = sum_{l<=k}
+    hit_il / p_{y_il} / mean_i(best_i@k): PSP is a ratio of sums, so an instance's share divides by the
+    mean denominator (the same for every policy on these instances: a paired difference of two policies'
+    shares has the PSP difference as its mean). What a claim's interval reads for its test-set term."""
+    n, ks, _ = _greedy_sums(Y, ranked, inv_prop, (k,), chunk_rows)   # the same input checks
+    Y, inv = check_labels(Y), check_inv_prop(inv_prop, Y.shape[1])
+    L = Y.shape[1]
+    ranked = check_ids("ranked", ranked, L, n)
+    p, ps, best = np.zeros(n), np.zeros(n), 0.0
+    for a in range(0, n, chunk_rows):
+        b = min(n, a + chunk_rows)
+        keys = true_keys(Y, a, b)
+        _, bst = truth_summaries(keys, b - a, L, inv, k)
+        r = ranked[a:b, :k]
+        hit = member(keys, r, L)
+        p[a:b] = hit.sum(1) / k
+        ps[a:b] = np.where(hit, inv[np.maximum(r, 0)], 0.0).sum(1)
+        best += float(bst[:, k - 1].sum())
+    return {f"P@{k}": p, f"PSP@{k}": ps / (best / n) if best > 0 else np.zeros(n)}
 
 
 def psp_unnormalised(Y, ranked, inv_prop, ks=(1, 3, 5), *, chunk_rows: int = 65536) -> dict[str, float]:

@@ -18,6 +18,7 @@ import torch
 from poxm_core.metrics.inputs import (CHUNK_ELEMS, check_count, check_ids, check_inv_prop, check_ks, check_labels,
                                      check_probs, discount_cumsum, member, true_keys, truth_summaries)
 from poxm_core.metrics.position_probs import elements_per_row, position_sums, position_sums_torch
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.seeds import torch_generator
 
 _NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
@@ -115,7 +116,7 @@ def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Te
     return out
 
 
-def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device) -> None:
+def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device, out_rows=None) -> None:
     """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there instead of NumPy's
     noise on the host, which for wide supports is most of an evaluation (an all-label head's 1,024
     labels: 32 x 1,024 Gumbel draws a test row, about 2 ms of CPU). Same estimator and standard error;
@@ -147,6 +148,8 @@ def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device
                 for nm, v in zip(NAMES, triple):
                     keys.append((est, (nm, k)))
                     sums.append(v.mean(dim=1).sum())
+                    if out_rows is not None and (nm, k) in out_rows:
+                        out_rows[nm, k][a:a + c] = v.mean(dim=1).cpu().numpy()
                     if S > 1:
                         keys.append((var, (nm, k)))
                         sums.append(v.var(dim=1, unbiased=True).sum())
@@ -157,6 +160,16 @@ def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device
         est["R", 1] += float(p_hit.sum())
         est["nDCR", 1] += float(p_hit.sum())
         est["PSR", 1] += float((pr * w).sum())
+        _first_rows(out_rows, a, p_hit, (pr * w).sum(1))
+
+
+def _first_rows(rows, a: int, p_hit, ps) -> None:
+    """The exact k = 1 values of the chunk's rows into `rows` (where asked for)."""
+    if rows is None:
+        return
+    for nm, v in (("R", p_hit), ("nDCR", p_hit), ("PSR", ps)):
+        if (nm, 1) in rows:
+            rows[nm, 1][a:a + len(v)] = v
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -174,7 +187,7 @@ def _map_chunks(fn, starts: range) -> list:
     return list(_POOL.map(fn, starts))
 
 
-def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None) -> None:
+def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None, out_rows=None, a: int = 0) -> None:
     """Add the chunk's exact expectations to est[(name, k)]: position probabilities by quadrature (on
     `device` when it is a GPU: the same quadrature in torch, equal to round-off)."""
     kmax = ks[-1]
@@ -192,9 +205,17 @@ def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None) -> None:
         est["R", k] += float(cum_hit[:, k - 1].sum() / k)
         est["nDCR", k] += float(np.divide(cum_dcg[:, k - 1], idk, out=np.zeros(len(idk)), where=idk > 0).sum())
         est["PSR", k] += float(cum_ps[:, k - 1].sum())
+        if out_rows is not None:   # each row's value (the sums above stay as they were: the same floats)
+            if ("R", k) in out_rows:
+                out_rows["R", k][a:a + len(idk)] = cum_hit[:, k - 1] / k
+            if ("PSR", k) in out_rows:
+                out_rows["PSR", k][a:a + len(idk)] = cum_ps[:, k - 1]
+            if ("nDCR", k) in out_rows:
+                out_rows["nDCR", k][a:a + len(idk)] = np.divide(cum_dcg[:, k - 1], idk, out=np.zeros(len(idk)),
+                                                                where=idk > 0)
 
 
-def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var) -> None:
+def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, out_rows=None) -> None:
     """Add the chunk's Monte-Carlo means (and sample variances) for k > 1; k = 1 exactly."""
     c = pr.shape[0]
     if ks[-1] > 1:
@@ -204,6 +225,8 @@ def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var) -> None:
         for k, triple in vals.items():
             for nm, v in zip(NAMES, triple):
                 est[nm, k] += float(v.mean(axis=1).sum())
+                if out_rows is not None and (nm, k) in out_rows:
+                    out_rows[nm, k][a:a + c] = v.mean(axis=1)
                 if S > 1:
                     var[nm, k] += float(v.var(axis=1, ddof=1).sum())
     if ks[0] == 1:   # exact: the first label is drawn with probability pi_j
@@ -211,11 +234,12 @@ def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var) -> None:
         est["R", 1] += float(p_hit.sum())
         est["nDCR", 1] += float(p_hit.sum())   # IDCG@1 = 1 whenever a hit is possible
         est["PSR", 1] += float((pr * w).sum())
+        _first_rows(out_rows, a, p_hit, (pr * w).sum(1))
 
 
 def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int = 32, seed: int = 0,
                        exact_budget: int = EXACT_BUDGET, *, chunk_elems: int = CHUNK_ELEMS,
-                       device=None) -> dict[str, float]:
+                       device=None, per_instance: dict | None = None) -> dict[str, float]:
     """R@k, nDCR@k, PSR@k of a stochastic policy and their Monte-Carlo standard errors "<name>_se".
 
     Slates y_1..y_k of distinct labels are drawn from the policy by Plackett-Luce without
@@ -238,6 +262,11 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     ~1e-10) and draws and scores the Monte-Carlo slates there (torch's generator, seeded per block of
     rows like NumPy's: the same estimator and standard error, other draws, so values differ from the
     NumPy path's within the Monte-Carlo error); None: NumPy.
+
+    `per_instance`: a dict whose keys name metrics ("R@5", "PSR@5", ...): each is set to the (n,) float64
+    array of every instance's share, whose mean is the returned value (an instance's expectation, or
+    its Monte-Carlo mean over the S slates; PSR's numerator over the mean best_i, PSR being a ratio of
+    sums). The claims' intervals read them for their test-set term; the returned values do not change.
 
     Y CSR (n, L); support (n, m) int64 (-1 padding, prob 0); probs (n, m) float64 rows summing to 1;
     inv_prop (L,). Memory is bounded by `chunk_elems` elements per working array.
@@ -267,6 +296,14 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
         budget = GPU_MC_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
         chunk = max(1, budget // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
 
+    want = {}
+    for name in (per_instance or {}):
+        nm, _, k = name.partition("@")
+        if nm not in NAMES or not k.isdigit() or int(k) not in ks:
+            raise PoxmInputError(f"per_instance: {name!r} is not one of the computed metrics "
+                                 f"{[f'{x}@{k}' for x in NAMES for k in ks]}")
+        want[nm, int(k)] = np.zeros(n)
+
     def one(a: int):
         """The chunk's (sum of best_i, additions to est, additions to var): chunks are independent."""
         b = min(n, a + chunk)
@@ -279,11 +316,11 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
         e = {(nm, k): 0.0 for nm in NAMES for k in ks}
         v = {(nm, k): 0.0 for nm in NAMES for k in ks}
         if exact:
-            _exact_chunk(pr, hit, w, ks, idcg, disc, e, device)
+            _exact_chunk(pr, hit, w, ks, idcg, disc, e, device, want or None, a)
         elif device is not None:
-            _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, device)
+            _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, device, want or None)
         else:
-            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v)
+            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, want or None)
         return best.sum(0), e, v
 
     est = {(nm, k): 0.0 for nm in NAMES for k in ks}
@@ -312,4 +349,7 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
                 se = math.sqrt(var[nm, k] / S) / den if den > 0 else 0.0
             out[f"{nm}@{k}"] = float(value)
             out[f"{nm}@{k}_se"] = float(se)
+    for (nm, k), arr in want.items():    # PSR: each row's numerator over the mean denominator
+        den = best_sum[k - 1] / n if nm == "PSR" else 1.0
+        per_instance[f"{nm}@{k}"] = arr / den if den > 0 else np.zeros(n)
     return out

@@ -25,7 +25,7 @@ from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
 from poxm_core.estimators.validation import validation_estimates
 from poxm_core.estimators.weights import importance_weights
-from poxm_core.metrics.ranking import greedy_metrics, stochastic_metrics
+from poxm_core.metrics.ranking import greedy_metrics, greedy_per_instance, stochastic_metrics
 from poxm_core.prepare.prepared import Prepared
 from poxm_core.common.results import make_row, mlflow_name
 from poxm_core.training.batches import DeviceCSR
@@ -35,9 +35,14 @@ from poxm_core.common.seeds import stable_seed
 from poxm_core.training.spec import HeadSpec, TrialSpec
 from poxm_core.training.trial_setup import TrialHead
 
-__all__ = ["KS", "EvalInputs", "map_heads", "epoch_report", "epoch_rows", "freeze", "frozen_bytes", "final_report"]
+__all__ = ["KS", "INSTANCE_METRICS", "instance_key", "EvalInputs", "map_heads", "epoch_report", "epoch_rows", "freeze", "frozen_bytes", "final_report"]
 
 KS = (1, 3, 5)
+# each test instance's value of these, per head, kept beside the rows (test_instances.npz): the claims'
+# intervals add the test-set sampling term from them. R@5/PSR@5 of a deterministic policy are its
+# P@5/PSP@5 (every slate is its ranking); P@5 of every head is its greedy ranking's (the logging
+# policy's greedy twin is a claim of its own).
+INSTANCE_METRICS = ("R@5", "PSR@5", "P@5")
 
 
 class EvalInputs:
@@ -125,25 +130,38 @@ def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None,
     return out
 
 
-def test_metrics(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInputs") -> dict[str, tuple[float, float]]:
-    """{metric: (value, stderr)}: R@k, nDCR@k, PSR@k (stochastic, MC stderr), P@k, nDCG@k, PSP@k."""
+def test_metrics(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInputs",
+                 instances: dict | None = None) -> dict[str, tuple[float, float]]:
+    """{metric: (value, stderr)}: R@k, nDCR@k, PSR@k (stochastic, MC stderr), P@k, nDCG@k, PSP@k.
+    `instances`: when given, set to {metric: (n_test,) float32} for INSTANCE_METRICS (each instance's
+    share of the value: its mean is the value)."""
     tr, prepared = cfg.training, ev.prepared
     sup, probs, ranking, lost = test_table(h.view(), ev.features(h, "test"), prepared.policy_test.cand,
                                            prepared.policy_test.rho, max(KS), tr.eval_max_support, ev.device)
     out = {k: (v, math.nan) for k, v in greedy_metrics(prepared.Y_test, ranking, prepared.inv_propensity, KS).items()}
+    per = {} if instances is not None else None
     out.update(_stochastic(prepared.Y_test, sup, probs, out, prepared.inv_propensity, KS, tr.mc_slates,
-                           stable_seed(spec.seed, h.key, "test-slates"), ev.gpu))
+                           stable_seed(spec.seed, h.key, "test-slates"), ev.gpu, per))
+    if instances is not None:
+        greedy = greedy_per_instance(prepared.Y_test, ranking, prepared.inv_propensity, 5)
+        if sup is None:
+            per = {"R@5": greedy["P@5"], "PSR@5": greedy["PSP@5"]}
+        instances.update({k: np.asarray(v, dtype=np.float32) for k, v in {**per, "P@5": greedy["P@5"]}.items()
+                          if k in INSTANCE_METRICS})
     if h.view().kind == "all":
         out["truncated_mass"] = (lost, math.nan)
     return out
 
 
 def _stochastic(Y, sup, probs, greedy: dict, inv, ks, n_slates: int, seed: int,
-                device=None) -> dict[str, tuple[float, float]]:
+                device=None, per_instance: dict | None = None) -> dict[str, tuple[float, float]]:
     if sup is None:   # a deterministic policy: every slate is the ranking, so R@k = P@k etc. exactly
         ren = {"P": "R", "nDCG": "nDCR", "PSP": "PSR"}
         return {f"{ren[k.split('@')[0]]}@{k.split('@')[1]}": (v[0], 0.0) for k, v in greedy.items()}
-    res = stochastic_metrics(Y, sup, probs, inv, ks, n_slates=n_slates, seed=seed, device=device)
+    if per_instance is not None:
+        per_instance.update({k: None for k in INSTANCE_METRICS if not k.startswith("P@")})
+    res = stochastic_metrics(Y, sup, probs, inv, ks, n_slates=n_slates, seed=seed, device=device,
+                             per_instance=per_instance)
     return {k: (v, res.get(f"{k}_se", math.nan)) for k, v in res.items() if not k.endswith("_se")}
 
 
@@ -164,6 +182,13 @@ def val_truth(cfg: SweepConfig, spec: TrialSpec, h: TrialHead, ev: "EvalInputs")
     v, se = _stochastic(Y, sup, probs, greedy, prepared.inv_propensity, (ell,), cfg.training.mc_slates,
                         stable_seed(spec.seed, h.key, "val-truth-slates"), ev.gpu)[f"R@{ell}"]
     return ell * v, ell * se
+
+
+def instance_key(h: HeadSpec) -> str:
+    """A head's name in test_instances.npz: 'method|p|lam' (p -1 / lam nan where unused, as in the rows)."""
+    p = -1 if h.p is None else int(h.p)
+    lam = "nan" if h.lam is None else repr(float(h.lam))
+    return f"{h.method}|{p}|{lam}"
 
 
 def result_rows(spec: TrialSpec, h: HeadSpec, split: str, values: dict, epoch: int, final: bool) -> list[dict]:
@@ -211,14 +236,19 @@ def epoch_rows(spec: TrialSpec, trained: list[TrialHead], losses: dict[str, floa
 
 
 def final_report(cfg: SweepConfig, spec: TrialSpec, heads: list[TrialHead], reward: TrialHead, ev: EvalInputs,
-                 last: int) -> list[dict]:
-    """The final rows of every visible head: validation estimates with DR, V_true, test metrics."""
+                 last: int, instances: dict | None = None) -> list[dict]:
+    """The final rows of every visible head: validation estimates with DR, V_true, test metrics.
+    `instances`: filled with {instance_key(head): {metric: (n_test,) float32}} (see test_metrics)."""
     def one(h: TrialHead) -> list[dict]:
         ep = last if h.trains else 0
         rows = result_rows(spec, h.spec, "val", val_estimates(h, ev, reward), ep, True)
         truth = val_truth(cfg, spec, h, ev)
         if truth is not None:
             rows += result_rows(spec, h.spec, "val_truth", {"V_true": truth}, ep, True)
-        return rows + result_rows(spec, h.spec, "test", test_metrics(cfg, spec, h, ev), ep, True)
+        per = {} if instances is not None else None
+        rows += result_rows(spec, h.spec, "test", test_metrics(cfg, spec, h, ev, per), ep, True)
+        if per is not None:
+            instances[instance_key(h.spec)] = per
+        return rows
     ev.prefetch_sparse()
     return [r for rows in map_heads(one, heads) for r in rows]

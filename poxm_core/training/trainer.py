@@ -42,6 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 import yaml
@@ -51,7 +52,7 @@ from poxm_core.config.schema import SweepConfig, protocol_name, resolved_dict
 from poxm_core.common.errors import DivergedError, PoxmInputError
 from poxm_core.policy import NetworkStack
 from poxm_core.prepare.prepared import Prepared
-from poxm_core.common.results import COLUMNS, to_frame
+from poxm_core.common.results import COLUMNS, INSTANCES, to_frame
 from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint, snapshot
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
@@ -323,9 +324,10 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         if bar is not None:
             bar.close()
         last = max(E, start) if any(h.trains for h in heads) else 0
+        instances: dict = {}
         try:
             before = timing["eval_s"]
-            final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last)
+            final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last, instances)
             timing["eval_final_s"] = timing["eval_s"] - before     # part of eval_s: the final report
         finally:
             if writing is not None:     # waited for even when the evaluation failed: a resume reads it
@@ -340,12 +342,18 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
         final = [r for r in final if r["split"] not in ("val", "val_truth")] + crossed
     df = to_frame(rows + final)
-    _write_outputs(cfg, spec, out_dir, df, heads, time.perf_counter() - t0, str(device), timing)
+    _write_outputs(cfg, spec, out_dir, df, heads, time.perf_counter() - t0, str(device), timing, instances)
     return df
 
 
 def _write_outputs(cfg, spec: TrialSpec, out_dir: Path, df: pd.DataFrame, heads: list[TrialHead], seconds: float,
-                   device: str, timing: dict[str, float]) -> None:
+                   device: str, timing: dict[str, float], instances: dict | None = None) -> None:
+    if instances:   # each head's per-instance test values (the claims' test-set term), beside the rows
+        with atomic_file(out_dir / INSTANCES) as tmp:
+            with open(tmp, "wb") as fh:
+                pre = f"{spec.dataset}|{spec.variant}|{spec.seed}"
+                np.savez_compressed(fh, **{f"{pre}|{h}|{m}": a for h, per in sorted(instances.items())
+                                           for m, a in sorted(per.items())})
     with atomic_file(out_dir / "rows.csv") as tmp:
         df.to_csv(tmp, index=False, columns=COLUMNS)
     fin = df[df["final"]]
