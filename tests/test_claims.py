@@ -197,7 +197,7 @@ def test_report_opens_with_the_claims_table_under_is_and_snis(tmp_path):
     assert index[first_table:].split("\n")[1].startswith("| Claim | Variant | Metric | IS: Δ")
     f = read_claims(out)
     assert set(f["criterion"]) == {"IS", "SNIS"} and (out / "tables" / "claims.tex").is_file()
-    assert "+11.67 H/H" in summary_from_report(out)
+    assert "+11.67 ?/H" in summary_from_report(out)        # IS: d (10, 5, 20), p 0.14; SNIS: +50 each
     for name in ("results_d_A", "results_snis_d_A", "selection_snis_d_A", "selection_stability"):
         assert (out / "tables" / f"{name}.csv").is_file()      # SNIS's tables stay beside IS's
     sel = pd.read_csv(out / "selection.csv")
@@ -216,3 +216,36 @@ def test_cli_prints_the_claims_of_a_built_report(tmp_path, capsys):
     assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 ?/H")   # d (10, 5, 20): p 0.14 under IS
     _print_claims(tmp_path / "nothing-here")          # a report without claims: nothing printed
     assert capsys.readouterr().out == ""
+
+
+def test_gap_share_hand_computed():
+    from orchestration.report.gap_share import gap_shares, gap_table
+    rows = []
+    for s, (lg, px, sk) in enumerate([(0.20, 0.30, 0.60), (0.20, 0.40, 0.40)]):
+        rows += _point("logging", s, lg) + _point("skyline_e2e", s, sk) + _point("skyline", s, 0.9)
+        rows += _point("poxm", s, px, p=10, lam=0.9, val={"IS": 1.0})
+    rows = to_frame(rows)
+    g = gap_shares(rows, select(rows, "IS"), "IS").set_index("method")
+    assert list(g.index) == ["poxm"] and g.loc["poxm", "skyline"] == "skyline_e2e"   # the paper's skyline first
+    assert g.loc["poxm", "share"] == pytest.approx((0.25 + 1.0) / 2)               # 0.1/0.4 and 0.2/0.2
+    assert (g.loc["poxm", "share_min"], g.loc["poxm", "share_max"]) == pytest.approx((0.25, 1.0))
+    assert gap_table(g.reset_index()).rows == [["d", "A", "62 [25, 100]"]]
+
+
+def test_grid_edges_counts_points_and_edge_choices():
+    from orchestration.report.grid_edges import grid_edges, grid_edges_table
+    rows = []
+    for s, best in enumerate([(10, 0.9), (20, 0.8), (50, 0.8)]):
+        for p in (10, 20, 50):
+            for lam in (0.8, 0.9):
+                rows += _point("poxm", s, 0.3, p=p, lam=lam, val={"IS": 1.0 if (p, lam) == best else 0.0})
+        rows += _point("logging", s, 0.2)
+    rows = to_frame(rows)
+    e = grid_edges(rows, select(rows, "IS"), "IS").set_index("method")
+    assert list(e.index) == ["poxm"]                          # logging has no grid
+    r = e.loc["poxm"]
+    assert (r["points"], r["p_values"], r["lam_values"], r["choices"]) == (6, "10 20 50", "0.8 0.9", 3)
+    # p edges: 10 and 50 (2 of 3); λ edges: both values of a two-value axis are edges (3 of 3)
+    assert (r["p_edge"], r["lam_edge"], r["any_edge"]) == pytest.approx((2 / 3, 1.0, 1.0))
+    t = grid_edges_table([e.reset_index()], ["IS"])
+    assert t.rows[0][:5] == ["POXM", "6", "10 20 50", "0.8 0.9", "67 %"]
