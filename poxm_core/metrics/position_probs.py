@@ -15,6 +15,20 @@ Quadrature: composite Gauss-Legendre in x = log t over [t_lo, t_hi] per row, pan
 needed (probability <= t_lo^2 / 2, the total rate is 1), after t_hi some label among the
 min(k, m+) largest has not arrived (probability <= k e^{-pi_(k) t_hi}). The default (8 nodes per
 panel of width 1) is accurate to ~1e-12 against enumeration (tests/test_plackett_luce.py).
+
+Peaked rows. In x = log t every factor e^{-pi_j t} switches from 1 to 0 over a few units around
+x = log(1/pi_j), whatever pi_j, so panels of width 1 resolve a label of probability 1e-300 as well as
+one of 0.3; and such a label matters (after the top label it is drawn at position 2 with probability
+~1 when it is the second largest), so its part of the range cannot be cut. The range is bounded:
+x_hi - x_lo <= log log(k/TAIL) + 745 + 17.3 (745 = -log of the smallest positive float64, a
+denormal), at most 766 panels. What does not fit in float64 is t itself: once pi_(k) < ~2e-307,
+log(k/TAIL)/pi_(k) overflows (the upper end was inf, and its panel count `int(ceil(inf))` raised
+OverflowError) and nodes t = e^x pass e^709.8. Such a row (pi_(k) < 2^-1000) is solved with its
+rates multiplied by 2^128 instead: Plackett-Luce depends only on the ratios of the rates, the
+product is exact (a power of two; denormals become normal numbers) and the row's nodes stay in
+[e^-107, e^660]. Every other row is computed exactly as before, bit for bit. A chunk's hardest row
+sets the number of panels of the whole chunk, so a chunk holding such a row takes up to 766 panels
+(an ordinary one 20-40): slower, never wrong.
 """
 from __future__ import annotations
 
@@ -23,25 +37,33 @@ import numpy as np
 TAIL = 1e-15          # bound on each neglected tail of the integral
 PANEL_WIDTH = 1.0     # panel width in log t
 ORDER = 8             # Gauss-Legendre nodes per panel
+# a row whose min(k, m+)-th largest probability is below TINY_WK is solved with its rates times RESCALE
+# (module docstring): 2^-1000 keeps t <= e^697 without it, 2^-1074 * 2^128 keeps t <= e^660 with it
+TINY_WK = 2.0 ** -1000
+RESCALE = 2.0 ** 128
 
 
 def _nodes(probs: np.ndarray, kmax: int, panel_width: float, order: int):
-    """Per-row quadrature nodes t (c, T) and weights dt (c, T) over [t_lo, t_hi_i]."""
+    """Per-row quadrature nodes t (c, T), weights dt (c, T) over [t_lo_i, t_hi_i] and the factor (c,)
+    the row's rates are multiplied by (1, or RESCALE for a row too peaked for float64's t)."""
     c, m = probs.shape
     npos = (probs > 0).sum(1)
     srt = -np.sort(-probs, axis=1)
     wk = srt[np.arange(c), np.clip(np.minimum(kmax, npos) - 1, 0, m - 1)]
     wk = np.where(wk > 0, wk, 1.0)   # a row without mass: any range (its integrand is zero)
-    lo = 0.5 * np.log(2 * TAIL)
+    scale = np.where(wk < TINY_WK, RESCALE, 1.0)
+    wk = wk * scale
+    # total rate `scale`: the two-arrivals bound (scale t_lo)^2 / 2 moves t_lo down by the same factor
+    lo = 0.5 * np.log(2 * TAIL) - np.log(scale)                           # (c,)
     hi = np.log(np.log(kmax / TAIL) / wk)
     n_panels = max(1, int(np.ceil((hi - lo).max() / panel_width)))
     xg, wg = np.polynomial.legendre.leggauss(order)
     h = (hi - lo) / n_panels                                              # (c,)
-    left = lo + h[:, None] * np.arange(n_panels)                          # (c, P)
+    left = lo[:, None] + h[:, None] * np.arange(n_panels)                 # (c, P)
     x = (left[:, :, None] + 0.5 * h[:, None, None] * (xg + 1)).reshape(c, -1)
     t = np.exp(x)
     dt = (0.5 * h[:, None, None] * wg).repeat(n_panels, 1).reshape(c, -1) * t   # dx -> dt
-    return t, dt
+    return t, dt, scale
 
 
 def _times_linear(poly: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -66,8 +88,9 @@ def position_sums(probs: np.ndarray, values: np.ndarray, kmax: int, *, panel_wid
     out[:, 0] = np.einsum("cm,cmf->cf", probs, values)
     if kmax == 1:
         return out
-    t, dt = _nodes(probs, kmax, panel_width, order)
+    t, dt, scale = _nodes(probs, kmax, panel_width, order)
     T = t.shape[1]
+    probs = probs * scale[:, None]    # rates from here on (same position probabilities)
     # the r columns of each row that carry a value (padded with columns of value 0 and rate 0)
     rel = np.any(values != 0, axis=2) & (probs > 0)
     r = max(1, int(rel.sum(1).max()))
@@ -79,12 +102,15 @@ def position_sums(probs: np.ndarray, values: np.ndarray, kmax: int, *, panel_wid
     # N(z) = Π over the other columns of (a + b z), a = P(not arrived by t), b = 1 - a
     poly = np.zeros((c, T, kmax))
     poly[..., 0] = 1.0
-    for j in range(m):
-        if not p_other[:, j].any():
-            continue
-        rt = p_other[:, None, j] * t
-        poly = _times_linear(poly, np.exp(-rt), -np.expm1(-rt))
-    rt = p_rel[:, None, :] * t[:, :, None]                                   # (c, T, r)
+    # on a rescaled row rate x t may overflow to inf at the last nodes (the ratio of its largest to its
+    # smallest rate can pass float64's range): e^-inf = 0 and -expm1(-inf) = 1 are the right limits
+    with np.errstate(over="ignore"):
+        for j in range(m):
+            if not p_other[:, j].any():
+                continue
+            rt = p_other[:, None, j] * t
+            poly = _times_linear(poly, np.exp(-rt), -np.expm1(-rt))
+        rt = p_rel[:, None, :] * t[:, :, None]                               # (c, T, r)
     a, b = np.exp(-rt), -np.expm1(-rt)
     pre = np.empty((r, c, T, kmax))   # pre[j] = N(z) Π_{j'<j}; suf[j] = Π_{j'>j} over the relevant columns
     suf = np.empty((r, c, T, kmax))
@@ -121,16 +147,18 @@ def _nodes_torch(probs, kmax: int, panel_width: float, order: int):
     srt = torch.sort(probs, dim=1, descending=True).values
     wk = srt[torch.arange(c, device=probs.device), torch.clamp(torch.clamp(npos, max=kmax) - 1, 0, m - 1)]
     wk = torch.where(wk > 0, wk, torch.ones_like(wk))
-    lo = 0.5 * np.log(2 * TAIL)
+    scale = torch.where(wk < TINY_WK, torch.full_like(wk, RESCALE), torch.ones_like(wk))
+    wk = wk * scale
+    lo = 0.5 * np.log(2 * TAIL) - torch.log(scale)
     hi = torch.log(np.log(kmax / TAIL) / wk)
     n_panels = max(1, int(np.ceil(float((hi - lo).max()) / panel_width)))
     xg, wg = (torch.as_tensor(v, dtype=probs.dtype, device=probs.device) for v in np.polynomial.legendre.leggauss(order))
     h = (hi - lo) / n_panels
-    left = lo + h[:, None] * torch.arange(n_panels, dtype=probs.dtype, device=probs.device)
+    left = lo[:, None] + h[:, None] * torch.arange(n_panels, dtype=probs.dtype, device=probs.device)
     x = (left[:, :, None] + 0.5 * h[:, None, None] * (xg + 1)).reshape(c, -1)
     t = torch.exp(x)
     dt = (0.5 * h[:, None, None] * wg).repeat(1, n_panels, 1).reshape(c, -1) * t
-    return t, dt
+    return t, dt, scale
 
 
 def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_WIDTH, order: int = ORDER):
@@ -144,8 +172,9 @@ def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_
     out[:, 0] = torch.einsum("cm,cmf->cf", probs, values)
     if kmax == 1:
         return out
-    t, dt = _nodes_torch(probs, kmax, panel_width, order)
+    t, dt, scale = _nodes_torch(probs, kmax, panel_width, order)
     T = t.shape[1]
+    probs = probs * scale[:, None]
     rel = torch.any(values != 0, dim=2) & (probs > 0)
     r = max(1, int(rel.sum(1).max()))
     cols = torch.argsort((~rel).to(torch.uint8), dim=1, stable=True)[:, :r]
