@@ -105,11 +105,12 @@ MAX_PARAM_VALUE = 6000   # MLflow 3's limit on a param value's length
 
 def flat_params(d, prefix: str = "") -> dict[str, str]:
     """A nested config as MLflow params: mappings and lists of mappings by key path
-    ('datasets.0.variants.1.T'), other lists as their text ('[10, 20]'), None as 'none'."""
+    ('datasets.0.variants.1.T'), other lists as their text ('[10, 20]'), None as 'none'. A key MLflow
+    would reject is spelt as mlflow_name spells metrics ('...match.logging_to_skyline_R_at_5')."""
     out: dict[str, str] = {}
     items = d.items() if isinstance(d, Mapping) else enumerate(d)
     for k, v in items:
-        key = f"{prefix}.{k}" if prefix else str(k)
+        key = f"{prefix}.{mlflow_name(str(k))}" if prefix else mlflow_name(str(k))
         if isinstance(v, Mapping) or (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v)):
             out.update(flat_params(v, key))
         else:
@@ -137,7 +138,10 @@ def point_params(cfg_dict: Mapping, point: Mapping, trial: str) -> dict[str, str
     ds = next(d for d in cfg_dict["datasets"] if d["name"] == point["dataset"])
     var = next(v for v in ds["variants"] if v["name"] == point["variant"])
     params = {k: "none" if point[k] is None else str(point[k]) for k in GRID}
-    params.update({"alpha": str(var["alpha"]), "beta": str(var["beta"]), "T": str(var["T"]),
+    # a variant matched to a logging quality has no T in the config (prepare solves it): its target instead
+    T = str(var["T"]) if var.get("T") is not None else "solved: " + ", ".join(
+        f"{k}={v}" for k, v in (var.get("match") or {}).items())
+    params.update({"alpha": str(var["alpha"]), "beta": str(var["beta"]), "T": T,
                    "val_fraction": str(ds["val_fraction"]), "trial": trial, "device": str(cfg_dict["device"]),
                    "group_by": str(cfg_dict["group_by"])})
     try:   # the protocol the run ran under: 'paper' or 'paper+<the ablated settings>'

@@ -7,7 +7,8 @@ YAML line of any config key, so every config error is one line `file:line: confi
                      found by walking the node tree (not by searching for the key's text), or the
                      `key=value` override that set it
   check_values       booleans where numbers are expected (`epochs: true`), empty `datasets`/`methods`,
-                     names that would leave runs_dir when they become a folder (`name: ../x`)
+                     names that would leave runs_dir when they become a folder (`name: ../x`), a variant's
+                     `match` (both T and match, an unknown statistic, a target outside (0, 1])
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import yaml
 from pydantic import BaseModel
 
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.config.data_schema import match_problem
 
 
 def read_config_text(p: Path) -> str:
@@ -191,3 +193,19 @@ def check_values(model: type[BaseModel], data: dict, where) -> None:
             raise PoxmInputError(f"{where((key,))}: config key '{key}': at least one {what} is needed "
                                  f"(e.g. {example})")
     _check(model, data, (), where)
+    _check_matches(data, where)
+
+
+def _check_matches(data: dict, where) -> None:
+    """A variant's `match` entry, named by dataset, variant and key at its YAML line (or override)."""
+    datasets = data.get("datasets")
+    for i, d in enumerate(datasets if isinstance(datasets, list) else []):
+        variants = d.get("variants") if isinstance(d, dict) else None
+        for j, v in enumerate(variants if isinstance(variants, list) else []):
+            if not isinstance(v, dict) or v.get("match") is None:
+                continue
+            bad = match_problem(v.get("T") is not None, v["match"])
+            if bad is not None:
+                loc = ("datasets", i, "variants", j, *bad[0].split(".", 1))
+                raise PoxmInputError(f"{where(loc)}: config key '{dotted(loc)}': dataset '{d.get('name')}', "
+                                     f"variant '{v.get('name')}': {bad[1]}")

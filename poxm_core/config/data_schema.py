@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from poxm_core.common.errors import nearest
 
 
 def _unset(v: Any) -> bool:
@@ -31,12 +32,50 @@ class SyntheticConfig(_Strict):
     scale: float = Field(1.0, gt=0, le=1.0, description="shrink a preset's N (not D, L) by this factor")
 
 
+# Statistics a variant may be matched to instead of declaring T (`match`, docs/data.md, "Variants
+# matched to a logging quality"; solved by poxm_core.prepare.match on training rows only).
+MATCH_STATISTICS = ("logging_to_skyline_R@5",)
+
+
+def match_problem(T_given: bool, match: Any) -> tuple[str, str] | None:
+    """(key, what is wrong) of a variant's `match` entry, or None when it is well formed: one known
+    statistic with a target ratio in (0, 1], and no `T` beside it (the solved T takes its place). The
+    config loader (checks.py, with the dataset's name and the YAML line) and VariantConfig both ask."""
+    if match is None:
+        return None
+    if T_given:
+        return "T", "give either 'T' or 'match', not both (match solves for T at prepare time)"
+    if not isinstance(match, dict) or len(match) != 1:
+        return "match", (f"expected one statistic and its target, e.g. match: {{{MATCH_STATISTICS[0]}: 0.51}}, "
+                         f"got {match!r}")
+    (stat, target), = match.items()
+    if stat not in MATCH_STATISTICS:
+        return f"match.{stat}", f"unknown statistic '{stat}'" + nearest(str(stat), MATCH_STATISTICS)
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not (0.0 < target <= 1.0):
+        return f"match.{stat}", f"the target ratio must be a number in (0, 1], got {target!r}"
+    return None
+
+
 class VariantConfig(_Strict):
-    """A logging-policy variant (paper appendix, Table logging_param)."""
+    """A logging-policy variant (paper appendix, Table logging_param): (alpha, beta, T), or (alpha, beta)
+    and `match`, a target logging quality from which prepare solves T (docs/data.md)."""
     name: str = Field(description="variant label, e.g. A")
     alpha: float = Field(description="fraction of training instances the logging model sees")
     beta: float = Field(0.0, description="Gumbel noise scale on log p_hat")
-    T: float = Field(1.0, description="softmax temperature")
+    # None only with `match` (and then left out of the dump): a variant without `match` has a T, 1 by
+    # default, dumped as always, so the hash of every config written before `match` existed is unchanged
+    T: float | None = Field(None, exclude_if=lambda v: v is None, description="softmax temperature (default 1); leave out with `match`")
+    match: dict[str, float] | None = Field(
+        None, exclude_if=_unset,
+        description="instead of T: {statistic: target}; logging_to_skyline_R@5 = rho's expected R@5 over a supervised "
+                    "reference's greedy P@5, both on held-out training rows; prepare solves T to reach the target")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_T(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("match") is None and data.get("T") is None:
+            data = {**data, "T": 1.0}
+        return data
 
     @field_validator("alpha")
     @classmethod
@@ -54,10 +93,22 @@ class VariantConfig(_Strict):
 
     @field_validator("T")
     @classmethod
-    def _temp(cls, v: float) -> float:
-        if not (v > 0.0) or math.isinf(v):
+    def _temp(cls, v: float | None) -> float | None:
+        if v is not None and (not (v > 0.0) or math.isinf(v)):
             raise ValueError(f"T must be a finite number > 0, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _match(self) -> "VariantConfig":
+        bad = match_problem(self.T is not None and self.match is not None, self.match)
+        if bad is not None:
+            raise ValueError(f"variant '{self.name}': key '{bad[0]}': {bad[1]}")
+        return self
+
+    @property
+    def matched(self) -> bool:
+        """Whether T is solved at prepare time (`match`) rather than declared."""
+        return self.match is not None
 
 
 class SplitConfig(_Strict):

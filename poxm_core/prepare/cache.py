@@ -1,7 +1,8 @@
 """The prepare cache: content-addressed, atomically published level directories (docs/architecture.md, §4).
 
 ``<cache_dir>/<level>/<hash>/`` for the levels data, model, candidates, variant (poxm_core.prepare.pipeline
-builds them). hash = config_hash of exactly the pieces that determine the level (its parent's hash
+builds them), and `reference` (the supervised reference of a variant matched to a logging quality,
+poxm_core.prepare.match: what the solve for T reads, never a trial). hash = config_hash of exactly the pieces that determine the level (its parent's hash
 included), so a config change rebuilds only the levels downstream of it. The dataset identity is, for
 files, the SHA-256 of their contents (never names, sizes or modification times, which change when data
 is copied between nodes); for generated data, the generator's config and the seed.
@@ -21,7 +22,7 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -33,11 +34,12 @@ from poxm_core.common.atomic import publish
 from poxm_core.config.schema import SweepConfig, config_hash, default_data_root
 from poxm_core.data import PRESETS, propensity_params, spec_for
 from poxm_core.data.registry import declared_files, locate_files
+from poxm_core.prepare.match import HELDOUT
 
 # Bump a level's version when the code that builds it changes its output: old entries stop matching.
 # data 3: file datasets keyed by content (2 used names, sizes and mtimes).
-VERSIONS = {"data": 3, "model": 1, "candidates": 1, "variant": 1}
-LEVELS = ("data", "model", "candidates", "variant")
+VERSIONS = {"data": 3, "model": 1, "candidates": 1, "variant": 1, "reference": 1}
+LEVELS = ("data", "model", "candidates", "variant")    # what a trial reads (copied between nodes)
 _CHUNK = 1 << 22
 _SHA_MEMO: dict[tuple, str] = {}   # (path, size, mtime_ns) -> sha256: hash a file once per process
 
@@ -67,11 +69,13 @@ def dir_sha256(d: Path) -> str:
 
 @dataclass(frozen=True)
 class Keys:
-    """Cache keys of one (dataset, seed): {level: (key dict, hash)}; model/candidates per alpha."""
+    """Cache keys of one (dataset, seed): {level: (key dict, hash)}; model/candidates/reference per
+    alpha (a reference only for an alpha that some variant with `match` uses)."""
     data: tuple[dict, str]
     model: dict[float, tuple[dict, str]]
     candidates: dict[float, tuple[dict, str]]
     variant: dict[str, tuple[dict, str]]
+    reference: dict[float, tuple[dict, str]] = field(default_factory=dict)
 
 
 def _data_identity(cfg: SweepConfig, dataset: str, seed: int) -> dict:
@@ -117,13 +121,25 @@ def cache_keys(cfg: SweepConfig, dataset: str, seed: int) -> Keys:
         ckey = {"level": "candidates", "version": VERSIONS["candidates"], "model": models[alpha][1],
                 "n_candidates": m.n_candidates}
         cands[alpha] = (ckey, config_hash(ckey))
+    # the supervised reference of the variants matched to a logging quality: the model's own settings
+    # and rows (its held-out rows avoid that alpha's sample), the held-out rule
+    refs = {}
+    for alpha in sorted({v.alpha for v in dcfg.variants if v.matched}):
+        rkey = {"level": "reference", "version": VERSIONS["reference"], "model": models[alpha][1],
+                "heldout": dict(HELDOUT)}
+        refs[alpha] = (rkey, config_hash(rkey))
     variants = {}
     for v in dcfg.variants:
+        # a matched variant is keyed by its target, not by the T solved from it (which the key of a
+        # declared variant holds, as it always has)
+        var = ({"name": v.name, "beta": v.beta, "match": dict(v.match)} if v.matched else
+               {"name": v.name, "beta": v.beta, "T": v.T})
         vkey = {"level": "variant", "version": VERSIONS["variant"], "candidates": cands[v.alpha][1],
-                "variant": {"name": v.name, "beta": v.beta, "T": v.T}, "seed": int(seed),
-                "val_fraction": dcfg.val_fraction, "slate_size": m.slate_size}
+                "variant": var, "seed": int(seed), "val_fraction": dcfg.val_fraction, "slate_size": m.slate_size}
+        if v.matched:
+            vkey["reference"] = refs[v.alpha][1]
         variants[v.name] = (vkey, config_hash(vkey))
-    return Keys((dkey, dhash), models, cands, variants)
+    return Keys((dkey, dhash), models, cands, variants, refs)
 
 
 def level_dir(cache_dir: Path, level: str, h: str) -> Path:

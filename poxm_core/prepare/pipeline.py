@@ -7,6 +7,11 @@ poxm_core.prepare.cache (docs/artifacts.md lists every file):
     candidates  top-K labels by logit, train and test         <- model, K
     variant     rho (train, test), bandit logs, covering      <- candidates, variant (name, beta, T), seed,
                                                                  val_fraction, slate size ell
+    reference   a matched variant's supervised reference      <- model (its held-out rows avoid the alpha
+                on held-out training rows                        sample), the held-out rule
+
+A variant with `match` instead of T (poxm_core.prepare.match) is keyed by its target: its T is solved
+on the training rows when the variant level is built, then used exactly as a declared T.
 
 `prepare` builds what is missing and returns the variant directories; `load_variant` reads one into
 a `Prepared` (from its directory alone: a trial never needs the raw data or the config's keys).
@@ -37,6 +42,7 @@ from poxm_core.model.core import encode, resolve_device
 from poxm_core.model.logging_model import alpha_sample, train_logging_model
 from poxm_core.model.topk import chunked_topk
 from poxm_core.prepare.cache import build_level, cache_keys, is_complete, level_dir, read_manifest
+from poxm_core.prepare.match import MatchProblem, build_reference, solve_temperature
 from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
 KS = (1, 3, 5)
@@ -131,16 +137,55 @@ def metrics_device(device: str) -> torch.device | None:
     return dev if dev.type == "cuda" else None
 
 
+def match_where(cfg: SweepConfig, dataset: str, vname: str) -> str:
+    """'dataset 'd', variant 'v': config key 'datasets.i.variants.j.match.<statistic>'' for an error."""
+    i = next(k for k, d in enumerate(cfg.datasets) if d.name == dataset)
+    j, v = next((k, x) for k, x in enumerate(cfg.datasets[i].variants) if x.name == vname)
+    stat = next(iter(v.match)) if v.match else "T"
+    return (f"dataset '{dataset}', variant '{vname}': config key 'datasets.{i}.variants.{j}."
+            f"{'match.' if v.match else ''}{stat}'")
+
+
+def _build_reference(cfg: SweepConfig, model_dir: Path, data_dir: Path, seed: int, val_fraction: float,
+                     progress: bool, name: str, vname: str) -> Callable[[Path], dict]:
+    def fn(d: Path) -> dict:
+        _say(progress, f"[{name}] supervised reference on the training rows (the logging quality variant {vname} matches)")
+        return build_reference(d, data_dir, model_dir, cfg.model, seed, val_fraction, cfg.device,
+                               progress=progress, where=match_where(cfg, name, vname))
+    return fn
+
+
+def _solve_T(cfg: SweepConfig, v, cand_dir: Path, data_dir: Path, ref_dir: Path, seed: int, progress: bool,
+             name: str) -> dict:
+    """The matched variant's T, solved on the reference's held-out training rows (never a test label)."""
+    held = np.load(ref_dir / "heldout_rows.npy")
+    ref = read_manifest(ref_dir)["stats"]
+    problem = MatchProblem(
+        Y=sp.load_npz(data_dir / "Y_train.npz").tocsr()[held],
+        cand=np.load(cand_dir / "cand_train.npy", mmap_mode="r")[held],
+        scores=np.load(cand_dir / "score_train.npy", mmap_mode="r")[held], rows=held,
+        inv_prop=np.load(data_dir / "inv_propensity.npy"), beta=v.beta,
+        noise_seed=(seed, name_code(v.name), _SPLIT_CODE["train"]),
+        reference_p5=float(ref["reference_heldout"]["P@5"]), device=metrics_device(cfg.device))
+    (stat, target), = v.match.items()
+    _say(progress, f"[{name}] variant {v.name}: solving T for {stat} = {target:g} on {held.size} held-out training rows")
+    return solve_temperature(problem, float(target), match_where(cfg, name, v.name),
+                             say=(lambda m: _say(progress, f"[{name}] variant {v.name}: {m}")))
+
+
 def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path, seed: int,
-                   val_fraction: float, progress: bool, name: str) -> Callable[[Path], dict]:
+                   val_fraction: float, progress: bool, name: str,
+                   ref_dir: Path | None = None) -> Callable[[Path], dict]:
     v = next(x for x in cfg.dataset(name).variants if x.name == vname)
 
     def fn(d: Path) -> dict:
-        _say(progress, f"[{name}] variant {vname} (alpha={v.alpha}, beta={v.beta}, T={v.T}): rho and slates")
+        match = None if ref_dir is None else _solve_T(cfg, v, cand_dir, data_dir, ref_dir, seed, progress, name)
+        T = v.T if match is None else match["T"]
+        _say(progress, f"[{name}] variant {vname} (alpha={v.alpha}, beta={v.beta}, T={T:.6g}): rho and slates")
         pol = {}
         for split in ("train", "test"):
             pol[split] = build_variant(np.load(cand_dir / f"cand_{split}.npy"), np.load(cand_dir / f"score_{split}.npy"),
-                                       v.beta, v.T, seed=(seed, name_code(vname), _SPLIT_CODE[split]))
+                                       v.beta, T, seed=(seed, name_code(vname), _SPLIT_CODE[split]))
             np.save(d / f"policy_{split}_cand.npy", pol[split].cand)
             np.save(d / f"policy_{split}_rho.npy", pol[split].rho)
         Y_train = sp.load_npz(data_dir / "Y_train.npz").tocsr()
@@ -171,6 +216,7 @@ def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path,
         sto = stochastic_metrics(Y_test, pol["test"].cand, pol["test"].rho, inv, KS,
                                  n_slates=cfg.training.mc_slates, seed=seed, device=metrics_device(cfg.device))
         return {"K": int(K), "n_fit": int(fit_rows.size), "n_val": int(val_rows.size),
+                "T": float(T), **({} if match is None else {"match": match}),
                 "logging_policy_test": sto,
                 "covering_test": {str(k): float(cover_test[k - 1]) for k in COVER_KS if k <= K},
                 "log_reward_rate": {p: float(logs[p].rewards.mean()) for p in logs},
@@ -207,10 +253,17 @@ def prepare(cfg: SweepConfig, dataset: str, seed: int, cache_dir: Path | str,
                              _build_candidates(cfg, model_dir, data_dir, progress, dataset))
         for v in todo:
             vkey, vh = keys.variant[v.name]
-            vkey = {**vkey, "parents": {"data": f"data/{keys.data[1]}", "model": f"model/{keys.model[alpha][1]}",
-                                        "candidates": f"candidates/{keys.candidates[alpha][1]}"}}
-            build_level(cache_dir, "variant", vkey, vh,
-                   _build_variant(cfg, v.name, cand_dir, data_dir, int(seed), dcfg.val_fraction, progress, dataset))
+            parents = {"data": f"data/{keys.data[1]}", "model": f"model/{keys.model[alpha][1]}",
+                       "candidates": f"candidates/{keys.candidates[alpha][1]}"}
+            ref_dir = None
+            if v.matched:   # its reference first (once per alpha): the solve for T reads it
+                ref_dir, _ = build_level(cache_dir, "reference", *keys.reference[alpha],
+                                         _build_reference(cfg, model_dir, data_dir, int(seed), dcfg.val_fraction,
+                                                          progress, dataset, v.name))
+                parents["reference"] = f"reference/{keys.reference[alpha][1]}"
+            build_level(cache_dir, "variant", {**vkey, "parents": parents}, vh,
+                        _build_variant(cfg, v.name, cand_dir, data_dir, int(seed), dcfg.val_fraction, progress,
+                                       dataset, ref_dir))
     return out
 
 

@@ -1,5 +1,7 @@
 """`poxm prepare`: every dataset x seed of a config prepared (poxm_core.prepare.pipeline), its statistics as
 a table (logging model P@k, logging policy R/nDCR/PSR@k, covering) and the shapes found in the files.
+A variant matched to a logging quality (`match`) shows the T solved, its target and the ratio reached,
+the reference's P@5 and the held-out row count (docs/artifacts.md).
 """
 from __future__ import annotations
 
@@ -19,8 +21,12 @@ def summary_row(cache_dir: Path | str, dataset: str, seed: int, variant_dir: Pat
     man = read_manifest(variant_dir)
     par = {k: read_manifest(cache_dir / p) for k, p in man["key"]["parents"].items()}
     v = man["key"]["variant"]
+    match = man["stats"].get("match")
     row = {"dataset": dataset, "seed": seed, "variant": v["name"], "alpha": par["model"]["key"]["alpha"],
-           "beta": v["beta"], "T": v["T"], "K": man["stats"]["K"]}
+           "beta": v["beta"], "T": man["stats"].get("T", v.get("T")), "K": man["stats"]["K"]}
+    if match is not None:   # the solved T above; what it was solved for, on which rows
+        row.update({"target": match["target"], "ratio": match["ratio"],
+                    "ref_P@5": match["reference_P@5"], "n_heldout": match["n_heldout"]})
     row.update({k: val for k, val in par["candidates"]["stats"]["logging_model_test"].items()
                 if k.startswith("P@")})
     sto = man["stats"]["logging_policy_test"]
@@ -62,10 +68,15 @@ def format_table(rows: list[dict]) -> str:
     if not rows:
         return "(nothing prepared)"
     df = pd.DataFrame(rows).drop(columns=["variant_hash"])
-    metric_cols = [c for c in df.columns if "@" in c]
+    metric_cols = [c for c in df.columns if "@" in c or c in ("target", "ratio")]
     df[metric_cols] = df[metric_cols] * 100
-    return ("logging model P@k (greedy), logging policy R/nDCR/PSR@k (stochastic) and covering on test, x100\n"
-            + df.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    head = "logging model P@k (greedy), logging policy R/nDCR/PSR@k (stochastic) and covering on test, x100"
+    if "ratio" in df.columns:
+        head += ("\nmatched variants: T solved so that rho's R@5 / the reference's P@5 (ref_P@5) on n_heldout "
+                 "training rows reaches target; ratio = what it reached, x100")
+        df["n_heldout"] = df["n_heldout"].map(lambda x: "" if pd.isna(x) else str(int(x)))
+    fmt = {"T": lambda x: f"{x:.4g}"}
+    return head + "\n" + df.to_string(index=False, float_format=lambda x: f"{x:.2f}", formatters=fmt, na_rep="")
 
 
 def prepare_command(config_path: str | os.PathLike, overrides: list[str] | None = None, print_config: bool = False,
