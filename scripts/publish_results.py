@@ -1,7 +1,8 @@
 """Rebuild a published report (a docs/results/<name>/ folder) from its committed rows.
 
-A published folder holds the run's final rows (rows.csv.gz), its logging statistics (prepare.csv) and
-its resolved config (config.yaml), beside the report. When the run directory itself is gone (a GPU
+A published folder holds the run's final rows (rows.csv.gz), its logging statistics (prepare.csv), its
+resolved config (config.yaml) and, where the run kept them, the selected heads' per-instance test values
+(instances.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
 machine given back), the report can still be rebuilt from them, and completed:
 
   --add TRIAL_DIR ...   trials trained later with `poxm train` (same config; for the cells the run never
@@ -28,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -37,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import build_report  # noqa: E402
+from orchestration.report.instances import write_selected  # noqa: E402
 from poxm_core.common.atomic import publish  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
@@ -86,6 +89,22 @@ def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str)
     return cfg, rows[rows["dataset"] == name], prepare[prepare["dataset"] == name]
 
 
+def _instances(src: Path, trial_dirs: list[Path], out: Path) -> bool:
+    """The folder's instances.npz and the added trials' test_instances.npz as one file at `out`; False
+    (and none written) when the folder has none: its claims then have the seed term alone."""
+    files = [src / "instances.npz"] + [d / "test_instances.npz" for d in trial_dirs]
+    if not files[0].is_file():
+        return False
+    arrays = {}
+    for f in files:
+        if f.is_file():
+            with np.load(f) as z:
+                arrays.update({k: z[k] for k in z.files})
+    with open(out, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] == ["claims"]:
         print(claims_markdown([read_claims(Path(p)) for p in sys.argv[2:]]))
@@ -108,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
             rows.to_csv(run / "results" / "rows.csv", index=False)
             prepare.to_csv(run / "results" / "prepare.csv", index=False)
+            has_instances = _instances(a.src, a.add, run / "results" / "test_instances.npz")
             report = build_report(run)
             shown = " ".join(["python scripts/publish_results.py", str(a.src)]
                              + (["--add", "TRIAL_DIR..."] if a.add else [])
@@ -125,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copy(run / "config.yaml" if a.dataset else a.src / "config.yaml", staged / "config.yaml")
                 rows.to_csv(staged / "rows.csv.gz", index=False)
                 prepare.to_csv(staged / "prepare.csv", index=False)
+                if has_instances:   # the selected heads' per-instance values: the claims' test-set term
+                    sel = pd.read_csv(report / "selection.csv")
+                    write_selected(run / "results" / "test_instances.npz", sel, staged / "instances.npz",
+                                   sorted(set(rows["dataset"].astype(str))))
                 # the old folder moves aside first and is deleted only once the new one is in place, so
                 # an interruption leaves one complete folder (also when --out is the source)
                 old = a.out.with_name(f".{a.out.name}.old-{os.getpid()}") if a.out.exists() else None

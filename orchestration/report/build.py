@@ -108,12 +108,26 @@ def read_grid(path: Path) -> list[dict] | None:
     return grid
 
 
-def _variant_params(config: dict) -> dict[tuple[str, str], dict]:
+def _variant_params(config: dict, prepare: pd.DataFrame | None = None) -> dict[tuple[str, str], dict]:
+    """(dataset, variant) -> the variant's config entry; a matched variant's T (solved at prepare time,
+    per seed) shown from results/prepare.csv as 'solved: mean [min–max], ratio r for target t'."""
     out = {}
     for d in config.get("datasets", []) or []:
         for v in d.get("variants", []) or []:
             if isinstance(d, dict) and isinstance(v, dict) and "name" in d and "name" in v:
-                out[(str(d["name"]), str(v["name"]))] = v
+                out[(str(d["name"]), str(v["name"]))] = dict(v)
+    if prepare is not None and len(prepare) and "metric" in prepare:
+        for (ds, vn), entry in out.items():
+            if entry.get("T") is not None or not entry.get("match"):
+                continue
+            here = prepare[(prepare["dataset"].astype(str) == ds) & (prepare["variant"].astype(str) == vn)]
+            T = here[here["metric"] == "variant/T"]["value"].astype(float)
+            r = here[here["metric"] == "match/ratio"]["value"].astype(float)
+            t = here[here["metric"] == "match/target"]["value"].astype(float)
+            if len(T):
+                span = f" [{T.min():.3g}–{T.max():.3g}]" if len(T) > 1 else ""
+                entry["T"] = (f"{T.mean():.3g}{span} solved: ratio {r.mean():.3f} for target {t.mean():.2f}"
+                              if len(r) and len(t) else f"{T.mean():.3g}{span} solved")
     return out
 
 
@@ -281,7 +295,7 @@ def _selected_blocks(run_dir: Path, out: Path, chosen: RunSelection | None, rows
     selection = chosen.selection
     chosen_test = selected_rows(rows, selection, label)
     stats = seed_stats(chosen_test)
-    params = _variant_params(config)
+    params = _variant_params(config, prepare)
     criteria = val_criteria(rows)
     # the paper's criterion beside the run's: its choices, tables and claims stay in every report
     paper_sel = chosen.paper

@@ -7,6 +7,8 @@ results/prepare.csv has columns dataset, variant, seed, metric, value:
   logging_model/P@k ...      the logging model's greedy P@k, nDCG@k, PSP@k on test
   logging_policy/R@k ...     the logging policy rho's stochastic R@k, nDCR@k, PSR@k on test
   rho/top1_mass              mean rho of the top candidate on test
+  variant/T                  the temperature the variant used (a matched variant's solved T)
+  match/target, match/ratio, match/reference_P@5, match/n_heldout   a matched variant's solve
   log/reward_rate_{train,val}  mean logged reward of the bandit logs
   data/N_train ...           dataset statistics (counts, not fractions)
 """
@@ -106,6 +108,11 @@ def prepare_stats(dataset: str, seed: int, record: dict) -> list[dict]:
     out += [(f"logging_policy/{k}", float(v)) for k, v in st["logging_policy_test"].items() if not k.endswith("_se")]
     out.append(("rho/top1_mass", float(st["rho_top1_mean_test"])))
     out += [(f"log/reward_rate_{k}", float(v)) for k, v in st.get("log_reward_rate", {}).items()]
+    if "T" in st:
+        out.append(("variant/T", float(st["T"])))          # the temperature used (a matched variant's solved T)
+    for k in ("target", "ratio", "reference_P@5", "n_heldout"):   # a matched variant's solve (prepare/match.py)
+        if k in st.get("match", {}):
+            out.append((f"match/{k}", float(st["match"][k])))
     for k, v in parents["data"]["stats"].items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             out.append((f"data/{k}", float(v)))
