@@ -249,3 +249,7 @@ def test_grid_edges_counts_points_and_edge_choices():
     assert (r["p_edge"], r["lam_edge"], r["any_edge"]) == pytest.approx((2 / 3, 1.0, 1.0))
     t = grid_edges_table([e.reset_index()], ["IS"])
     assert t.rows[0][:5] == ["POXM", "6", "10 20 50", "0.8 0.9", "67 %"]
+    assert "Searched less than the paper's grid: POXM" in t.notes[-1]
+    from orchestration.report.grid_edges import paper_grid
+    assert paper_grid("10 20 50 100", "0.7 0.8 0.9 1") and paper_grid("", "0.7 0.8 0.9 1")   # BanditNet: λ only
+    assert not paper_grid("10 50", "0.7 0.8 0.9 1") and paper_grid("10 20 50 100", "")
