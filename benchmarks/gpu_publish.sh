@@ -14,6 +14,10 @@
 #   benchmarks/gpu_publish.sh pack                 HERE: the wheels the machine lacks (Ray, pydantic, ...)
 #                                                  into .devpack-aa, -ab, -ac (parts of 29 MB: each call also carries the working tree, 27 MB)
 #
+# Each call carries the working tree (docs/results alone is about 57 MB since the ten-seed publish) plus
+# what `carry` names, 64 MiB at most: move docs/results out of the checkout while the calls run (it is
+# tracked: `git checkout docs/results` or moving it back restores it), then the parts and .data fit.
+# Measured 2026-11-28 on 2 x H200: the published run (40 trials of 60 heads) 395 s; see docs/results/README.md.
 # The datasets travel in .data (an ignored folder: bibtex, delicious, mldr_misc from ../shared/data) and
 # are copied to /tmp/data by `stage`. GPU_SHARE (default 0.125: 8 trials a card, under MPS) and
 # GPU_RUNS (default /tmp/gpu-publish-runs) as in gpu_real_data.sh.
