@@ -73,7 +73,8 @@ def test_logging_r5_comes_from_the_logging_trial_everywhere():
     # prepare.csv's estimate of seed 0 differs from the trial's (e.g. an older Monte-Carlo estimate)
     prep = _prep({("A", 0, "logging_policy/R@5"): 0.0689, ("A", 1, "logging_policy/R@5"): 0.0693,
                   ("A", 0, "logging_policy/R@1"): 0.074, ("A", 0, "rho/top1_mass"): 0.06,
-                  ("A", 0, "covering@1"): 0.2, ("A", 1, "covering@1"): 0.2})
+                  ("A", 0, "covering@1"): 0.2, ("A", 1, "covering@1"): 0.2,
+                  ("A", 0, "variant/T"): 0.84, ("A", 1, "variant/T"): 0.86})
     df = _rows([("A", "logging", 0, None, None, {"R@5": 0.0681}, None),
                 ("A", "logging", 1, None, None, {"R@5": 0.0693}, None)])
     fixed = logging_policy_values(prep, df).set_index(["seed", "metric"])["value"]
@@ -89,6 +90,7 @@ def test_logging_r5_comes_from_the_logging_trial_everywhere():
     stats = seed_stats(selected_rows(df, sel, "is"))
     table = headline_table("d", ["A"], stats, expected_from_rows(df), "IS")
     assert cells["logging_policy/R@5"].split(" ± ")[0] == table.rows[0][1].split(" ± ")[0] == "6.87"
+    assert cells["variant/T"].split(" ± ")[0] == "0.85"       # a temperature in (0, 1) is not a rate: not x100
 
 
 def test_covering_caption_says_which_lines_coincide_and_reads_values():

@@ -454,6 +454,9 @@ def logging_policy_values(prepare: pd.DataFrame, rows: pd.DataFrame | None) -> p
     return pd.concat([merged.drop(columns="_trial"), extra], ignore_index=True)[list(prepare.columns)]
 
 
+AS_IS_STATS = ("variant/T", "match/n_heldout")
+
+
 def logging_stats_table(dataset: str, prepare: pd.DataFrame, rows: pd.DataFrame | None = None) -> Table:
     """Logging-policy statistics (prepare.csv) per variant: every metric, mean ± std over seeds.
 
@@ -480,7 +483,9 @@ def logging_stats_table(dataset: str, prepare: pd.DataFrame, rows: pd.DataFrame 
                 row.append(MISSING)
                 continue
             # data/* are dataset facts (sizes, propensity A/B), never rates: shown as they are
-            frac = not k.startswith("data/") and bool(np.all((vals >= 0) & (vals <= 1)))
+            # a temperature (variant/T) or a count is never a rate, whatever its range: shown as it is
+            frac = (not k.startswith("data/") and k not in AS_IS_STATS
+                    and bool(np.all((vals >= 0) & (vals <= 1))))
             sc = 100.0 if frac else 1.0
             txt = _stat_text(vals, sc, counts=not frac and bool(np.all(vals == np.round(vals))))
             row.append(txt)
