@@ -258,6 +258,7 @@ def _print_claims(report) -> None:
     text = summary_from_report(report) if report is not None else None
     if text:
         print("\n" + text + "\n")
+        print("(intervals, seeds > 0 and Holm-adjusted p-values: the report's claims table)")
 
 
 def _outcome(out) -> int:
@@ -268,7 +269,8 @@ def _outcome(out) -> int:
     if out.report is not None:
         print(f"report:  {Path(out.report) / 'index.md'}")
     cmd = poxm_command()
-    print(f"browse:  {cmd} ui {out.run_dir}")
+    if (Path(out.run_dir) / "mlflow_runs.json").is_file():    # no MLflow store (mlflow.enabled=false): nothing to browse
+        print(f"browse:  {cmd} ui {out.run_dir}")
     if out.ok:
         return 0
     print(f"poxm: {len(out.errored)} trial(s) errored, {out.n_trials - len(out.done)} not done; "
