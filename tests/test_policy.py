@@ -18,7 +18,8 @@ from poxm_core.model.core import csr_to_bag
 from poxm_core.policy import NetworkStack, PolicyRequest, build_policies
 from poxm_core.policy.network import EndToEndPolicy, NetworkPolicy
 from poxm_core.training import trial_specs
-from poxm_core.training.trainer import _build_heads, _train_epoch
+from poxm_core.training.epoch import train_epoch as _train_epoch
+from poxm_core.training.trial_setup import build_heads as _build_heads
 from trial_fixtures import tiny_config, tiny_prepared
 
 CPU = torch.device("cpu")

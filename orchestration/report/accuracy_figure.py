@@ -61,11 +61,6 @@ def bias_trend(data: pd.DataFrame, order: list[str]) -> str:
         f"{e} {a.bias:+.2f} (p = {int(a.p)}) → {b.bias:+.2f} (p = {int(b.p)})" for e, a, b in ends) + ". "
 
 
-def _and_list(names: list[str]) -> str:
-    names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 def target_note(order: list[str]) -> str:
     """What each estimator targets (docs/estimators.md): the pruned ones are not estimates of V_true, PIS is."""
     pruned = [e for e in order if e in PRUNED_ESTIMATORS]

@@ -236,8 +236,3 @@ class PrepareRun:
         assert self._result is not None
         return self._result
 
-
-def stage_prepare(plan: SweepPlan, say) -> tuple[dict, float]:
-    """prepare() for every (dataset, seed) as Ray tasks, waited for; {(dataset, seed): {variant:
-    record}} (records: poxm_core.prepare.cache.variant_record, through the object store), seconds."""
-    return PrepareRun(plan, say, overlap=False).wait_all()

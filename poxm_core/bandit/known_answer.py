@@ -82,10 +82,6 @@ class KnownAnswerWorld:
         """(n, L) z(x, y) = a_y . x + c_y."""
         return np.asarray(X, dtype=np.float64) @ self.A.T + self.c
 
-    def true_probs(self, X: np.ndarray) -> np.ndarray:
-        """(n, L) P(r = 1 | x, y)."""
-        return _sigmoid(self.true_logits(X))
-
 
 @dataclass(frozen=True)
 class KnownAnswerContexts:

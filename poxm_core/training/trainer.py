@@ -66,9 +66,6 @@ __all__ = ["run_trial", "KS", "REWARD_KEY", "DivergedError", "check_finite"]
 
 OnEpoch = Callable[[int, dict, "Path | None"], None]
 
-# the stages under their earlier names (tests drive them directly)
-_build_heads, _train_epoch = build_heads, train_epoch
-
 
 def _sync(device: torch.device) -> None:
     """Wait for the device, so that a stage's timing includes its queued GPU work."""
