@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -43,9 +42,8 @@ from orchestration.stages.selection import (DEFAULT_CRITERION, PAPER_CRITERION, 
                                      check_rows, select_run, selected_rows, selection_label, val_criteria)
 from poxm_core.common.atomic import publish
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.common.results import COLUMNS, INSTANCES
+from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
 
-PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,7 +152,7 @@ def run_protocol(config: dict) -> str | None:
         if v is not None and not isinstance(v, (dict, list)) and str(v).strip():
             return str(v).strip()
     if isinstance(tr, dict):   # a resolved config: the protocol follows from its training settings
-        from poxm_core.config.schema import PAPER_PROTOCOL, TrainingConfig, protocol_name
+        from poxm_core.config.schema import TrainingConfig, protocol_name
         try:
             return protocol_name(TrainingConfig(**{k: v for k, v in tr.items() if k in TrainingConfig.model_fields}))
         except Exception:   # an older run's config (e.g. training.lr): the protocol was not recorded

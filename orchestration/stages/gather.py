@@ -25,9 +25,8 @@ import pandas as pd
 from orchestration.rundir import RunDir, read_json, write_json
 from poxm_core.common.atomic import atomic_file
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.common.results import COLUMNS, INSTANCES
+from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
 
-PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
 
 
 def _csv_atomic(df: pd.DataFrame, path: Path, columns) -> None:

@@ -37,6 +37,11 @@ def mlflow_name(metric: str) -> str:
     """MLflow rejects '@' and '=': 'R@5' -> 'R_at_5'."""
     return metric.replace("@", "_at_").replace("=", "_eq_")
 
+# the cut-offs k of every reported metric (R@k, P@k, ...): the trials' and the prepare stage's
+KS = (1, 3, 5)
+# results/prepare.csv: the prepare stage's statistics, long form (orchestration/stages/gather.py)
+PREPARE_COLUMNS = ["dataset", "variant", "seed", "metric", "value"]
+
 # a trial's (and, gathered, a run's results/) per-instance test values of every head: np.savez arrays
 # keyed 'dataset|variant|seed|method|p|lam|metric', (n_test,) float32 each (training/reporting.py)
 INSTANCES = "test_instances.npz"

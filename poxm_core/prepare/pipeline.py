@@ -30,6 +30,7 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
+from poxm_core.common.results import KS
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.policy import build_variant, name_code
 from poxm_core.bandit.simulate import simulate_log, validation_split
@@ -45,7 +46,6 @@ from poxm_core.prepare.cache import build_level, cache_keys, is_complete, level_
 from poxm_core.prepare.match import MatchProblem, build_reference, solve_temperature
 from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
-KS = (1, 3, 5)
 COVER_KS = (1, 5, 10, 20, 50, 100)
 _SPLIT_CODE = {"train": 0, "test": 1}
 

@@ -27,7 +27,7 @@ from poxm_core.estimators.validation import validation_estimates
 from poxm_core.estimators.weights import importance_weights
 from poxm_core.metrics.ranking import greedy_metrics, greedy_per_instance, stochastic_metrics
 from poxm_core.prepare.prepared import Prepared
-from poxm_core.common.results import make_row, mlflow_name
+from poxm_core.common.results import KS, make_row, mlflow_name
 from poxm_core.training.batches import DeviceCSR
 from poxm_core.policy.heads import HeadParams
 from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
@@ -37,7 +37,6 @@ from poxm_core.training.trial_setup import TrialHead
 
 __all__ = ["KS", "INSTANCE_METRICS", "instance_key", "EvalInputs", "map_heads", "epoch_report", "epoch_rows", "freeze", "frozen_bytes", "final_report"]
 
-KS = (1, 3, 5)
 # each test instance's value of these, per head, kept beside the rows (test_instances.npz): the claims'
 # intervals add the test-set sampling term from them. R@5/PSR@5 of a deterministic policy are its
 # P@5/PSP@5 (every slate is its ranking); P@5 of every head is its greedy ranking's (the logging
