@@ -273,18 +273,44 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
         covering = {d: pool.submit(F.covering_figure, prepare, rows_of[d], d, fdir) for d in datasets}
         estimators = {(d, v): pool.submit(F.estimator_figure, rows_of[d][rows_of[d]["variant"] == v], d, v, fdir)
                       for d in datasets for v in variants_of[d]}
-        _selected_blocks(run_dir, out, chosen, rows, prepare, config, grid, expected, source, datasets,
-                         variants_of, rows_of, tdir, fdir, pool, covering, estimators)
+        _selected_blocks(ReportInputs(run_dir, out, chosen, rows, prepare, config, grid, expected, source, datasets,
+                                      variants_of, rows_of, tdir, fdir, pool, covering, estimators))
     finally:
         pool.close()
 
 
-def _selected_blocks(run_dir: Path, out: Path, chosen: RunSelection | None, rows: pd.DataFrame, prepare: pd.DataFrame,
-                     config: dict, grid: list[dict] | None, expected: pd.DataFrame, source: str, datasets: list[str],
-                     variants_of: dict, rows_of: dict, tdir: Path, fdir: Path, pool: FigurePool, covering: dict,
-                     estimators: dict) -> None:
+@dataclasses.dataclass(frozen=True)
+class ReportInputs:
+    """What _write_report has read and started when the selection-dependent part begins: the run's
+    files (rows, prepare statistics, config, grid, the expected cells and where they came from), the
+    datasets and their variants, each dataset's final rows, the output folders, and the figure pool
+    with the selection-free figures already submitted to it (covering, estimators)."""
+    run_dir: Path
+    out: Path
+    chosen: RunSelection | None
+    rows: pd.DataFrame
+    prepare: pd.DataFrame
+    config: dict
+    grid: list[dict] | None
+    expected: pd.DataFrame
+    source: str
+    datasets: list[str]
+    variants_of: dict
+    rows_of: dict
+    tdir: Path
+    fdir: Path
+    pool: FigurePool
+    covering: dict
+    estimators: dict
+
+
+def _selected_blocks(inp: ReportInputs) -> None:
     """The rest of _write_report, once the selection-free figures are being drawn: selection,
     aggregation, claims, the tables and the other figures, index.md and index.html."""
+    run_dir, out, chosen, rows, prepare, config = inp.run_dir, inp.out, inp.chosen, inp.rows, inp.prepare, inp.config
+    grid, expected, source, datasets, variants_of = inp.grid, inp.expected, inp.source, inp.datasets, inp.variants_of
+    rows_of, tdir, fdir, pool, covering, estimators = (inp.rows_of, inp.tdir, inp.fdir, inp.pool, inp.covering,
+                                                       inp.estimators)
     if chosen is None:    # a report built on its own (library use): select here, once
         chosen = select_run(rows, selection_criterion(config))
     criterion = chosen.criterion
