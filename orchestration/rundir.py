@@ -5,10 +5,12 @@
       sweep.json           name, hash, git commit, cache dir, grid points, trial names
       driver.json          pid/host of the driver process while `run`/`resume` is active
       mlflow_runs.json     MLflow ids: experiment, parent run, one run per grid point
-      trials/<trial>/      the trainer's out_dir (rows.csv, summary.json, checkpoints/) + state.json, done.json
-      ray/                 Ray Tune / Ray Train storage_path
+      trials/<trial>/      the trainer's out_dir (rows.csv, summary.json, test_instances.npz, checkpoints/)
+                           + state.json, done.json
       mlflow.db, mlartifacts/   embedded MLflow store (default)
-      results/             rows.csv, prepare.csv, selection.csv, sweep_summary.json
+      results/             rows.csv, prepare.csv, selection.csv, test_instances.npz, sweep_summary.json
+    (Ray Tune's and Ray Train's state of a local sweep lives in the user's state folder, never here:
+    orchestration/cluster/ray_state.py; a cluster's goes to resources.storage_path)
       report/              written by orchestration.report.build_report
 
 The name is stable: `<name>-<hash>` with hash = config_hash of the resolved config minus the keys
