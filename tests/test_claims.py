@@ -150,7 +150,8 @@ def test_table_summary_and_mlflow_names():
     assert t.name == "claims" and t.columns[3:7] == ["IS: Δ [95 % CI]", "IS: seeds > 0", "IS: Holm p", "IS: verdict"]
     r = f[(f["criterion"] == "IS")].iloc[0]
     assert t.rows[0][:7] == ["POXM > logging policy", "A", "R@5 ×100", C.cell_text(r), "3/3",
-                             f"{r['p_holm']:.3f}", r["verdict"]]
+                             f"{r['p_holm']:.3g}", r["verdict"]]
+    assert C._p_text(0.0504) == "0.0504" and C._p_text(0.0004) == "<0.001" and C._p_text(math.nan) == "—"
     text = C.summary_text(f, ["IS", "SNIS"])
     assert "under IS" in text and "+11.67 " in text and "too few seeds" in text
     m = C.mlflow_metrics(f)

@@ -212,7 +212,8 @@ def _num(v: float, p: bool) -> str:
 def _p_text(p: float) -> str:
     if not math.isfinite(p):
         return "—"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    # three significant digits: a p of 0.0504 must not print as "0.050" beside an undecided verdict
+    return "<0.001" if p < 0.001 else f"{p:.3g}"
 
 
 def cell_text(r) -> str:
