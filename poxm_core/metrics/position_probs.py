@@ -74,6 +74,18 @@ def _times_linear(poly: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def _fill_prefix_suffix(pre, suf, poly, a, b) -> None:
+    """pre[j] = poly x the first j relevant columns' factors, suf[j] = the factors after column j (the
+    leave-one-out products), filled in place: one recurrence for the NumPy arrays and the torch tensors."""
+    r = pre.shape[0]
+    pre[0] = poly
+    suf[r - 1] = 0.0
+    suf[r - 1][..., 0] = 1.0
+    for j in range(1, r):
+        pre[j] = _times_linear(pre[j - 1], a[:, :, j - 1], b[:, :, j - 1])
+        suf[r - 1 - j] = _times_linear(suf[r - j], a[:, :, r - j], b[:, :, r - j])
+
+
 def position_sums(probs: np.ndarray, values: np.ndarray, kmax: int, *, panel_width: float = PANEL_WIDTH,
                   order: int = ORDER) -> np.ndarray:
     """S[i, l, f] = Σ_j values[i, j, f] P_i(column j at position l+1), l < kmax -> (c, kmax, F).
@@ -114,12 +126,7 @@ def position_sums(probs: np.ndarray, values: np.ndarray, kmax: int, *, panel_wid
     a, b = np.exp(-rt), -np.expm1(-rt)
     pre = np.empty((r, c, T, kmax))   # pre[j] = N(z) Π_{j'<j}; suf[j] = Π_{j'>j} over the relevant columns
     suf = np.empty((r, c, T, kmax))
-    pre[0] = poly
-    suf[r - 1] = 0.0
-    suf[r - 1][..., 0] = 1.0
-    for j in range(1, r):
-        pre[j] = _times_linear(pre[j - 1], a[:, :, j - 1], b[:, :, j - 1])
-        suf[r - 1 - j] = _times_linear(suf[r - j], a[:, :, r - j], b[:, :, r - j])
+    _fill_prefix_suffix(pre, suf, poly, a, b)
     dens = np.moveaxis(p_rel[:, None, :] * a * dt[:, :, None], -1, 0)     # (r, c, T): arrival density x dt
     for deg in range(1, kmax):   # position deg+1: exactly deg others arrived before
         loo = pre[..., 0] * suf[..., deg]
@@ -195,12 +202,7 @@ def position_sums_torch(probs, values, kmax: int, *, panel_width: float = PANEL_
     a, b = torch.exp(-rt), -torch.expm1(-rt)
     pre = torch.empty((r, c, T, kmax), dtype=probs.dtype, device=probs.device)
     suf = torch.empty_like(pre)
-    pre[0] = poly
-    suf[r - 1] = 0.0
-    suf[r - 1][..., 0] = 1.0
-    for j in range(1, r):
-        pre[j] = _times_linear(pre[j - 1], a[:, :, j - 1], b[:, :, j - 1])
-        suf[r - 1 - j] = _times_linear(suf[r - j], a[:, :, r - j], b[:, :, r - j])
+    _fill_prefix_suffix(pre, suf, poly, a, b)
     dens = torch.movedim(p_rel[:, None, :] * a * dt[:, :, None], -1, 0)
     for deg in range(1, kmax):
         loo = pre[..., 0] * suf[..., deg]
