@@ -29,7 +29,10 @@ __all__ = ["greedy_metrics", "greedy_per_instance", "psp_unnormalised", "stochas
 
 # ----------------------------------------------------------------------------- greedy
 
-def _greedy_sums(Y, ranked, inv_prop, ks, chunk_rows):
+def _greedy_chunks(Y, ranked, inv_prop, ks, chunk_rows):
+    """The checked inputs, then per chunk of rows: (a, b, hit (c, kmax) bool, ranked ids (c, kmax), number
+    of true labels ny (c,), best_i@k (c, kmax)). The one reading of a ranking against the labels that
+    the greedy sums and the per-instance values share."""
     Y = check_labels(Y)
     n, L = Y.shape
     ks = check_ks(ks)
@@ -39,15 +42,24 @@ def _greedy_sums(Y, ranked, inv_prop, ks, chunk_rows):
         raise PoxmInputError(f"ranked: expected at least max(ks) = {kmax} columns, got {ranked.shape[1]}")
     inv = check_inv_prop(inv_prop, L)
     chunk_rows = check_count("chunk_rows", chunk_rows, 1)
+
+    def chunks():
+        for a in range(0, n, chunk_rows):
+            b = min(n, a + chunk_rows)
+            keys = true_keys(Y, a, b)
+            ny, best = truth_summaries(keys, b - a, L, inv, kmax)
+            r = ranked[a:b, :kmax]
+            yield a, b, member(keys, r, L), r, ny, best
+    return n, ks, inv, chunks()
+
+
+def _greedy_sums(Y, ranked, inv_prop, ks, chunk_rows):
+    n, ks, inv, chunks = _greedy_chunks(Y, ranked, inv_prop, ks, chunk_rows)
+    kmax = ks[-1]
     cd = discount_cumsum(kmax)
     disc = np.diff(cd)
     s = {name: np.zeros(kmax) for name in ("hits", "ndcg", "psp", "best")}
-    for a in range(0, n, chunk_rows):
-        b = min(n, a + chunk_rows)
-        keys = true_keys(Y, a, b)
-        ny, best = truth_summaries(keys, b - a, L, inv, kmax)
-        r = ranked[a:b, :kmax]
-        hit = member(keys, r, L)
+    for _, _, hit, r, ny, best in chunks:
         s["hits"] += np.cumsum(hit, axis=1).sum(0)
         idcg = cd[np.minimum(np.arange(1, kmax + 1)[None, :], ny[:, None])]
         dcg = np.cumsum(hit * disc, axis=1)
@@ -84,17 +96,9 @@ def greedy_per_instance(Y, ranked, inv_prop, k: int, *, chunk_rows: int = 65536)
     hit_il / p_{y_il} / mean_i(best_i@k): PSP is a ratio of sums, so an instance's share divides by the
     mean denominator (the same for every policy on these instances: a paired difference of two policies'
     shares has the PSP difference as its mean). What a claim's interval reads for its test-set term."""
-    n, ks, _ = _greedy_sums(Y, ranked, inv_prop, (k,), chunk_rows)   # the same input checks
-    Y, inv = check_labels(Y), check_inv_prop(inv_prop, Y.shape[1])
-    L = Y.shape[1]
-    ranked = check_ids("ranked", ranked, L, n)
+    n, _, inv, chunks = _greedy_chunks(Y, ranked, inv_prop, (k,), chunk_rows)
     p, ps, best = np.zeros(n), np.zeros(n), 0.0
-    for a in range(0, n, chunk_rows):
-        b = min(n, a + chunk_rows)
-        keys = true_keys(Y, a, b)
-        _, bst = truth_summaries(keys, b - a, L, inv, k)
-        r = ranked[a:b, :k]
-        hit = member(keys, r, L)
+    for a, b, hit, r, _, bst in chunks:
         p[a:b] = hit.sum(1) / k
         ps[a:b] = np.where(hit, inv[np.maximum(r, 0)], 0.0).sum(1)
         best += float(bst[:, k - 1].sum())
