@@ -9,7 +9,7 @@
 #                                                  same command continues a cut sweep (finished trials kept)
 #   benchmarks/gpu_publish.sh fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, final
 #                                                  rows.csv.gz, prepare.csv, the selected heads' per-instance
-#                                                  values instances.npz, the report's tables) for
+#                                                  values instances/<dataset>.npz, the report's tables) for
 #                                                  scripts/publish_results.py here
 #   benchmarks/gpu_publish.sh pack                 HERE: the wheels the machine lacks (Ray, pydantic, ...)
 #                                                  into .devpack-aa, -ab, -ac (parts of 29 MB: each call also carries the working tree, 27 MB)
@@ -77,7 +77,7 @@ run, out = Path(sys.argv[1]), Path(sys.argv[2])
 rows = pd.read_csv(run / "results" / "rows.csv")
 rows[rows["final"]].to_csv(out / "rows.csv.gz", index=False)
 n = write_selected(run / "results" / "test_instances.npz", pd.read_csv(run / "report" / "selection.csv"),
-                   out / "instances.npz")
+                   out / "instances")
 print(f"{out}: {int(rows['final'].sum())} final rows, {n} per-instance arrays")
 PY
     cp -r "$run/report/tables" "$out/tables" 2>/dev/null; cp "$run/report/index.md" "$out/" 2>/dev/null

@@ -24,7 +24,7 @@ publish() {   # publish CONFIG OUT_NAME [overrides...]   (CONFIG: a dataset name
   cp "$run_dir/results/prepare.csv" "docs/results/$out.tmp/"
   if [ -f "$run_dir/results/test_instances.npz" ]; then   # the selected heads' per-instance values (claims)
     .venv/bin/python -c "import sys, pandas as pd; from pathlib import Path; from orchestration.report.instances import write_selected; write_selected(Path(sys.argv[1]), pd.read_csv(sys.argv[2]), Path(sys.argv[3]))" \
-      "$run_dir/results/test_instances.npz" "$run_dir/report/selection.csv" "docs/results/$out.tmp/instances.npz"
+      "$run_dir/results/test_instances.npz" "$run_dir/report/selection.csv" "docs/results/$out.tmp/instances"
   fi
   # index.html embeds every figure as base64 (for MLflow's sandboxed view; it stays in the run directory):
   # in git it would duplicate figures/ at 0.8-2 MB a report, so docs/results keeps index.md + figures/.
@@ -36,13 +36,13 @@ P='datasets.0.variants=[{name: P, alpha: 0.2, beta: 0.0, match: {logging_to_skyl
 for ds in bibtex delicious stackex-cooking corel5k; do   # mldr_misc: two save_npz pairs, declared in the configs
   publish "$ds" "$ds" "$P"
 done
-cp -r docs/results/robustness-5seeds /tmp/poxm-robustness-configs
-for name in bibtex delicious stackex-cooking corel5k; do
-  publish /tmp/poxm-robustness-configs/$name/config.yaml "robustness-5seeds/$name"
-done
-for name in bibtex-cpu delicious-cpu bibtex-warm delicious-warm bibtex-legacy delicious-legacy; do
-  cp docs/results/$name/config.yaml /tmp/poxm-$name.yaml
-  publish /tmp/poxm-$name.yaml "$name"
+# each earlier folder's own config, copied first (publish replaces the folder it reads it from)
+mkdir -p runs/benchmark-configs
+for name in robustness-5seeds/bibtex robustness-5seeds/delicious robustness-5seeds/stackex-cooking \
+            robustness-5seeds/corel5k bibtex-cpu delicious-cpu bibtex-warm delicious-warm bibtex-legacy delicious-legacy; do
+  cfg="runs/benchmark-configs/${name//\//-}.yaml"
+  cp "docs/results/$name/config.yaml" "$cfg"
+  publish "$cfg" "$name"
 done
 echo "reports in docs/results/{bibtex,delicious,stackex-cooking,corel5k}/index.md, docs/results/robustness-5seeds/*/ and" \
      "docs/results/{bibtex,delicious}-{cpu,warm,legacy}/index.md"

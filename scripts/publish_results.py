@@ -2,7 +2,7 @@
 
 A published folder holds the run's final rows (rows.csv.gz), its logging statistics (prepare.csv), its
 resolved config (config.yaml) and, where the run kept them, the selected heads' per-instance test values
-(instances.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
+(instances/<dataset>.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
 machine given back), the report can still be rebuilt from them, and completed:
 
   --add TRIAL_DIR ...   trials trained later with `poxm train` (same config; for the cells the run never
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import build_report  # noqa: E402
-from orchestration.report.instances import write_selected  # noqa: E402
+from orchestration.report.instances import read_published_instances, write_selected  # noqa: E402
 from poxm_core.common.atomic import publish  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
@@ -90,15 +90,14 @@ def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str)
 
 
 def _instances(src: Path, trial_dirs: list[Path], out: Path) -> bool:
-    """The folder's instances.npz and the added trials' test_instances.npz as one file at `out`; False
-    (and none written) when the folder has none: its claims then have the seed term alone."""
-    files = [src / "instances.npz"] + [d / "test_instances.npz" for d in trial_dirs]
-    if not files[0].is_file():
+    """The folder's instances/<dataset>.npz and the added trials' test_instances.npz as one file at
+    `out`; False (and none written) when the folder has none: its claims then have the seed term alone."""
+    arrays = read_published_instances(src)
+    if not arrays:
         return False
-    arrays = {}
-    for f in files:
-        if f.is_file():
-            with np.load(f) as z:
+    for d in trial_dirs:
+        if (d / "test_instances.npz").is_file():
+            with np.load(d / "test_instances.npz") as z:
                 arrays.update({k: z[k] for k in z.files})
     with open(out, "wb") as fh:
         np.savez_compressed(fh, **arrays)
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 prepare.to_csv(staged / "prepare.csv", index=False)
                 if has_instances:   # the selected heads' per-instance values: the claims' test-set term
                     sel = pd.read_csv(report / "selection.csv")
-                    write_selected(run / "results" / "test_instances.npz", sel, staged / "instances.npz",
+                    write_selected(run / "results" / "test_instances.npz", sel, staged / "instances",
                                    sorted(set(rows["dataset"].astype(str))))
                 # the old folder moves aside first and is deleted only once the new one is in place, so
                 # an interruption leaves one complete folder (also when --out is the source)

@@ -254,3 +254,20 @@ def test_grid_edges_counts_points_and_edge_choices():
     from orchestration.report.grid_edges import paper_grid
     assert paper_grid("10 20 50 100", "0.7 0.8 0.9 1") and paper_grid("", "0.7 0.8 0.9 1")   # BanditNet: λ only
     assert not paper_grid("10 50", "0.7 0.8 0.9 1") and paper_grid("10 20 50 100", "")
+
+
+def test_published_instances_keep_the_selected_heads_per_dataset(tmp_path):
+    from orchestration.report.instances import read_published_instances, write_selected
+    sel = pd.DataFrame([{"dataset": d, "variant": "A", "seed": 0, "method": "poxm", "p": p, "lam": 0.9, "selection": s}
+                        for d, p, s in (("d", 10, "is"), ("d", 10, "snis"), ("e", 20, "is"), ("e", 50, "oracle"))])
+    full = tmp_path / "all.npz"
+    arrays = {C.instance_key(d, "A", 0, "poxm", p, 0.9, m): np.linspace(0, 1, 7, dtype=np.float32) * p
+              for d in ("d", "e") for p in (10, 20, 50) for m in ("R@5", "PSR@5", "P@5")}
+    np.savez(full, **arrays)
+    n = write_selected(full, sel, tmp_path / "instances")
+    assert sorted(p.name for p in (tmp_path / "instances").iterdir()) == ["d.npz", "e.npz"]
+    back = read_published_instances(tmp_path)
+    # the honest choices' heads only (d's p 10 once though two criteria chose it; not the oracle's p 50)
+    assert n == len(back) == 6 and all("|50|" not in k for k in back)
+    k = C.instance_key("e", "A", 0, "poxm", 20, 0.9, "R@5")
+    assert back[k].dtype == np.float16 and np.allclose(back[k], arrays[k], rtol=1e-3)

@@ -2,7 +2,7 @@
 
 A run keeps every head's per-instance test values (results/test_instances.npz: every grid point of
 every trial, hundreds of MB for a full benchmark). The claims read only the heads a criterion selected,
-so a published folder keeps those (instances.npz: the heads of every honest selection, not the
+so a published folder keeps those (instances/<dataset>.npz: the heads of every honest selection, not the
 oracle's; float16, whose relative rounding of 5e-4 on one instance's value moves an interval's width by
 far less than its last printed digit), and a report rebuilt from the folder computes the same intervals.
 """
@@ -26,15 +26,31 @@ def selected_keys(selection: pd.DataFrame) -> list[str]:
                    for r in s.itertuples(index=False) for m in METRICS})
 
 
-def write_selected(instances_npz: Path, selection: pd.DataFrame, out: Path, datasets: list[str] | None = None) -> int:
-    """Write the selected heads' arrays of `instances_npz` to `out` as float16 (only `datasets` where
-    given); returns the number written."""
-    keys = selected_keys(selection if datasets is None else selection[selection["dataset"].isin(datasets)])
+def write_selected(instances_npz: Path, selection: pd.DataFrame, out_dir: Path,
+                   datasets: list[str] | None = None) -> int:
+    """Write the selected heads' arrays of `instances_npz` as float16 into `out_dir`, one file per
+    dataset (`<dataset>.npz`: each stays small enough for a repository), only `datasets` where given;
+    returns the number of arrays written."""
+    sel = selection if datasets is None else selection[selection["dataset"].astype(str).isin(datasets)]
+    keys = selected_keys(sel)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = 0
     with np.load(instances_npz) as z:
         have = set(z.files)
-        arrays = {k: z[k].astype(np.float16) for k in keys if k in have}
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
-    tmp.replace(out)
-    return len(arrays)
+        for d in sorted({k.split("|", 1)[0] for k in keys}):
+            arrays = {k: z[k].astype(np.float16) for k in keys if k in have and k.split("|", 1)[0] == d}
+            tmp = out_dir / f".{d}.npz.tmp"
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, **arrays)
+            tmp.replace(out_dir / f"{d}.npz")
+            n += len(arrays)
+    return n
+
+
+def read_published_instances(folder: Path) -> dict[str, np.ndarray]:
+    """Every array of a published folder's instances/<dataset>.npz files ({} when it has none)."""
+    arrays: dict[str, np.ndarray] = {}
+    for f in sorted((folder / "instances").glob("*.npz")):
+        with np.load(f) as z:
+            arrays.update({k: z[k] for k in z.files})
+    return arrays
