@@ -171,3 +171,14 @@ def test_selection_criterion_defaults_to_is_and_leaves_the_run_id_alone():
            for c in ("IS", "SNIS", "PIS")}
     assert set(ids.values()) == {PUBLISHED_IDS["configs/bibtex.yaml"]}   # selection trains nothing
     assert "criterion: IS" in resolved_yaml(load_config(root / "configs/bibtex.yaml"))
+
+
+def test_default_data_root_is_next_to_the_repository(monkeypatch):
+    """Without $POXM_DATA_ROOT the data root is ../shared/data beside the checkout, wherever the module
+    defining it sits in the package (a wrong depth silently skips every real-data test)."""
+    from pathlib import Path
+
+    from poxm_core.config.schema import default_data_root
+    monkeypatch.delenv("POXM_DATA_ROOT", raising=False)
+    repo = Path(__file__).resolve().parents[1]
+    assert default_data_root() == (repo.parent / "shared" / "data").resolve()

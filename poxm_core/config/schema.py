@@ -413,5 +413,5 @@ def default_data_root() -> Path:
     env = os.environ.get("POXM_DATA_ROOT")
     if env:
         return Path(env).resolve()
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]   # poxm_core/config/schema.py -> the repository
     return (here.parent / "shared" / "data").resolve()
