@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import build_report  # noqa: E402
-from orchestration.report.instances import read_published_instances, write_selected  # noqa: E402
+from orchestration.report.instances import load_arrays, read_published_instances, write_selected  # noqa: E402
 from poxm_core.common.atomic import publish  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
@@ -95,10 +95,7 @@ def _instances(src: Path, trial_dirs: list[Path], out: Path) -> bool:
     arrays = read_published_instances(src)
     if not arrays:
         return False
-    for d in trial_dirs:
-        if (d / "test_instances.npz").is_file():
-            with np.load(d / "test_instances.npz") as z:
-                arrays.update({k: z[k] for k in z.files})
+    arrays.update(load_arrays([d / "test_instances.npz" for d in trial_dirs]))
     with open(out, "wb") as fh:
         np.savez_compressed(fh, **arrays)
     return True

@@ -47,10 +47,17 @@ def write_selected(instances_npz: Path, selection: pd.DataFrame, out_dir: Path,
     return n
 
 
+def load_arrays(files) -> dict[str, np.ndarray]:
+    """Every array of the existing .npz `files`, in one dict (a later file's key wins; keys name their
+    dataset, variant and seed, so files of different runs or trials never collide)."""
+    arrays: dict[str, np.ndarray] = {}
+    for f in files:
+        if Path(f).is_file():
+            with np.load(f) as z:
+                arrays.update({k: z[k] for k in z.files})
+    return arrays
+
+
 def read_published_instances(folder: Path) -> dict[str, np.ndarray]:
     """Every array of a published folder's instances/<dataset>.npz files ({} when it has none)."""
-    arrays: dict[str, np.ndarray] = {}
-    for f in sorted((folder / "instances").glob("*.npz")):
-        with np.load(f) as z:
-            arrays.update({k: z[k] for k in z.files})
-    return arrays
+    return load_arrays(sorted((folder / "instances").glob("*.npz")))

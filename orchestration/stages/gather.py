@@ -28,7 +28,6 @@ from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
 
 
-
 def _csv_atomic(df: pd.DataFrame, path: Path, columns) -> None:
     with atomic_file(path) as tmp:
         df.to_csv(tmp, index=False, columns=columns)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orchestration.report.instances import load_arrays
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep
 from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, write_atomic, write_json)
 from poxm_core.common.atomic import publish
@@ -171,10 +172,7 @@ def _merge_instances(files: list[Path], out: Path) -> None:
     the seed term alone, for every run alike)."""
     if not files or not all(f.is_file() for f in files):
         return
-    arrays: dict = {}
-    for f in files:
-        with np.load(f) as z:
-            arrays.update({k: z[k] for k in z.files})
+    arrays = load_arrays(files)
     with open(out, "wb") as fh:
         np.savez_compressed(fh, **arrays)
 
