@@ -8,6 +8,7 @@
   poxm ui      RUN_DIR [--port N]                          MLflow UI on 127.0.0.1 for that run's store
   poxm report  RUN_DIR                                     gather, select and rebuild the report
   poxm report  RUN_A RUN_B ... [--out DIR]                 one report over runs of one config (other seeds)
+  poxm ope     [--data PATH] [--out DIR]                   OPE against the truth on the Open Bandit Dataset
 
 Bad input (config keys, files, arguments) prints one line `poxm: error: ...` and exits 2.
 """
@@ -156,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="with several runs: where the merged report goes (default "
                                                "<runs dir of the first run>/<name>-merged-<hash>)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report on the sweep's MLflow parent run")
+    from orchestration.ope import add_ope_parser
+    add_ope_parser(sub)
     return ap
 
 
@@ -304,8 +307,13 @@ def cmd_report(a) -> int:
     return 0
 
 
+def cmd_ope(a) -> int:
+    from orchestration.ope import cmd_ope as run_ope
+    return run_ope(a)
+
+
 COMMANDS = {"prepare": cmd_prepare, "train": cmd_train, "run": cmd_run, "resume": cmd_resume,
-            "status": cmd_status, "ui": cmd_ui, "report": cmd_report}
+            "status": cmd_status, "ui": cmd_ui, "report": cmd_report, "ope": cmd_ope}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
