@@ -8,12 +8,21 @@ so they are summed inside t_i). Then
     stderr = std_i(t_i, ddof=1) / sqrt(n)    (CLT; for SNIS the t_i are delta-method influence terms)
     CI     = value -/+ z_{1-alpha/2} * stderr (normal), or a seeded percentile bootstrap over instances
     ESS    = (sum_ij w_ij)^2 / sum_ij w_ij^2 over all n*ell entries (0 if every weight is 0)
+
+On a validation log the estimator is called through one hook, `estimate_on(log: ValidationLog)`: its
+`weights_on(log)` makes the (n, ell) weights (by default the importance weights of its `support`, pruned
+or prefix as `weights` says) and `per_sample` gets them with its `aux_names` arrays. An estimator that
+needs more than that (a marginalised IPS over action clusters, an embedding-based one) declares the
+extra arrays by name in `needs` and overrides `weights_on`, reading them from `log.arrays`; the caller
+gathers what `needs` names without knowing the estimator (docs/estimators.md, "Estimators that need
+more than the weights").
 """
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -21,8 +30,9 @@ import torch
 from scipy.stats import norm
 
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.estimators.weights import importance_weights
 
-__all__ = ["Estimate", "BaseEstimator", "effective_sample_size", "validate_log_arrays"]
+__all__ = ["Estimate", "BaseEstimator", "ValidationLog", "effective_sample_size", "validate_log_arrays"]
 
 
 
@@ -96,6 +106,34 @@ def _check_torch(w: torch.Tensor, r: torch.Tensor, aux: dict) -> None:
             raise PoxmInputError(f"{k}: expected shape {tuple(w.shape)} like w, got {tuple(v.shape)}")
 
 
+@dataclass(frozen=True, eq=False)
+class ValidationLog:
+    """One validation log as the estimators see it (`BaseEstimator.estimate_on`).
+
+    logpi   {support: (n, ell) log pi_A(y_ij | x_i, y_i,<j)}: "policy" (the policy's support S),
+            "selector" (Phi^p(x)); the supports a caller has
+    q, r    (n, ell) conditional logging propensities and rewards
+    aux     {name: (n, ell)} per-position arrays for `per_sample` (`aux_names`: DR's dm_term, rhat_logged)
+    arrays  {name: array} what an estimator's `needs` may name: per-action arrays indexed by label id
+            (first axis L) and per-log arrays (first axis n); the names the trainer gives are listed
+            in docs/estimators.md
+    """
+    logpi: Mapping[str, np.ndarray]
+    q: np.ndarray
+    r: np.ndarray
+    aux: Mapping[str, np.ndarray] = field(default_factory=dict)
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+    _weights: dict = field(default_factory=dict, repr=False)   # (support, kind) -> weights, made once
+
+    def importance_weights(self, support: str, kind: str = "pruned") -> np.ndarray:
+        """(n, ell) importance weights of `support`, "pruned" (pi/q per position) or "prefix" (product);
+        computed once per (support, kind) and shared by every estimator of this log."""
+        key = (support, kind)
+        if key not in self._weights:
+            self._weights[key] = importance_weights(self.logpi[support], self.q, pruned=kind == "pruned")
+        return self._weights[key]
+
+
 @dataclass(frozen=True)
 class BaseEstimator:
     """Settings common to every estimator. alpha: 1 - confidence level of the interval."""
@@ -111,6 +149,9 @@ class BaseEstimator:
     label: ClassVar[str] = ""
     support: ClassVar[str] = "policy"
     reported: ClassVar[bool] = True
+    # Extra arrays `weights_on` reads from `ValidationLog.arrays`, by name (e.g. a per-action cluster id
+    # or embedding array); an estimator whose needs a log does not have is not reported on it.
+    needs: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
@@ -128,6 +169,20 @@ class BaseEstimator:
     def point(self, w: np.ndarray, r: np.ndarray, **aux: np.ndarray) -> float:
         """Point estimate on validated arrays; the mean of `per_sample` unless overridden."""
         return float(np.mean(self.per_sample(w, r, **aux)))
+
+    # ---- the hook on a validation log (override `weights_on` for weights of another kind) ----------
+    def weights_on(self, log: ValidationLog) -> np.ndarray:
+        """(n, ell) weights passed to `per_sample` on `log`: the importance weights of this class's
+        `support`, pruned or prefix (`weights`). Override to make others from `log.arrays[needs...]`."""
+        return log.importance_weights(self.support, self.weights)
+
+    def estimate_on(self, log: ValidationLog) -> Estimate:
+        """`estimate` on a validation log: `weights_on(log)`, its rewards and its `aux_names` arrays."""
+        missing = [k for k in self.needs if k not in log.arrays]
+        if missing:
+            raise PoxmInputError(f"{self.name}: the validation log lacks the arrays {missing} it needs "
+                                 f"(it has {sorted(log.arrays)})")
+        return self.estimate(self.weights_on(log), log.r, **{k: log.aux[k] for k in self.aux_names})
 
     # ---- shared ---------------------------------------------------------------------------------
     def _aux(self, aux: dict) -> dict:

@@ -28,7 +28,7 @@ import torch
 from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["pl_log_conditionals", "pl_log_conditionals_torch", "pl_log_conditionals_full_torch",
-           "pl_expectations", "pl_expectations_torch"]
+           "pl_expectations", "pl_expectations_torch", "pl_conditional_table_torch"]
 
 
 # ----------------------------------------------------------------------------------- validation
@@ -257,3 +257,30 @@ def pl_expectations_torch(scores: torch.Tensor, values: torch.Tensor, pos: torch
     w_k = torch.where(fin_t, torch.exp(torch.where(fin_t, t, rem0.unsqueeze(2)) - rem0.unsqueeze(2)), zero)   # same
     num = base_w * v_base.unsqueeze(1) + (w_k * v_j.unsqueeze(1)).sum(dim=2)
     return torch.where(fin_rem, num, zero)
+
+
+def pl_conditional_table_torch(scores: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """(n, ell, m) the whole conditional pi_A(. | x_i, y_i,<j) on the m columns of A at every position j:
+    table[i, j, k] = exp(s_ik) / sum of exp(s) over A minus the logged columns pos[i, :j]; 0 on those
+    columns and on -inf scores, a row of 0 where nothing of A is left. So table[i, j, pos_ij] =
+    exp(log pi_ij) of `pl_log_conditionals_torch`. Not differentiated (an estimator's input); memory
+    n * ell * m: only what an estimator declares it needs (`BaseEstimator.needs`) is built."""
+    _check_shapes(scores.shape, scores.dim(), pos.shape, pos.dim(),
+                  not torch.is_floating_point(pos) and pos.dtype != torch.bool)
+    pos = pos.to(device=scores.device, dtype=torch.int64)
+    n, m = scores.shape
+    ell = pos.shape[1]
+    taken = torch.zeros((n, ell, m), dtype=torch.bool, device=scores.device)
+    seen = torch.zeros((n, m), dtype=torch.bool, device=scores.device)
+    rows = torch.arange(n, device=scores.device)
+    for j in range(ell):
+        taken[:, j] = seen
+        ok = pos[:, j] >= 0
+        seen = seen.clone()
+        seen[rows[ok], pos[ok, j]] = True
+    s = scores.detach().unsqueeze(1).expand(n, ell, m).masked_fill(taken, float("-inf"))
+    mx = s.amax(dim=2, keepdim=True)
+    mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+    e = torch.exp(s - mx)
+    tot = e.sum(dim=2, keepdim=True)
+    return torch.where(tot > 0, e / tot.clamp(min=torch.finfo(e.dtype).tiny), torch.zeros_like(e))

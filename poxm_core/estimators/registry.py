@@ -46,4 +46,6 @@ def register_estimator(cls: type[BaseEstimator]) -> type[BaseEstimator]:
     if cls.support not in ("policy", "selector") or cls.weights not in ("pruned", "prefix"):
         raise TypeError(f"estimator '{cls.name}': support must be 'policy' or 'selector' and weights "
                         f"'pruned' or 'prefix', got {cls.support!r}, {cls.weights!r}")
+    if not isinstance(cls.needs, tuple) or not all(isinstance(k, str) and k for k in cls.needs):
+        raise TypeError(f"estimator '{cls.name}': needs must be a tuple of array names, got {cls.needs!r}")
     return add(ESTIMATORS, "estimator", cls.name, cls, same=lambda old, new: old is new)

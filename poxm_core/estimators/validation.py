@@ -1,7 +1,8 @@
 """Every reported estimator of the registry on one validation log: what the trainer writes as the
 'val' rows of a head (and so what MLflow and the report's estimator figure show).
 
-    validation_estimates(logpi, q, r, aux) -> {label: Estimate}, in registry order
+    validation_estimates(logpi, q, r, aux, arrays) -> {label: Estimate}, in registry order
+    needed_arrays() -> the names every reported estimator's `needs` declares (what a caller gathers)
     crossfit_values([per-fold {label: Estimate}]) -> {label: mean value over the folds}
 
 `logpi` maps a support ("policy": the head's test-time support S; "selector": Phi^p(x)) to the
@@ -9,17 +10,19 @@
 importance weights (`weights.importance_weights`, pruned or prefix as its class says) of its support,
 and the auxiliary arrays it names (`aux_names`, e.g. DR's dm_term and rhat_logged). An estimator
 whose support or auxiliary arrays are not given is skipped: DR needs a fitted reward model, which the
-per-epoch reports do not have. Nothing here names an estimator: a registered one appears by itself.
+per-epoch reports do not have. `arrays` holds the extra arrays estimators declare in `needs` (per-action
+arrays, per-log tables); an estimator whose needs are not all there is skipped the same way, and one
+that overrides `weights_on` makes its own weights from them. Nothing here names an estimator: a
+registered one appears by itself.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from poxm_core.estimators.base import Estimate
+from poxm_core.estimators.base import Estimate, ValidationLog
 from poxm_core.estimators.registry import ESTIMATORS
-from poxm_core.estimators.weights import importance_weights
 
-__all__ = ["validation_estimates", "reported_labels", "crossfit_values"]
+__all__ = ["validation_estimates", "reported_labels", "needed_arrays", "crossfit_values"]
 
 
 def reported_labels() -> list[str]:
@@ -27,20 +30,23 @@ def reported_labels() -> list[str]:
     return [cls.label for cls in ESTIMATORS.values() if cls.reported]
 
 
+def needed_arrays() -> set[str]:
+    """Every name a reported estimator of the registry declares in `needs`: what a caller gathers
+    into `validation_estimates(arrays=...)` (an array nobody needs is not built)."""
+    return {k for cls in ESTIMATORS.values() if cls.reported for k in cls.needs}
+
+
 def validation_estimates(logpi: dict[str, np.ndarray], q: np.ndarray, r: np.ndarray,
-                         aux: dict[str, np.ndarray] | None = None) -> dict[str, Estimate]:
-    aux = aux or {}
-    q = np.asarray(q, dtype=np.float64)
-    r = np.asarray(r, dtype=np.float64)
-    weights: dict[tuple[str, str], np.ndarray] = {}      # each (support, kind) computed once
+                         aux: dict[str, np.ndarray] | None = None,
+                         arrays: dict[str, np.ndarray] | None = None) -> dict[str, Estimate]:
+    log = ValidationLog(logpi, np.asarray(q, dtype=np.float64), np.asarray(r, dtype=np.float64),
+                        aux or {}, arrays or {})
     out: dict[str, Estimate] = {}
     for cls in ESTIMATORS.values():
-        if not cls.reported or cls.support not in logpi or not all(k in aux for k in cls.aux_names):
+        if (not cls.reported or cls.support not in logpi or not all(k in log.aux for k in cls.aux_names)
+                or not all(k in log.arrays for k in cls.needs)):
             continue
-        key = (cls.support, cls.weights)
-        if key not in weights:
-            weights[key] = importance_weights(logpi[cls.support], q, pruned=cls.weights == "pruned")
-        out[cls.label] = cls().estimate(weights[key], r, **{k: aux[k] for k in cls.aux_names})
+        out[cls.label] = cls().estimate_on(log)     # weights of one (support, kind) made once per log
     return out
 
 

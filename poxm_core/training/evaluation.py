@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from poxm_core.estimators import phi, pl_expectations_torch, pl_log_conditionals_torch, selector_pos
+from poxm_core.estimators import (phi, pl_conditional_table_torch, pl_expectations_torch, pl_log_conditionals_torch,
+                                  selector_pos)
 from poxm_core.policy.heads import HeadParams
 
 __all__ = ["PolicyView", "val_arrays", "test_table"]
@@ -139,12 +140,15 @@ def _greedy_logpi(scores: torch.Tensor, cand: torch.Tensor, cand_pos: torch.Tens
 
 
 def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray, rho: np.ndarray, log, p_sis: int,
-               reward: tuple[HeadParams, np.ndarray | torch.Tensor] | None, device: torch.device) -> dict[str, np.ndarray]:
+               reward: tuple[HeadParams, np.ndarray | torch.Tensor] | None, device: torch.device,
+               tables: bool = False) -> dict[str, np.ndarray]:
     """(n, ell) float64 arrays on the logged slates of `log` (rows of Z/cand/rho by log.instance):
     logpi_is, logpi_sis, and with a reward model (its output layer, its features indexed like Z) also
-    dm_term (E_{pi_S} rhat at each position) and rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(logits)."""
+    dm_term (E_{pi_S} rhat at each position) and rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(logits).
+    `tables`: also pi_selector (n, ell, p_sis), the policy's whole conditional on Phi^p at each position
+    (`pl_conditional_table_torch`; the greedy policy's: 1 on its pick), for an estimator that needs it."""
     K = cand.shape[1]
-    out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged")}
+    out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged", "pi_selector")}
     L = view.params.W.shape[0] if view.params is not None else 0
     d = Z.shape[1]
     per_row = L if view.kind == "all" else K * d
@@ -160,7 +164,8 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
             zr = _take(Zr, inst, device)
         if view.kind == "all":
             S32 = _full_logits32(view.params, z)
-            lp_sis = pl_log_conditionals_torch(S32.gather(1, phi(cd, p_sis)).double(), selector_pos(cp, p_sis), check=False)
+            S_sel = S32.gather(1, phi(cd, p_sis)).double()
+            lp_sis = pl_log_conditionals_torch(S_sel, selector_pos(cp, p_sis), check=False)
             rw = _full_logits32(reward_params, zr).sigmoid_() if reward is not None else None
             S, pos, vals = _lumped(S32, act, rw)
             del S32, rw
@@ -168,12 +173,21 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
         elif view.kind == "greedy":
             S = _table_scores(view, z, cd, rh, K)
             lp_is, picks_is = _greedy_logpi(S, cd, cp, K)
-            lp_sis, _ = _greedy_logpi(S, cd, cp, p_sis)
+            lp_sis, picks_sis = _greedy_logpi(S, cd, cp, p_sis)
         else:
             m = view.p if view.kind == "phi" else K
             S = _table_scores(view, z, cd, rh, K)
             lp_is = pl_log_conditionals_torch(S[:, :m], selector_pos(cp, m), check=False)
             lp_sis = pl_log_conditionals_torch(S[:, :p_sis], selector_pos(cp, p_sis), check=False)
+            S_sel = S[:, :p_sis]
+        if tables:
+            if view.kind == "greedy":     # a pick is real while Phi^p has a column the prefix has not taken
+                inside = (cp.cpu() < p_sis).long()
+                left = inside.cumsum(1) - inside < p_sis
+                table = torch.nn.functional.one_hot(picks_sis.clamp(max=p_sis - 1), p_sis).double() * left.unsqueeze(2)
+            else:
+                table = pl_conditional_table_torch(S_sel, selector_pos(cp, p_sis))
+            out["pi_selector"].append(table.cpu().numpy())
         out["logpi_is"].append(lp_is.cpu().numpy())
         out["logpi_sis"].append(lp_sis.cpu().numpy())
         if reward is not None:

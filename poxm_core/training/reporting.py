@@ -23,7 +23,7 @@ import torch
 from poxm_core.config.schema import SweepConfig
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
-from poxm_core.estimators.validation import validation_estimates
+from poxm_core.estimators.validation import needed_arrays, validation_estimates
 from poxm_core.estimators.weights import importance_weights
 from poxm_core.metrics.ranking import greedy_metrics, greedy_per_instance, stochastic_metrics
 from poxm_core.prepare.prepared import Prepared
@@ -61,6 +61,9 @@ class EvalInputs:
         self.test_rows = torch.arange(prepared.Z_test.shape[0], device=device)
         self.val_cand = prepared.policy_train.cand[rows]
         self.val_rho = prepared.policy_train.rho[rows]
+        # per-action arrays (first axis: label id) an estimator may declare in `needs` (docs/estimators.md):
+        # the label propensities' inverse and the logging model's output rows W as action embeddings
+        self.action_arrays = {"inv_propensity": prepared.inv_propensity, "action_embedding": prepared.W}
 
     def _sparse(self, split: str) -> DeviceCSR | None:
         if self._X.get(split) is None:
@@ -119,11 +122,17 @@ def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None,
     K = prepared.policy_train.cand.shape[1]
     rw = (reward.params, ev.features(reward, "val")) if reward is not None else None
     view, feats = frozen if frozen is not None else (h.view(), ev.features(h, "val"))
-    arr = val_arrays(view, feats, ev.val_cand, ev.val_rho, log, _p_sis(h, K), rw, ev.device)
+    needs = needed_arrays()
+    arr = val_arrays(view, feats, ev.val_cand, ev.val_rho, log, _p_sis(h, K), rw, ev.device,
+                     tables="pi_selector" in needs)
     q = log.q.astype(np.float64)
-    # every reported estimator of the registry (estimators.validation): DR only with a reward model
+    # every reported estimator of the registry (estimators.validation): DR only with a reward model; the
+    # extra arrays estimators declare (`needs`) by name (docs/estimators.md), only those some estimator needs
     aux = {k: arr[k] for k in ("dm_term", "rhat_logged") if k in arr}
-    est = validation_estimates({"policy": arr["logpi_is"], "selector": arr["logpi_sis"]}, q, log.rewards, aux)
+    extra = {**ev.action_arrays, "actions": log.actions, "cand_pos": log.cand_pos, "candidates": ev.val_cand,
+             "rho_candidates": ev.val_rho, **{k: arr[k] for k in ("pi_selector",) if k in arr}}
+    est = validation_estimates({"policy": arr["logpi_is"], "selector": arr["logpi_sis"]}, q, log.rewards, aux,
+                               {k: v for k, v in extra.items() if k in needs})
     out = {label: (e.value, e.stderr) for label, e in est.items()}
     out["ESS"] = (effective_sample_size(importance_weights(arr["logpi_is"], q)), math.nan)
     return out
