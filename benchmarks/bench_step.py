@@ -66,7 +66,7 @@ def _one(a: argparse.Namespace) -> dict:
 
     def run_step(bt: Batch) -> None:
         sc = RowScorer(params, bt.z)
-        loss = method.loss(sc, bt, ctx)
+        loss = method.head_loss(sc, bt, ctx)
         loss.backward()
         opt.step(params, sc)
 

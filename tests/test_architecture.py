@@ -341,3 +341,27 @@ def test_adam_update_is_written_once_and_the_loop_names_no_method():
     for m in ("poxm_core.training.epoch", "poxm_core.training.step", "poxm_core.accel.graph"):
         code = "\n".join(_code_lines(m))
         assert [n for n in METHODS if re.search(rf"[\"']{n}[\"']", code)] == [], m
+
+
+def test_training_and_accel_name_no_method():
+    """The engines decide by what a method declares (`ids`, `draws`, `loss`, ...), never by its name or
+    class: no registry name as a string and no imported Method subclass in poxm_core/training or
+    poxm_core/accel, so a method defined anywhere trains through them unchanged."""
+    from poxm_core.methods.base import Method
+    from poxm_core.methods.registry import METHODS
+
+    offenders = []
+    for m in [m for m in MODULES if m.startswith(("poxm_core.training", "poxm_core.accel"))]:
+        code = "\n".join(_code_lines(m))
+        # 'logging' is also a value of training.init (start from the logging model), not only a method
+        offenders += [f"{m}: '{n}'" for n in METHODS if n != "logging" and re.search(rf"[\"']{n}[\"']", code)]
+        mod = importlib.import_module(m)
+        for node in ast.walk(TREES[m]):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    obj = getattr(mod, a.asname or a.name, None)
+                    if isinstance(obj, type) and issubclass(obj, Method) and obj is not Method:
+                        offenders.append(f"{m}: imports {obj.__name__}")
+    assert offenders == []
+    # the check can see a name where one is written: the method's own module
+    assert re.search(r"[\"']dm[\"']", "\n".join(_code_lines("poxm_core.methods.dm")))

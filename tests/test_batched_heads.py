@@ -207,13 +207,13 @@ def test_static_loop_draws_the_sampled_negatives_of_the_plain_steps(tmp_path, mo
     orig = epoch_mod.GraphedSteps.run_epoch
 
     def counted(self, *a):
-        calls.append(sorted(set(self.step.engine.kinds)))
+        calls.append(sorted({h.method.name for h in self.step.engine.heads}))
         return orig(self, *a)
     monkeypatch.setattr(epoch_mod, "_graphable", lambda *a: True)
     monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
     static = run_trial(tiny_config(methods, epochs=3, batched_heads=True), spec, prep, tmp_path / "static",
                        progress=False)
-    assert calls == [["logged", "phi", "sampled"]] * 3
+    assert calls == [["banditnet", "dm", "pm_banditnet", "poxm"]] * 3
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
@@ -263,7 +263,8 @@ def test_graph_loop_takes_dr_poxm_skyline_and_end_to_end_heads(tmp_path, monkeyp
 
     def counted(self, *a):
         eng = self.step.engine
-        calls.append((sorted(set(eng.kinds)) if eng is not None else None, [h.key for h in self.step.heads],
+        calls.append((sorted({h.method.name for h in eng.heads}) if eng is not None else None,
+                      [h.key for h in self.step.heads],
                       self.rhat_of is not None, self.labels is not None))
         return orig(self, *a)
     monkeypatch.setattr(epoch_mod, "graphs_enabled", lambda device: True)
@@ -271,9 +272,9 @@ def test_graph_loop_takes_dr_poxm_skyline_and_end_to_end_heads(tmp_path, monkeyp
     static = run_trial(tiny_config(methods, epochs=2, batched_heads=True), spec, PREP, tmp_path / "static",
                        progress=False)
     # phase 1 (the reward model alone), then phase 2: every head but the end-to-end skyline in the graph
-    phase2 = [c for c in calls if c[0] != ["logged"]]
+    phase2 = [c for c in calls if c[0] != ["dm"]]
     assert len(calls) == 4 and len(phase2) == 2
-    assert phase2[0] == (["dr", "full", "phi", "skyline"], [], True, True)
+    assert phase2[0] == (["banditnet", "dr_poxm", "pm_banditnet", "poxm", "skyline", "wpoxm"], [], True, True)
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 

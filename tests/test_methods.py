@@ -37,14 +37,15 @@ def toy_params(seed=1):
 
 
 def ctx(p=None, lam=None, seed=0, options=MethodConfig, **mc):
-    return HeadContext(p, lam, options(**mc), torch.Generator().manual_seed(seed), L)
+    # shift = lam: these tests check the translated objective sum w (r - shift) with shift written as lam
+    return HeadContext(p, lam, options(**mc), torch.Generator().manual_seed(seed), L, shift=lam)
 
 
 def step(method, params, batch, c, lr=0.05):
     """One loss + backward + RowAdam step; returns (loss, scorer)."""
     opt = RowAdam(tuple(params.W.shape), torch.device("cpu"), lr=lr)
     sc = RowScorer(params, batch.z)
-    loss = get_method(method).loss(sc, batch, c)
+    loss = get_method(method).head_loss(sc, batch, c)
     loss.backward()
     opt.step(params, sc)
     return loss, sc
@@ -171,7 +172,7 @@ def test_poxm_gradient_matches_hand_formula():
     b = toy_batch([[4]], [[2]], [[0.25]], [[1.0]], CAND)
     P = toy_params()
     sc = RowScorer(P, b.z)
-    loss = get_method("poxm").loss(sc, b, ctx(p=3, lam=0.3))
+    loss = get_method("poxm").head_loss(sc, b, ctx(p=3, lam=0.3))
     loss.backward()
     s = logits(P, b.z)[0, [3, 1, 4]].double()
     pi = torch.softmax(s, 0)
@@ -187,7 +188,7 @@ def test_poxm_second_position_subtracts_the_logged_prefix():
     # y_1 = 3 (in Phi), y_2 = 1: pi(y_2 | y_1) = e^{s_1} / (e^{s_3} + e^{s_1} + e^{s_4} - e^{s_3})
     b = toy_batch([[3, 1]], [[0, 1]], [[0.5, 0.5]], [[0.0, 1.0]], CAND)
     P = toy_params()
-    loss = get_method("poxm").loss(RowScorer(P, b.z, grad=False), b, ctx(p=3, lam=0.0))
+    loss = get_method("poxm").head_loss(RowScorer(P, b.z, grad=False), b, ctx(p=3, lam=0.0))
     s = logits(P, b.z)[0].double()
     pi2 = torch.exp(s[1]) / (torch.exp(s[1]) + torch.exp(s[4]))
     assert math.isclose(float(loss), float(-pi2 / 0.5), rel_tol=1e-5)
@@ -197,7 +198,7 @@ def test_poxm_position_outside_phi_has_zero_weight_and_finite_gradient():
     b = toy_batch([[2]], [[4]], [[0.2]], [[1.0]], CAND)            # label 2 is rank 4: outside Phi^3
     P = toy_params()
     sc = RowScorer(P, b.z)
-    loss = get_method("poxm").loss(sc, b, ctx(p=3, lam=0.5))
+    loss = get_method("poxm").head_loss(sc, b, ctx(p=3, lam=0.5))
     loss.backward()
     assert float(loss.detach()) == 0.0
     assert torch.all(sc.leaf_W.grad == 0) and torch.all(torch.isfinite(sc.leaf_W.grad))
@@ -208,7 +209,7 @@ def test_wpoxm_scales_the_poxm_gradient_by_inverse_propensity():
     grads = {}
     for name in ("poxm", "wpoxm"):
         sc = RowScorer(toy_params(), b.z)
-        get_method(name).loss(sc, b, ctx(p=3, lam=0.3)).backward()
+        get_method(name).head_loss(sc, b, ctx(p=3, lam=0.3)).backward()
         grads[name] = sc.leaf_b.grad
     assert torch.allclose(grads["wpoxm"], grads["poxm"] * b.inv_prop_actions[0, 0], atol=1e-6)
 
@@ -228,7 +229,7 @@ def test_banditnet_full_gradient_matches_hand_formula():
     b = toy_batch([[7]], [[5]], [[0.5]], [[1.0]], CAND)
     P = toy_params()
     sc = RowScorer(P, b.z)
-    get_method("banditnet").loss(sc, b, ctx(lam=0.0, options=BanditNetOptions)).backward()
+    get_method("banditnet").head_loss(sc, b, ctx(lam=0.0, options=BanditNetOptions)).backward()
     pi = torch.softmax(logits(P, b.z)[0].double(), 0)
     e = torch.zeros(L, dtype=torch.float64)
     e[7] = 1
@@ -238,27 +239,27 @@ def test_banditnet_full_gradient_matches_hand_formula():
 def test_pm_banditnet_drops_positions_outside_phi_and_equals_banditnet_inside():
     out = toy_batch([[2]], [[4]], [[0.2]], [[1.0]], CAND)
     sc = RowScorer(toy_params(), out.z)
-    loss = get_method("pm_banditnet").loss(sc, out, ctx(p=3, lam=0.5, options=BanditNetOptions))
+    loss = get_method("pm_banditnet").head_loss(sc, out, ctx(p=3, lam=0.5, options=BanditNetOptions))
     loss.backward()
     assert float(loss.detach()) == 0.0 and torch.all(sc.leaf_W.grad == 0)
     inside = toy_batch([[1, 2]], [[1, 4]], [[0.3, 0.2]], [[1.0, 0.0]], CAND)
-    pm = get_method("pm_banditnet").loss(RowScorer(toy_params(), inside.z, False), inside, ctx(p=3, lam=0.5, options=BanditNetOptions))
+    pm = get_method("pm_banditnet").head_loss(RowScorer(toy_params(), inside.z, False), inside, ctx(p=3, lam=0.5, options=BanditNetOptions))
     one = toy_batch([[1]], [[1]], [[0.3]], [[1.0]], CAND)
-    bn = get_method("banditnet").loss(RowScorer(toy_params(), one.z, False), one, ctx(lam=0.5, options=BanditNetOptions))
+    bn = get_method("banditnet").head_loss(RowScorer(toy_params(), one.z, False), one, ctx(lam=0.5, options=BanditNetOptions))
     assert math.isclose(float(pm), float(bn), rel_tol=1e-6)
 
 
 def test_sampled_softmax_approaches_the_full_softmax():
     b = toy_batch([[1, 0], [5, 9]], [[1, 3], [0, 5]], [[0.3, 0.4], [0.5, 0.6]], [[1.0, 0.0], [1.0, 1.0]],
                   CAND * 2)
-    full = get_method("banditnet").loss(RowScorer(toy_params(), b.z, False), b, ctx(lam=0.2, options=BanditNetOptions))
-    samp = get_method("banditnet").loss(RowScorer(toy_params(), b.z, False), b,
+    full = get_method("banditnet").head_loss(RowScorer(toy_params(), b.z, False), b, ctx(lam=0.2, options=BanditNetOptions))
+    samp = get_method("banditnet").head_loss(RowScorer(toy_params(), b.z, False), b,
                                         ctx(lam=0.2, options=BanditNetOptions, softmax="sampled", n_negatives=200000))
     assert math.isclose(float(samp), float(full), rel_tol=0.02)
     # the sampled step touches the logged rows and the sampled negatives only
     few = ctx(lam=0.2, options=BanditNetOptions, softmax="sampled", n_negatives=2, seed=5)
     sc = RowScorer(toy_params(), b.z)
-    get_method("banditnet").loss(sc, b, few)
+    get_method("banditnet").head_loss(sc, b, few)
     neg = torch.randint(L, (2,), generator=torch.Generator().manual_seed(5))
     assert set(sc.rows.tolist()) == {1, 0, 5, 9} | set(neg.tolist())
 
@@ -284,7 +285,7 @@ def test_skyline_raises_true_labels_and_lowers_the_rest():
     d = logits(P, b.z)[0] - s0
     assert d[6] > 0 and torch.all(d[torch.arange(L) != 6] < 0)
     with pytest.raises(PoxmInputError, match="skyline"):
-        get_method("skyline").loss(RowScorer(P, b.z), toy_batch([[1]], [[1]], [[0.3]], [[0.0]], CAND), ctx())
+        get_method("skyline").head_loss(RowScorer(P, b.z), toy_batch([[1]], [[1]], [[0.3]], [[0.0]], CAND), ctx())
 
 
 def test_logging_head_is_rho_in_every_epoch_and_is_never_stepped(tmp_path):
@@ -360,16 +361,19 @@ def test_row_adam_dense_is_torch_adam_and_sparse_is_adam_on_the_rows():
 
 
 def test_graph_safety_is_declared_by_each_class_and_a_refusal_is_logged_once(caplog):
-    """The CUDA-graph loop reads `graph_safe` from the method, not a list of names: POXM, wPOXM and DM
-    declare it; a subclass (a plugin's POXM with its own loss) does not inherit it, and a trial with
-    such a head runs without the graph and says so once in the log."""
+    """The CUDA-graph loop reads `graph_safe` from the method, not a list of names: every built-in loss
+    declares it (the end-to-end skyline, with its own dense optimiser, does not); a subclass (a plugin's
+    POXM with its own loss) does not inherit it, and a trial with such a head runs without the graph and
+    says so once in the log. One by one (no batched engine), a head that reads every label or draws
+    labels each step trains eagerly."""
     import logging
     from types import SimpleNamespace
 
     from poxm_core.methods.poxm import POXM
     from poxm_core.training import epoch
 
-    assert {n for n, m in METHODS.items() if get_method(n).graph_safe} == {"poxm", "wpoxm", "dm"}
+    assert {n for n, m in METHODS.items() if get_method(n).graph_safe} == {
+        "poxm", "wpoxm", "dm", "banditnet", "pm_banditnet", "dr_poxm", "skyline"}
 
     class MyPOXM(POXM):
         name = "my_poxm_plugin"
@@ -377,9 +381,11 @@ def test_graph_safety_is_declared_by_each_class_and_a_refusal_is_logged_once(cap
     assert POXM.graph_safe and not MyPOXM.graph_safe
 
     def head(method):
-        return SimpleNamespace(method=method, policy=SimpleNamespace(dense_opt=None, reads_sparse=False, shared_stack=None))
+        return SimpleNamespace(method=method, mc=method.Options(),
+                               policy=SimpleNamespace(dense_opt=None, reads_sparse=False, shared_stack=None))
     cuda = torch.device("cuda")    # only its type is read: no GPU needed
     assert epoch._graphable([head(POXM()), head(get_method("dm"))], False, cuda)
+    assert not epoch._graphable([head(POXM()), head(get_method("banditnet"))], False, cuda)
     with caplog.at_level(logging.WARNING, logger=epoch.__name__):
         assert not epoch._graphable([head(POXM()), head(MyPOXM())], False, cuda)
         assert not epoch._graphable([head(MyPOXM())], False, cuda)

@@ -219,7 +219,9 @@ def test_reward_shift_and_head_context_default():
     assert reward_shift(0.7, "reward") == 0.7
     assert reward_shift(1.0, "loss") == 0.0
     assert reward_shift(None, "loss") is None and reward_shift(None, "reward") is None
-    c = HeadContext(4, 0.8, MethodConfig(), torch.Generator(), 10)
+    c = HeadContext(4, 0.8, MethodConfig(), torch.Generator(), 10)   # default: the trainer's 1 - lam
+    assert c.shift == pytest.approx(0.2, abs=1e-15)
+    c = HeadContext(4, 0.8, MethodConfig(), torch.Generator(), 10, shift=reward_shift(0.8, "reward"))
     assert c.shift == 0.8
     c = HeadContext(4, 0.8, MethodConfig(), torch.Generator(), 10, shift=reward_shift(0.8, "loss"))
     assert c.shift == pytest.approx(0.2, abs=1e-15)
@@ -278,7 +280,7 @@ def library_dr_loss(S0: torch.Tensor):
         return RHAT5.gather(1, ids)
 
     ctx = HeadContext(3, None, MethodConfig(), torch.Generator().manual_seed(0), L5, reward=rhat)
-    return get_method("dr_poxm").loss(score, dr_batch(), ctx), S, asked
+    return get_method("dr_poxm").head_loss(score, dr_batch(), ctx), S, asked
 
 
 @pytest.mark.parametrize("peaked", [False, True])

@@ -23,8 +23,9 @@ __all__ = ["DR", "dr_value_torch"]
 
 
 def dr_value_torch(w: torch.Tensor, r: torch.Tensor, dm_term: torch.Tensor, rhat_logged: torch.Tensor) -> torch.Tensor:
-    """(1/n) sum_ij [dm_ij + w_ij (r_ij - rhat_ij)], differentiable."""
-    return (dm_term + w * (r - rhat_logged)).sum() / w.shape[0]
+    """(1/n) sum_ij [dm_ij + w_ij (r_ij - rhat_ij)], differentiable; w, dm_term (..., n, ell) (leading
+    axes: heads), r, rhat_logged (n, ell). Returns (...,)."""
+    return (dm_term + w * (r - rhat_logged)).sum(dim=(-2, -1)) / w.shape[-2]
 
 
 @dataclass(frozen=True)

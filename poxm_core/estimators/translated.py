@@ -22,9 +22,10 @@ from poxm_core.estimators.base import BaseEstimator
 __all__ = ["Translated", "translated_value_torch"]
 
 
-def translated_value_torch(w: torch.Tensor, r: torch.Tensor, shift: float) -> torch.Tensor:
-    """(1/n) sum_ij w_ij (r_ij - shift), differentiable; w, r (n, ell)."""
-    return (w * (r - shift)).sum() / w.shape[0]
+def translated_value_torch(w: torch.Tensor, r: torch.Tensor, shift) -> torch.Tensor:
+    """(1/n) sum_ij w_ij (r_ij - shift), differentiable; w (..., n, ell), r (n, ell), shift a float or a
+    tensor broadcasting over w's leading axes (one value per head: (G, 1, 1)). Returns (...,)."""
+    return (w * (r - shift)).sum(dim=(-2, -1)) / w.shape[-2]
 
 
 @dataclass(frozen=True)

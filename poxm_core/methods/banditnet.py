@@ -19,8 +19,7 @@ import torch
 from pydantic import Field
 
 from poxm_core.config.schema import MethodConfig
-from poxm_core.estimators import pl_log_conditionals_torch
-from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
+from poxm_core.methods.base import Batch, HeadContext, Method, pl_logpi, translated_loss
 
 
 class BanditNetOptions(MethodConfig):
@@ -29,18 +28,15 @@ class BanditNetOptions(MethodConfig):
     n_negatives: int = Field(1024, gt=0, description="sampled softmax: negatives per instance")
 
 
-def full_or_sampled_logpi(score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
-    """(B, ell) log pi_[L](y_ij | x_i, y_<j): exact (full softmax) or sampled-softmax approximation."""
+def full_or_sampled_logpi(logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+    """(G, B, ell) log pi_[L](y_ij | x_i, y_<j): exact from the logits of every label (G, B, L) (full
+    softmax), or the sampled-softmax approximation from the logged actions' and the draws' logits
+    (G, B, ell + k)."""
     if ctx.mc.softmax == "full":
-        return pl_log_conditionals_torch(score(None), batch.actions, check=False)
+        return pl_logpi(logits, batch.actions)
     B, ell = batch.actions.shape
-    L, k = ctx.n_labels, ctx.mc.n_negatives
-    neg = torch.randint(L, (k,), generator=ctx.gen).to(batch.actions.device)
-    ids = torch.cat([batch.actions, neg.expand(B, k)], dim=1)
-    logits = score(ids)                                             # (B, ell + k)
-    scores = sampled_scores(logits[:, :ell], logits[:, ell:], batch.actions, neg, L)
-    pos = torch.arange(ell, device=scores.device).expand(B, ell)
-    return pl_log_conditionals_torch(scores, pos, check=False)
+    scores = sampled_scores(logits[..., :ell], logits[..., ell:], batch.actions, ctx.draws, ctx.n_labels)
+    return pl_logpi(scores, torch.arange(ell, device=scores.device).expand(B, ell))
 
 
 def sampled_scores(logged: torch.Tensor, negs: torch.Tensor, actions: torch.Tensor, neg: torch.Tensor,
@@ -62,6 +58,16 @@ class BanditNet(Method):
     test_policy = "softmax"
     Options = BanditNetOptions
     lr_group = "is"
+    graph_safe = True
 
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
-        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.shift)
+    def scores_every_label(self, mc: BanditNetOptions) -> bool:
+        return mc.softmax == "full"
+
+    def draws(self, mc: BanditNetOptions) -> int:
+        return 0 if mc.softmax == "full" else int(mc.n_negatives)
+
+    def ids(self, batch: Batch, ctx: HeadContext) -> torch.Tensor | None:
+        return None if ctx.mc.softmax == "full" else batch.actions      # sampled: + the draws (`draws`)
+
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        return translated_loss(full_or_sampled_logpi(logits, batch, ctx), batch.q, batch.rewards, ctx.shift)

@@ -10,11 +10,26 @@ A method is a small stateless object declared in one module and registered in `r
                   "full labels"
   test_policy     "rho" (logging), "greedy" (top-k over C(x) by score), or "softmax" (Plackett-Luce
                   over `test_support(...)`: "phi" = Phi^p(x), "candidates" = C(x), "all" = [L])
-  loss(score, batch, ctx)
-                  the minimised objective on one mini-batch, a function of the head parameters only
-                  through `score(ids)`: ids (B, m) label ids -> logits s(x_i, ids[i, c]) (B, m), or
-                  ids=None -> logits over all L labels (B, L). The trainer's scorer gathers only the
-                  rows it is asked for, so a loss that asks for Phi^p(x) never touches another label.
+
+Its loss is written ONCE, over a leading head axis, and both training engines call it:
+
+  ids(batch, ctx)     the label ids (B, m) whose logits the loss reads, the same for every head of a
+                      group (same method, p and options); None = every label (then
+                      `scores_every_label(mc)` is True)
+  draws(mc)           k labels drawn uniformly per step for each head, shared by the batch's instances
+                      (the sampled softmax's negatives); their logits follow the ids' on the last axis
+                      and the draws themselves are `ctx.draws` (G, k)
+  loss(logits, batch, ctx)
+                      the minimised objective of G heads on one mini-batch, (G,): logits (G, B, m [+ k])
+                      or (G, B, L); ctx holds the group's settings, `shift` a float or a (G, 1, 1)
+                      vector of the heads' reward translations. The heads' parameters are disjoint, so
+                      the gradient of the sum is each head's own gradient.
+
+`head_loss(score, batch, ctx)` is one head's loss through a `score(ids)` callable (the sequential
+engine, tests): it asks for `ids` (+ the draws, from the head's generator) and calls `loss` with G = 1.
+The batched engine (training/batched.py) computes the logits of a whole group at once and calls
+`loss` once per group: a method defined anywhere, a plugin's included, is batched without being named
+in the engine.
 
 Heads are linear on the frozen encoder: s(x, y) = W[y] . z(x) + b[y] (W (L, d), b (L,)).
 """
@@ -22,7 +37,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, ClassVar
 
 from pydantic import ValidationError
@@ -34,10 +49,12 @@ import torch
 from poxm_core.config.schema import PUBLISHED_METHOD_KEYS, MethodConfig
 from poxm_core.config.checks import _check
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.estimators.registry import get_estimator
+from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch
+from poxm_core.estimators.translated import translated_value_torch
 from poxm_core.estimators.weights import importance_weights_torch
 
-__all__ = ["Batch", "HeadContext", "Method", "Scorer", "translated_loss", "DEFAULT_P", "DEFAULT_LAM"]
+__all__ = ["Batch", "HeadContext", "Method", "Scorer", "translated_loss", "pl_logpi", "pl_expect", "DEFAULT_P",
+           "DEFAULT_LAM"]
 
 # docs/methods.md grids, used when a method that needs p or lam is given none.
 DEFAULT_P = (10, 20, 50, 100)
@@ -74,21 +91,23 @@ class Batch:
 
 @dataclass
 class HeadContext:
-    """What a loss may know about its head: the grid point, the method's config, a seeded generator
-    (CPU; for sampled negatives), the number of labels, the reward translation actually applied
-    (`shift`, see `reward_shift`) and, for methods that need one, the fitted reward model
-    `reward(ids) -> (B, m)` predicted reward probabilities of the batch's instances (no gradient)."""
+    """What a loss may know about its head (or group of heads): the grid point, the method's config, a
+    seeded generator (CPU; for sampled negatives), the number of labels, the reward translation actually
+    applied (`shift`, see `reward_shift`; a (G, 1, 1) tensor over a group's heads), for methods that
+    need one the fitted reward model `reward(ids) -> (B, m)` predicted reward probabilities of the
+    batch's instances (no gradient), and the step's uniform label draws `draws` (G, k) (`Method.draws`)."""
     p: int | None
     lam: float | None
     mc: MethodConfig
-    gen: torch.Generator
+    gen: torch.Generator | None
     n_labels: int
-    shift: float | None = None
+    shift: float | torch.Tensor | None = None
     reward: Callable[[torch.Tensor], torch.Tensor] | None = None
+    draws: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        if self.shift is None:       # built by hand (tests, library use): r - lam, the paper's Eq. literally
-            self.shift = self.lam
+        if self.shift is None:       # built by hand (tests, library use): the trainer's default translation
+            self.shift = reward_shift(self.lam, "loss")
 
 
 def reward_shift(lam: float | None, translation: str) -> float | None:
@@ -101,18 +120,20 @@ def reward_shift(lam: float | None, translation: str) -> float | None:
     return 1.0 - lam if translation == "loss" else lam
 
 
-def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor, shift: float,
+def translated_loss(logpi: torch.Tensor, q: torch.Tensor, rewards: torch.Tensor, shift,
                     scale: torch.Tensor | None = None) -> torch.Tensor:
-    """Minus the registry's translated estimator (1/B) sum_i sum_j w_ij (r_ij - shift), w_ij from
-    `estimators.weights` (paper Eq. obj_not_corrected; `shift` from `reward_shift`).
+    """Minus the translated estimator (1/B) sum_i sum_j w_ij (r_ij - shift) per head, w_ij from
+    `estimators.weights` (paper Eq. obj_not_corrected; `shift` from `reward_shift`, a float or a
+    (G, 1, 1) vector).
 
-    logpi, q, rewards (B, ell); -inf in logpi means the position is dropped (weight 0, gradient 0).
-    scale (B, ell) multiplies the weights (wPOXM: 1/p_{y_ij}; PM-BanditNet: 1{y_ij in Phi^p}).
+    logpi (..., B, ell) (leading axes: heads); q, rewards (B, ell); -inf in logpi means the position is
+    dropped (weight 0, gradient 0). scale (B, ell) multiplies the weights (wPOXM: 1/p_{y_ij};
+    PM-BanditNet: 1{y_ij in Phi^p}). Returns (...,).
     """
     w = masked_weights(logpi, q)
     if scale is not None:
         w = w * scale
-    return -get_estimator("translated", shift=float(shift)).torch_value(w, rewards)
+    return -translated_value_torch(w, rewards, shift)
 
 
 def masked_weights(logpi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -120,6 +141,28 @@ def masked_weights(logpi: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     finite = torch.isfinite(logpi)
     w = importance_weights_torch(torch.where(finite, logpi, torch.zeros_like(logpi)), q, check=False)
     return torch.where(finite, w, torch.zeros_like(w))
+
+
+def pl_logpi(scores: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """`pl_log_conditionals_torch` over leading head axes: scores (..., B, m), pos (B, ell) (the same
+    positions for every head) -> (..., B, ell)."""
+    B, m = scores.shape[-2:]
+    flat = scores.reshape(-1, m)
+    G = flat.shape[0] // max(B, 1)
+    out = pl_log_conditionals_torch(flat, pos.repeat(G, 1) if G > 1 else pos, check=False)
+    return out.view(*scores.shape[:-2], B, pos.shape[-1])
+
+
+def pl_expect(scores: torch.Tensor, values: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """`pl_expectations_torch` over leading head axes: scores (..., B, m), values (B, m) shared by the
+    heads, pos (B, ell) -> (..., B, ell)."""
+    B, m = scores.shape[-2:]
+    flat = scores.reshape(-1, m)
+    G = flat.shape[0] // max(B, 1)
+    vals = values.to(scores.dtype)
+    out = pl_expectations_torch(flat, vals.repeat(G, 1) if G > 1 else vals, pos.repeat(G, 1) if G > 1 else pos,
+                                check=False)
+    return out.view(*scores.shape[:-2], B, pos.shape[-1])
 
 
 class Method:
@@ -139,9 +182,10 @@ class Method:
     policy: ClassVar[str | None] = None
     # True: the trainer fits the reward model (DM) first and passes it as ctx.reward
     needs_reward_model: ClassVar[bool] = False
-    # True: the loss may run inside a captured CUDA graph (no host synchronisation, no host-side
-    # randomness, no labels or reward model read). Declared by each class for itself, never inherited:
-    # a subclass that changes the loss says again that it is safe (`__init_subclass__`).
+    # True: `loss` may run inside a captured CUDA graph: no host synchronisation and no randomness of its
+    # own (the engine supplies the draws as `ctx.draws`, the labels as a padded id table, the reward
+    # model's rhat computed in the step). Declared by each class for itself, never inherited: a subclass
+    # that changes the loss says again that it is safe (`__init_subclass__`).
     graph_safe: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -221,8 +265,38 @@ class Method:
         return False
 
     # ------------------------------------------------------------------ training
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+    def ids(self, batch: Batch, ctx: HeadContext) -> torch.Tensor | None:
+        """(B, m) label ids whose logits the loss reads (the same for every head of a group), or None for
+        every label (exactly when `scores_every_label`)."""
         raise NotImplementedError(f"method '{self.name}' trains nothing")
+
+    def scores_every_label(self, mc: MethodConfig) -> bool:
+        """True when the loss reads the logits of all L labels (`ids` returns None)."""
+        return False
+
+    def draws(self, mc: MethodConfig) -> int:
+        """Labels drawn uniformly with replacement per step for each head, shared by the batch (0: none)."""
+        return 0
+
+    def group_key(self, mc: MethodConfig, p: int | None) -> tuple:
+        """Heads with equal keys ask for the same ids and share one `loss` evaluation (they may differ in
+        lam and learning rate). A subclass whose ids depend on more than p says so here."""
+        return (type(self), p, self.scores_every_label(mc), self.draws(mc))
+
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        """(G,) losses of G heads from their logits (G, B, m [+ k]) or (G, B, L) (module doc)."""
+        raise NotImplementedError(f"method '{self.name}' trains nothing")
+
+    def head_loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        """One head's loss (a scalar) through `score(ids) -> (B, m)`: `loss` with G = 1. The draws come
+        from the head's generator, as many as `draws(mc)`, appended to the ids of every instance."""
+        ids = self.ids(batch, ctx)
+        k = self.draws(ctx.mc)
+        if k:
+            neg = torch.randint(ctx.n_labels, (k,), generator=ctx.gen).to(batch.actions.device)
+            ids = torch.cat([ids, neg.expand(batch.size, k)], dim=1)
+            ctx = replace(ctx, draws=neg.view(1, k))
+        return self.loss(score(ids).unsqueeze(0), batch, ctx)[0]
 
     def __repr__(self) -> str:
         return f"<method {self.name}>"

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from poxm_core.methods.base import Batch, HeadContext, Method, Scorer
+from poxm_core.methods.base import Batch, HeadContext, Method
 
 
 class DirectMethod(Method):
@@ -26,6 +26,9 @@ class DirectMethod(Method):
         r = float(np.clip(prepared.log_train.rewards.mean(), 1e-4, 1 - 1e-4))
         return np.full(prepared.n_labels, np.log(r / (1 - r)), dtype=np.float32)
 
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
-        logits = score(batch.actions)                                   # (B, ell)
-        return F.binary_cross_entropy_with_logits(logits, batch.rewards)
+    def ids(self, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        return batch.actions                                            # (B, ell): the logged actions only
+
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        bce = F.binary_cross_entropy_with_logits(logits, batch.rewards.expand_as(logits), reduction="none")
+        return bce.mean(dim=(-2, -1))

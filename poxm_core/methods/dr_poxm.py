@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, phi, selector_pos
-from poxm_core.estimators.registry import get_estimator
-from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, masked_weights
+from poxm_core.estimators import phi, selector_pos
+from poxm_core.estimators.dr import dr_value_torch
+from poxm_core.methods.base import Batch, HeadContext, Method, masked_weights, pl_expect, pl_logpi
 from poxm_core.methods.poxm import POXMOptions
 
 
@@ -28,17 +28,19 @@ class DRPOXM(Method):
     Options = POXMOptions
     lr_group = "is"
     needs_reward_model = True
+    graph_safe = True
 
     def test_support(self, mc: POXMOptions) -> str:
         return mc.support
 
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+    def ids(self, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        return phi(batch.cand, ctx.p)                                       # (B, p): Phi^p(x) only
+
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         if ctx.reward is None:
             raise PoxmInputError("dr_poxm: needs the fitted reward model (HeadContext.reward)")
-        phi_ids = phi(batch.cand, ctx.p)
-        scores = score(phi_ids)                                             # (B, p): Phi^p(x) only
         pos = selector_pos(batch.cand_pos, ctx.p)
-        w = masked_weights(pl_log_conditionals_torch(scores, pos, check=False), batch.q)
-        dm_term = pl_expectations_torch(scores, ctx.reward(phi_ids).to(scores.dtype), pos, check=False)
-        rhat_logged = ctx.reward(batch.actions).to(scores.dtype)
-        return -get_estimator("dr").torch_value(w, batch.rewards, dm_term=dm_term, rhat_logged=rhat_logged)
+        w = masked_weights(pl_logpi(logits, pos), batch.q)                  # (G, B, ell)
+        dm_term = pl_expect(logits, ctx.reward(phi(batch.cand, ctx.p)), pos)
+        rhat_logged = ctx.reward(batch.actions).to(logits.dtype)
+        return -dr_value_torch(w, batch.rewards, dm_term, rhat_logged)

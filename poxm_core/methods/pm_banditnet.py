@@ -10,13 +10,14 @@ from __future__ import annotations
 import torch
 
 from poxm_core.methods.banditnet import BanditNet, full_or_sampled_logpi
-from poxm_core.methods.base import Batch, HeadContext, Scorer, translated_loss
+from poxm_core.methods.base import Batch, HeadContext, translated_loss
 
 
 class PMBanditNet(BanditNet):
     name = "pm_banditnet"
     uses_p = True
+    graph_safe = True
 
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         keep = (batch.cand_pos < ctx.p).to(batch.rewards.dtype)
-        return translated_loss(full_or_sampled_logpi(score, batch, ctx), batch.q, batch.rewards, ctx.shift, keep)
+        return translated_loss(full_or_sampled_logpi(logits, batch, ctx), batch.q, batch.rewards, ctx.shift, keep)

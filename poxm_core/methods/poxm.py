@@ -15,8 +15,8 @@ import torch
 from pydantic import Field
 
 from poxm_core.config.schema import MethodConfig
-from poxm_core.estimators import phi, pl_log_conditionals_torch, selector_pos
-from poxm_core.methods.base import Batch, HeadContext, Method, Scorer, translated_loss
+from poxm_core.estimators import phi, selector_pos
+from poxm_core.methods.base import Batch, HeadContext, Method, pl_logpi, translated_loss
 
 
 class POXMOptions(MethodConfig):
@@ -40,7 +40,9 @@ class POXM(Method):
     def weight_scale(self, batch: Batch) -> torch.Tensor | None:
         return None
 
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
-        scores = score(phi(batch.cand, ctx.p))                          # (B, p): Phi^p(x) only
-        logpi = pl_log_conditionals_torch(scores, selector_pos(batch.cand_pos, ctx.p), check=False)
+    def ids(self, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        return phi(batch.cand, ctx.p)                                   # (B, p): Phi^p(x) only
+
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+        logpi = pl_logpi(logits, selector_pos(batch.cand_pos, ctx.p))    # (G, B, ell)
         return translated_loss(logpi, batch.q, batch.rewards, ctx.shift, self.weight_scale(batch))

@@ -15,7 +15,11 @@ from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline, SkylineEndToEnd
 from poxm_core.methods.wpoxm import WPOXM
 
-__all__ = ["METHODS", "get_method", "head_grid", "register_method"]
+__all__ = ["METHODS", "REWARD_METHOD", "get_method", "head_grid", "register_method"]
+
+# The reward model a trial fits for the methods that declare `needs_reward_model` (and the report's
+# reward-model checks): the Direct Method's head, trained hidden when the trial does not list it.
+REWARD_METHOD = DirectMethod.name
 
 METHODS: dict[str, Method] = {m.name: m for m in (Logging(), DirectMethod(), BanditNet(), PMBanditNet(),
                                                   POXM(), WPOXM(), DRPOXM(), Skyline(),

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.methods.base import Batch, HeadContext, Method, Scorer
+from poxm_core.methods.base import Batch, HeadContext, Method
 from poxm_core.model.core import dense_targets
 
 
@@ -23,6 +23,7 @@ class Skyline(Method):
     train_support = "full labels"
     test_policy = "greedy"
     lr_group = "supervised"
+    graph_safe = True
 
     def needs_labels(self) -> bool:
         return True
@@ -33,12 +34,18 @@ class Skyline(Method):
         prior = (np.asarray(Y.getnnz(axis=0), dtype=np.float64) + 0.5) / (Y.shape[0] + 1.0)
         return (np.log(prior) - np.log1p(-prior)).astype(np.float32)
 
-    def loss(self, score: Scorer, batch: Batch, ctx: HeadContext) -> torch.Tensor:
+    def scores_every_label(self, mc) -> bool:
+        return True
+
+    def ids(self, batch: Batch, ctx: HeadContext) -> None:
+        return None                                                     # logits over all L
+
+    def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         if batch.labels is None:
             raise PoxmInputError("skyline: the prepared data has no training labels (Prepared.Y_train is None)")
-        logits = score(None)                                            # (B, L)
-        target = dense_targets(batch.labels, logits.device, batch.n_labels)
-        return F.binary_cross_entropy_with_logits(logits, target, reduction="sum") / batch.size
+        target = dense_targets(batch.labels, logits.device, batch.n_labels)       # (B, L)
+        bce = F.binary_cross_entropy_with_logits(logits, target.expand_as(logits), reduction="none")
+        return bce.sum(dim=(-2, -1)) / batch.size
 
 
 class SkylineEndToEnd(Skyline):

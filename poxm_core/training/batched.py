@@ -8,18 +8,19 @@ so the same step can be written over a head dimension:
 - Output layers: the heads' W, b and Adam moments are stacked into (H, L, h) / (H, L) tensors; each
   head's `HeadParams` and `RowAdam` fields become views of its slice (evaluation and checkpoints read
   them as before). A label y of head k is row k L + y of the flattened (H L, h) table.
-- Scoring: every head of a sparse kind asks for its own ids (POXM, wPOXM, DR-POXM: Phi^p(x) = the
-  first p candidates; DM: the logged actions; BanditNet and PM-BanditNet with the sampled softmax: the
-  logged actions and the step's k negatives, drawn from each head's own generator as its plain step
-  draws them), offset by k L; ONE unique over all of them gives the rows every head touches (per head
-  exactly the rows its own step would touch: the sets are disjoint by the offset), one gather, one
-  batched product per group of heads with the same ids (the negatives, shared by the batch's
-  instances: one (B, h) x (h, k) product a head instead of B k gathered rows). Heads whose
-  loss needs every label (BanditNet and PM-BanditNet with the full softmax, the skyline on frozen
-  features) get (G, B, L) logits from one batched matmul of their block.
-- Losses: one evaluation per group of heads of the same kind and p (lambda, the weight scale of wPOXM
-  and the learning rate are per-head vectors); the step minimises the SUM of the heads' losses, whose
-  gradient with respect to each head's parameters is that head's own gradient.
+- Groups: heads whose method says they ask for the same ids (`Method.group_key`: the same method, p
+  and options) form a group; they differ only in lambda (a (G, 1, 1) shift vector) and learning rate.
+- Scoring: every group of a sparse method asks its method for its ids (`Method.ids`: POXM's Phi^p(x),
+  DM's logged actions, ...) and the step's draws (`Method.draws`: the sampled softmax's negatives,
+  drawn from each head's own generator as its plain step draws them), offset by k L; ONE unique over
+  all of them gives the rows every head touches (per head exactly the rows its own step would touch:
+  the sets are disjoint by the offset), one gather, one batched product per group (the draws, shared
+  by the batch's instances: one (B, h) x (h, k) product a head instead of B k gathered rows). Groups
+  whose method reads every label (`Method.scores_every_label`) get (G, B, L) logits from one batched
+  matmul of their block.
+- Losses: the method's own `loss(logits, batch, ctx)` once per group, (G,) (methods/base.py: every
+  loss is written over a head axis); the step minimises the SUM of the heads' losses, whose gradient
+  with respect to each head's parameters is that head's own gradient.
 - Optimiser: one row-Adam step over the union of the touched rows (each row with its head's rate and
   bias correction) and one dense Adam step over the full-softmax block: elementwise, so H independent
   Adams, the "lazy" row Adam of `policy.heads.RowAdam` (untouched rows bit-identical).
@@ -28,58 +29,35 @@ So each head sees the same batches in the same order and takes the same steps as
 loop; only the float summation order of a few reductions differs (tests/test_batched_heads.py checks
 the parameters against the sequential engine's after several steps, every supported method).
 
-Supported: methods poxm, wpoxm, dr_poxm, dm, banditnet / pm_banditnet (full or sampled softmax),
-skyline; policies 'network' (heads of one `NetworkStack`) and 'linear'. Other heads (the end-to-end
-skyline with its own dense optimiser, plugin methods) train in the same batches through the
-sequential path; `assign` says which is which. In the CUDA-graph loop the sampled softmax's negatives
+Every trained method is supported, a plugin's included, on policies 'network' (heads of one
+`NetworkStack`) and 'linear'. Other heads (a policy with its own dense optimiser, such as the
+end-to-end skyline, or a plugin policy) train in the same batches through the sequential path;
+`assign` says which is which. In the CUDA-graph loop the sampled softmax's negatives
 are drawn for the whole epoch at its start (`begin_epoch`): the same numbers as step by step.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from poxm_core.estimators import pl_expectations_torch, pl_log_conditionals_torch, selector_pos
 from poxm_core.methods import Batch, HeadContext
-from poxm_core.methods.banditnet import BanditNet, sampled_scores
-from poxm_core.methods.base import masked_weights
-from poxm_core.model.core import dense_targets
-from poxm_core.methods.dm import DirectMethod
-from poxm_core.methods.dr_poxm import DRPOXM
-from poxm_core.methods.pm_banditnet import PMBanditNet
-from poxm_core.methods.poxm import POXM
-from poxm_core.methods.skyline import Skyline
-from poxm_core.methods.wpoxm import WPOXM
 from poxm_core.optim.adam import adam_update_, row_adam_update_
 from poxm_core.accel.static import static_unique
 from poxm_core.accel.triton_adam import fused_slot_rows_adam
 from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 
-__all__ = ["BatchedHeads", "assign", "KINDS"]
+__all__ = ["BatchedHeads", "assign"]
 
-# exact method classes (a subclass may change the loss) -> the kind of batched loss
-KINDS = {POXM: "phi", WPOXM: "phi", DRPOXM: "dr", DirectMethod: "logged", BanditNet: "full", PMBanditNet: "full",
-         Skyline: "skyline"}
-_ORDER = {"phi": 0, "dr": 1, "logged": 2, "sampled": 3, "full": 4, "skyline": 5}
-_SPARSE = ("phi", "dr", "logged", "sampled")
-_CAPTURABLE = ("phi", "dr", "logged", "sampled", "full", "skyline")
 _CPU_ROWS = 4096     # rows per chunk of the row-Adam step on a CPU
 
 
-def _kind(h) -> str | None:
-    kind = KINDS.get(type(h.method))
-    if kind is None or h.policy is None or h.policy.dense_opt is not None:
-        return None
-    if type(h.policy) not in (NetworkPolicy, LinearPolicy):
-        return None
-    if kind == "full" and getattr(h.mc, "softmax", "full") == "sampled":
-        return "sampled"
-    return kind
+def _batchable(h) -> bool:
+    """A trained head whose output layer is a plain row-Adam head on shared features."""
+    return (h.method.trains and h.policy is not None and h.policy.dense_opt is None
+            and type(h.policy) in (NetworkPolicy, LinearPolicy))
 
 
-def _n_neg(h, kind) -> int | None:
-    """Negatives a step of a sampled-softmax head draws (heads of one group must draw as many)."""
-    return int(h.mc.n_negatives) if kind == "sampled" else None
+def _every(h) -> bool:
+    return h.method.scores_every_label(h.mc)
 
 
 def _source(h):
@@ -88,9 +66,9 @@ def _source(h):
 
 
 def assign(trainable: list) -> tuple[list, list]:
-    """(batched heads, sequential heads): the supported heads of the most common feature source are batched
+    """(batched heads, sequential heads): the batchable heads of the most common feature source are batched
     (they must share one feature tensor and one width), with the same Adam settings; the rest run one by one."""
-    ok = [h for h in trainable if _kind(h) is not None]
+    ok = [h for h in trainable if _batchable(h)]
     if not ok:
         return [], list(trainable)
     sources: dict = {}
@@ -104,6 +82,28 @@ def assign(trainable: list) -> tuple[list, list]:
     return chosen, [h for h in trainable if id(h) not in ids]
 
 
+class _Group:
+    """Heads [a, b) of the engine that share one loss evaluation (same `Method.group_key` and options)."""
+
+    def __init__(self, heads: list, a: int, b: int) -> None:
+        h = heads[a]
+        self.a, self.b, self.G = a, b, b - a
+        self.method, self.mc, self.p = h.method, h.mc, h.spec.p
+        self.every = _every(h)
+        self.k = int(h.method.draws(h.mc))
+        self.shift = None        # (G, 1, 1) tensor of the heads' reward translations, made on first use
+
+    def key(self, h) -> tuple:
+        return (h.method.group_key(h.mc, h.spec.p), h.mc)
+
+    def context(self, ctxs: dict, heads: list, L: int, dtype, device, rhat, draws) -> HeadContext:
+        if self.shift is None or self.shift.dtype != dtype:
+            vals = [ctxs[h.key].shift for h in heads[self.a:self.b]]
+            self.shift = None if vals[0] is None else torch.tensor(vals, dtype=dtype, device=device).view(-1, 1, 1)
+        return HeadContext(p=self.p, lam=None, mc=self.mc, gen=None, n_labels=L, shift=self.shift, reward=rhat,
+                           draws=draws)
+
+
 class BatchedHeads:
     """One batched training step of several heads (module doc). `loss(batch, stacked, rhat)` returns the
     heads' losses (H,) in `self.heads` order, keeping what `step()` needs after the backward."""
@@ -111,25 +111,23 @@ class BatchedHeads:
     def __init__(self, heads: list) -> None:
         if not heads:
             raise ValueError("BatchedHeads: no heads")
-        keyed = sorted(enumerate(heads), key=lambda t: (_ORDER[_kind(t[1])], t[1].spec.p or 0,
-                                                         _n_neg(t[1], _kind(t[1])) or 0, t[0]))
+        # sparse methods first (their rows go through one unique), every-label methods last; within each,
+        # heads of one group next to each other
+        keyed = sorted(enumerate(heads), key=lambda t: (_every(t[1]), t[1].method.name, t[1].spec.p or 0,
+                                                         int(t[1].method.draws(t[1].mc)), t[0]))
         self.heads = [h for _, h in keyed]
-        self.kinds = [_kind(h) for h in self.heads]
         self.H = len(self.heads)
         W0 = self.heads[0].policy.out.W
         self.L, self.h = int(W0.shape[0]), int(W0.shape[1])
         self.device = W0.device
-        self.Hs = sum(k in _SPARSE for k in self.kinds)          # heads [0, Hs) sparse, [Hs, H) full
-        # groups: contiguous runs of heads with the same kind and p (and number of sampled negatives):
-        # one loss evaluation each
-        self.groups: list[tuple[str, int | None, int, int]] = []
-        for k, (h, kind) in enumerate(zip(self.heads, self.kinds)):
-            if self.groups and self.groups[-1][:2] == (kind, h.spec.p) and \
-                    _n_neg(self.heads[self.groups[-1][2]], kind) == _n_neg(h, kind):
-                g = self.groups[-1]
-                self.groups[-1] = (g[0], g[1], g[2], k + 1)
+        self.Hs = sum(not _every(h) for h in self.heads)          # heads [0, Hs) sparse, [Hs, H) every label
+        self.groups: list[_Group] = []
+        for k, h in enumerate(self.heads):
+            g = self.groups[-1] if self.groups else None
+            if g is not None and g.key(self.heads[g.a]) == g.key(h):
+                self.groups[-1] = _Group(self.heads, g.a, k + 1)
             else:
-                self.groups.append((kind, h.spec.p, k, k + 1))
+                self.groups.append(_Group(self.heads, k, k + 1))
         src = _source(self.heads[0])
         self.stack = self.heads[0].policy.stack[0] if src[0] == "stack" else None
         if self.stack is not None:
@@ -138,11 +136,7 @@ class BatchedHeads:
         self.betas, self.eps, self.wd = opt.betas, opt.eps, opt.weight_decay
         dev = self.device
         # per-group constants on the device (made once: nothing is copied from the host inside a step)
-        self._offs = {a: (torch.arange(a, b, device=dev) * self.L).view(-1, 1, 1) for _, _, a, b in self.groups}
-        self._is_w = {a: torch.tensor([isinstance(h.method, WPOXM) for h in self.heads[a:b]], device=dev).view(-1, 1, 1)
-                      for kind, _, a, b in self.groups if kind == "phi"
-                      and any(isinstance(h.method, WPOXM) for h in self.heads[a:b])}
-        self._shifts: dict = {}
+        self._offs = {g.a: (torch.arange(g.a, g.b, device=dev) * self.L).view(-1, 1, 1) for g in self.groups}
         self._negs: dict[int, torch.Tensor] = {}
         self._neg_ep: dict[int, torch.Tensor] = {}     # static loop: the epoch's negatives (steps, G, k)
         self._counter: torch.Tensor | None = None
@@ -150,10 +144,10 @@ class BatchedHeads:
         self.bind()
 
     def capturable(self) -> bool:
-        """Every kind of loss here has a sync-free form (CUDA-graph loop): the skyline's labels as a padded
-        table of ids, DR-POXM's rhat computed in the step, the sampled softmax's negatives drawn for the
-        whole epoch beforehand (`begin_epoch`), the rest as in the eager step."""
-        return all(k in _CAPTURABLE for k in self.kinds)
+        """Every head's loss is sync-free (`Method.graph_safe`; the CUDA-graph loop): the engine supplies
+        the skyline's labels as a padded table of ids, DR-POXM's rhat computed in the step and the draws
+        for the whole epoch beforehand (`begin_epoch`)."""
+        return all(h.method.graph_safe for h in self.heads)
 
     # ---- parameters: one stacked tensor per field, each head's fields views of its slice -------------
     def bound(self) -> bool:
@@ -197,15 +191,16 @@ class BatchedHeads:
         self._rows = self._leaf_W = self._leaf_b = None
         if self.Hs:
             gids, shapes = [], []
-            for kind, p, a, b in self.groups:
-                if kind not in _SPARSE:
+            for g in self.groups:
+                if g.every:
                     continue
-                ids = batch.actions if kind in ("logged", "sampled") else batch.cand[:, :p]
-                gids.append((ids.unsqueeze(0) + self._offs[a]).reshape(-1))
-                shapes.append((a, b, ids.shape[1], kind))
-                if kind == "sampled":     # the negatives: (G, k) rows, shared by the batch's instances
-                    neg = self._epoch_negatives(a) if static else self._draw_negatives(a, b, ctxs, ids.device)
-                    gids.append((neg + self._offs[a].view(-1, 1)).reshape(-1))
+                ids = g.method.ids(batch, g.context(ctxs, self.heads, self.L, batch.rewards.dtype, self.device, rhat,
+                                                    None))
+                gids.append((ids.unsqueeze(0) + self._offs[g.a]).reshape(-1))
+                shapes.append((g, ids.shape[1]))
+                if g.k:     # the draws: (G, k) rows, shared by the batch's instances
+                    neg = self._epoch_negatives(g.a) if static else self._draw_negatives(g, ctxs, ids.device)
+                    gids.append((neg + self._offs[g.a].view(-1, 1)).reshape(-1))
             flat = torch.cat(gids)
             if static:
                 rows, inv, self._src = static_unique(flat)
@@ -216,50 +211,49 @@ class BatchedHeads:
             self._leaf_W = Wf.index_select(0, rows).requires_grad_(True)
             self._leaf_b = bf.index_select(0, rows).requires_grad_(True)
             start = 0
-            for a, b, m, kind in shapes:
-                G = b - a
+            for g, m in shapes:
+                a, b, G = g.a, g.b, g.G
                 n = G * B * m
                 iv = inv[start:start + n]
                 start += n
                 Wg = self._leaf_W.index_select(0, iv).view(G * B, m, self.h)
                 z = feats[a:b].reshape(G * B, self.h)
                 # B*m dot products of length h: a batched matvec on the GPU; on a CPU, where bmm runs
-                # G*B tiny products, the elementwise product and sum (measured 1.5-9x faster)
+                # G*B tiny products, the elementwise product and sum (faster there; docs/performance.md)
                 dots = (Wg * z.unsqueeze(1)).sum(2) if z.device.type == "cpu" else torch.bmm(Wg, z.unsqueeze(2)).squeeze(2)
                 logits_of[a] = (dots + self._leaf_b.index_select(0, iv).view(G * B, m)).view(G, B, m)
-                if kind == "sampled":
-                    # the negatives' logits: one (B, h) x (h, k) product a head, not B k gathered rows
-                    k = self._negs[a].shape[1]
-                    ivn = inv[start:start + G * k]
-                    start += G * k
-                    Wn = self._leaf_W.index_select(0, ivn).view(G, k, self.h)
-                    neg = torch.bmm(feats[a:b], Wn.transpose(1, 2)) + self._leaf_b.index_select(0, ivn).view(G, 1, k)
+                if g.k:
+                    # the draws' logits: one (B, h) x (h, k) product a head, not B k gathered rows
+                    ivn = inv[start:start + G * g.k]
+                    start += G * g.k
+                    Wn = self._leaf_W.index_select(0, ivn).view(G, g.k, self.h)
+                    neg = torch.bmm(feats[a:b], Wn.transpose(1, 2)) + self._leaf_b.index_select(0, ivn).view(G, 1, g.k)
                     logits_of[a] = torch.cat([logits_of[a], neg], dim=2)
-        # full heads: (G, B, L) logits of their block
+        # every-label heads: (G, B, L) logits of their block
         self._full_W = self._full_b = None
         if self.Hs < self.H:
             self._full_W = self.W[self.Hs:].detach().requires_grad_(True)
             self._full_b = self.b[self.Hs:].detach().requires_grad_(True)
-            for kind, _p, a, b in self.groups:
-                if kind in _SPARSE:
+            for g in self.groups:
+                if not g.every:
                     continue
-                Wb = self._full_W[a - self.Hs:b - self.Hs]
-                logits_of[a] = torch.bmm(feats[a:b], Wb.transpose(1, 2)) + self._full_b[a - self.Hs:b - self.Hs].unsqueeze(1)
-        for kind, p, a, b in self.groups:
-            out.append(self._group_loss(kind, p, a, b, logits_of[a], batch, ctxs, rhat))
+                a, b = g.a - self.Hs, g.b - self.Hs
+                logits_of[g.a] = torch.bmm(feats[g.a:g.b], self._full_W[a:b].transpose(1, 2)) + self._full_b[a:b].unsqueeze(1)
+        for g in self.groups:
+            ctx = g.context(ctxs, self.heads, self.L, batch.rewards.dtype, self.device, rhat, self._negs.get(g.a))
+            out.append(g.method.loss(logits_of[g.a], batch, ctx))
         return torch.cat(out)
 
-    def _draw_negatives(self, a: int, b: int, ctxs, device) -> torch.Tensor:
+    def _draw_negatives(self, g: _Group, ctxs, device) -> torch.Tensor:
         """(G, k) labels drawn uniformly with replacement for each head of the group, from the head's own
-        generator, exactly the draws of its plain step (methods/banditnet.py); kept for the loss."""
-        self._negs[a] = neg = self._draw(a, b, ctxs).to(device)
+        generator, exactly the draws of its plain step (`Method.head_loss`); kept for the loss."""
+        self._negs[g.a] = neg = self._draw(g, ctxs).to(device)
         return neg
 
-    def _draw(self, a: int, b: int, ctxs, *steps: int) -> torch.Tensor:
+    def _draw(self, g: _Group, ctxs, *steps: int) -> torch.Tensor:
         """(*steps, G, k) uniform labels: each head of the group's draws from its own generator."""
-        k = _n_neg(self.heads[a], "sampled")
-        return torch.stack([torch.randint(self.L, (*steps, k), generator=ctxs[h.key].gen) for h in self.heads[a:b]],
-                           dim=len(steps))
+        return torch.stack([torch.randint(self.L, (*steps, g.k), generator=ctxs[h.key].gen)
+                            for h in self.heads[g.a:g.b]], dim=len(steps))
 
     def begin_epoch(self, full: int, counter: torch.Tensor, ctxs: dict[str, HeadContext]) -> bool:
         """The static loop's epoch of `full` batches: every sampled-softmax head's negatives for all of them
@@ -269,10 +263,11 @@ class BatchedHeads:
         buffer was (re)allocated: a captured graph must be captured again."""
         changed = False
         self._counter = counter
-        for kind, _p, a, b in self.groups:
-            if kind != "sampled":
+        for g in self.groups:
+            if not g.k:
                 continue
-            tab = self._draw(a, b, ctxs, full)
+            a = g.a
+            tab = self._draw(g, ctxs, full)
             dt = torch.int32 if self.L < 2 ** 31 else torch.int64     # half the memory: 16 heads x 1,724 steps x 1,024
             buf = self._neg_ep.get(a)
             if buf is None or tuple(buf.shape) != tuple(tab.shape):
@@ -286,46 +281,6 @@ class BatchedHeads:
         tab = self._neg_ep[a]
         self._negs[a] = neg = tab.index_select(0, self._counter.view(1)).view(tab.shape[1], tab.shape[2]).long()
         return neg
-
-    def _shift(self, a: int, b: int, ctxs, dtype) -> torch.Tensor:
-        vals = tuple(ctxs[h.key].shift for h in self.heads[a:b])
-        key = (a, vals, dtype)
-        if key not in self._shifts:
-            self._shifts[key] = torch.tensor(vals, dtype=dtype, device=self.device).view(-1, 1, 1)
-        return self._shifts[key]
-
-    def _group_loss(self, kind, p, a, b, s, batch: Batch, ctxs, rhat) -> torch.Tensor:
-        G, B, m = s.shape
-        ell = batch.actions.shape[1]
-        q, r = batch.q, batch.rewards
-        if kind == "logged":
-            return F.binary_cross_entropy_with_logits(s, r.expand(G, B, ell), reduction="none").mean(dim=(1, 2))
-        if kind == "skyline":
-            target = dense_targets(batch.labels, s.device, batch.n_labels)
-            return F.binary_cross_entropy_with_logits(s, target.expand(G, B, m), reduction="none").sum(dim=(1, 2)) / B
-        if kind == "full":
-            pos = batch.actions
-        elif kind == "sampled":
-            s = sampled_scores(s[:, :, :ell], s[:, :, ell:], batch.actions, self._negs[a], self.L)
-            m = s.shape[2]
-            pos = torch.arange(ell, device=s.device).expand(B, ell)
-        else:
-            pos = selector_pos(batch.cand_pos, p)
-        flat = s.reshape(G * B, m)
-        pos_g = pos.repeat(G, 1)
-        logpi = pl_log_conditionals_torch(flat, pos_g, check=False)
-        w = masked_weights(logpi, q.repeat(G, 1)).view(G, B, ell)
-        if kind == "dr":
-            phi_ids = batch.cand[:, :p]
-            vals = rhat(phi_ids).to(s.dtype)
-            dm_term = pl_expectations_torch(flat, vals.repeat(G, 1), pos_g, check=False).view(G, B, ell)
-            rhat_logged = rhat(batch.actions).to(s.dtype)
-            return -((dm_term + w * (r - rhat_logged)).sum(dim=(1, 2)) / B)
-        if a in self._is_w:
-            w = w * torch.where(self._is_w[a], batch.inv_prop_actions.unsqueeze(0), torch.ones((), dtype=w.dtype, device=w.device))
-        elif kind in ("full", "sampled") and p is not None:      # PM-BanditNet: positions outside Phi^p dropped
-            w = w * (batch.cand_pos < p).to(r.dtype)
-        return -((w * (r - self._shift(a, b, ctxs, r.dtype))).sum(dim=(1, 2)) / B)
 
     # ---- optimiser -----------------------------------------------------------------------------------
     @torch.no_grad()

@@ -215,7 +215,9 @@ def _graphable(trainable: list[TrialHead], reads_more: bool, device: torch.devic
             return False
         return (not any(h.method.needs_labels() for h in engine.heads)
                 or (data is not None and data.labels_padded() is not None))
-    if reads_more:
+    # one by one, a head's scorer gathers rows (no every-label logits in the static form) and its draws
+    # come from its CPU generator step by step: those heads train eagerly
+    if reads_more or any(h.method.draws(h.mc) or h.method.scores_every_label(h.mc) for h in trainable):
         return False
     unsafe = sorted({h.method.name for h in trainable if not h.method.graph_safe})
     for name in unsafe:

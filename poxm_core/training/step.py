@@ -50,7 +50,7 @@ class TrainStep:
             feats = h.policy.step_features(batch.z, None if static else batch.bag, stacked)
             scorer = RowScorer(h.policy.out, feats, static=static, shared=shared)
             scorers.append(scorer)
-            losses.append(h.method.loss(scorer, batch, ctx).view(1))
+            losses.append(h.method.head_loss(scorer, batch, ctx).view(1))
         out = torch.cat(losses)
         out.sum().backward()
         if self.engine is not None:

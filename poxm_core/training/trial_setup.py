@@ -16,7 +16,7 @@ import torch
 
 from poxm_core.config.schema import MethodConfig, SweepConfig, config_hash, resolved_dict
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.methods import Method, get_method
+from poxm_core.methods import REWARD_METHOD, Method, get_method
 from poxm_core.policy import NetworkStack, Policy, PolicyRequest, build_policies
 from poxm_core.prepare.prepared import Prepared
 from poxm_core.training.evaluation import PolicyView
@@ -26,7 +26,7 @@ from poxm_core.training.spec import HeadSpec, TrialSpec
 
 __all__ = ["TrialHead", "REWARD_KEY", "build_heads", "check_spec", "head_lr", "result_hash", "deterministic", "wants_deterministic"]
 
-REWARD_KEY = HeadSpec("dm").key   # the DR reward model is the DM head (trained hidden if not in the group)
+REWARD_KEY = HeadSpec(REWARD_METHOD).key   # the reward model's head (trained hidden if not in the group)
 
 
 @dataclass
@@ -65,9 +65,9 @@ class TrialHead:
 # ------------------------------------------------------------------------------------- setup
 
 def _method_config(cfg: SweepConfig, name: str) -> MethodConfig:
-    # the method's own Options instance (config keeps its options as extras of the base class); dm may be
-    # absent (the hidden reward head): its defaults
-    return get_method(name).options(cfg.methods.get(name) if name == "dm" else cfg.methods[name])
+    # the method's own Options instance (config keeps its options as extras of the base class); the reward
+    # model's method may be absent (the hidden reward head): its defaults
+    return get_method(name).options(cfg.methods.get(name) if name == REWARD_METHOD else cfg.methods[name])
 
 
 def check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
@@ -96,7 +96,7 @@ def build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
     specs = list(spec.heads)
     hidden_reward = REWARD_KEY not in {h.key for h in specs}
     if hidden_reward:
-        specs.append(HeadSpec("dm"))
+        specs.append(HeadSpec(REWARD_METHOD))
     two_phase = any(get_method(h.method).needs_reward_model for h in specs)
     tr = cfg.training
     metas, reqs = [], []
@@ -132,7 +132,7 @@ def head_lr(cfg: SweepConfig, m: Method, mc: MethodConfig) -> float:
 def result_hash(cfg: SweepConfig, spec: TrialSpec) -> str:
     """Hash of every setting that determines the trial's numbers, except training.epochs (a trial
     may be resumed to more epochs)."""
-    used = sorted({h.method for h in spec.heads} | {"dm"})
+    used = sorted({h.method for h in spec.heads} | {REWARD_METHOD})
     training = resolved_dict(cfg.training)
     # neither changes a number on CPU: checkpoint_every is when state is written, deterministic only the
     # float summation order on CUDA (kept out so that older caches and checkpoints stay valid)
