@@ -134,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-seeds", metavar="SEEDS", help="extend the sweep with these new seeds, e.g. 2,3: their "
                    "trials run, finished ones are kept, the report covers every seed")
     p.add_argument("--address", help="existing Ray cluster (default $RAY_ADDRESS, else a local Ray)")
-    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: the one the sweep started with)")
+    p.add_argument("--mlflow-uri", help="MLflow tracking URI (default: the one the sweep started with, when it is "
+                                        "the run directory's own store or the one $MLFLOW_TRACKING_URI names)")
+    _trusted(p)
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--verbose", action="store_true", help="show Ray's, MLflow's and the workers' logs")
 
@@ -157,9 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="with several runs: where the merged report goes (default "
                                                "<runs dir of the first run>/<name>-merged-<hash>)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report on the sweep's MLflow parent run")
+    p.add_argument("--mlflow-uri", help="the MLflow server or store the run logs to, when it is not the run "
+                                        "directory's own (default $MLFLOW_TRACKING_URI)")
+    _trusted(p)
     from orchestration.ope import add_ope_parser
     add_ope_parser(sub)
     return ap
+
+
+def _trusted(p: argparse.ArgumentParser) -> None:
+    """What a run directory names that poxm takes only from the user (docs/orchestration.md, "What poxm trusts")."""
+    p.add_argument("--plugins", metavar="MODULES", help="comma-separated plugin modules the run's config names, "
+                   "which you trust: imported from your PYTHONPATH or --plugin-path (default $POXM_PLUGINS)")
+    p.add_argument("--plugin-path", metavar="DIR", action="append", help="a folder of your plugins, put on "
+                   "sys.path (repeatable; default $POXM_PLUGIN_PATH)")
+    p.add_argument("--storage-path", metavar="PATH", help="the run's resources.storage_path, when it is yours: "
+                   "Ray's saved state is loaded from there (default $POXM_STORAGE_PATH)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,6 +205,11 @@ def cmd_run(a) -> int:
     if a.print_config:
         return _print_config(a.config, a.overrides)
     cfg = load_config(a.config, a.overrides)
+    from orchestration.cluster.preflight import check_names, check_run_inputs
+    from orchestration.stages.plan import plan_sweep
+    check_run_inputs(cfg, a.address, a.mlflow_uri)      # before anything is written or Ray starts
+    plan = plan_sweep(cfg, a.runs_dir, a.cache_dir)
+    check_names(plan.rd.root, plan.names)
     from orchestration.stages.sweep import run_sweep
     out = run_sweep(cfg, runs_dir=a.runs_dir, cache_dir=a.cache_dir, address=a.address, mlflow_uri=a.mlflow_uri,
                     progress=not a.quiet, verbose=a.verbose)
@@ -202,12 +222,30 @@ def cmd_resume(a) -> int:
     if a.add_seeds is not None:
         from orchestration.stages.merge import extend_plan, parse_seeds
         seeds = parse_seeds(a.add_seeds)
-        extend_plan(a.run_dir, seeds)   # input errors before Ray starts
+        plan = extend_plan(a.run_dir, seeds)   # input errors before Ray starts
     else:
-        plan_from_run_dir(a.run_dir)
+        plan = plan_from_run_dir(a.run_dir)
+    _check_resume_inputs(a, plan)
     out = resume_sweep(a.run_dir, address=a.address, mlflow_uri=a.mlflow_uri, progress=not a.quiet,
                        verbose=a.verbose, add_seeds=seeds)
     return _outcome(out)
+
+
+def _check_resume_inputs(a, plan) -> None:
+    """`poxm resume`: the Ray address, the tracking URI (the one given, else the one the run records,
+    used only when it is the run's own store or the user's) and the resources, before anything is written."""
+    from orchestration.cluster.preflight import check_address, check_local_resources, check_mlflow_uri
+    from orchestration.rundir import read_json
+    from orchestration.tracking.store import checked_uri
+    check_address(a.address)
+    if plan.cfg.mlflow.enabled:
+        if a.mlflow_uri:
+            check_mlflow_uri(a.mlflow_uri, "--mlflow-uri")
+        else:
+            uri = checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
+            if uri is not None:
+                check_mlflow_uri(uri, "the run's MLflow store")
+    check_local_resources(plan.cfg, local=not (a.address or os.environ.get("RAY_ADDRESS")))
 
 
 def headline(run_dir: Path) -> str | None:
@@ -301,7 +339,12 @@ def cmd_report(a) -> int:
         else:
             _, path = merge.merge_report(a.run_dir, a.out)
     else:
-        path = report_only(plan_from_run_dir(a.run_dir[0]), log_mlflow=not a.no_mlflow)
+        plan = plan_from_run_dir(a.run_dir[0])
+        if not a.no_mlflow:     # the store the report is logged to: checked before anything is rebuilt
+            from orchestration.rundir import read_json
+            from orchestration.tracking.store import checked_uri
+            checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
+        path = report_only(plan, log_mlflow=not a.no_mlflow)
     _print_claims(path)
     print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
     return 0
@@ -335,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.command is None:
             build_parser().print_help()
             return EXIT_INPUT
+        _user_settings(a)
         if a.command in ("run", "resume"):
             _sigterm_as_interrupt()
         return COMMANDS[a.command](a)
@@ -362,6 +406,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     finally:
         _no_colour_reset_at_exit()
+
+
+def _user_settings(a) -> None:
+    """What the user says on the command line about plugins, storage and the tracking URI: the only
+    source, besides their environment, of what a run directory's own records may be used for."""
+    from orchestration import rundir
+    from orchestration.tracking import store
+    rundir.set_user_settings(getattr(a, "plugins", None), getattr(a, "plugin_path", None),
+                             getattr(a, "storage_path", None))
+    store.set_user_uri(getattr(a, "mlflow_uri", None))
 
 
 def _no_colour_reset_at_exit() -> None:

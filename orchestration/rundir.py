@@ -4,6 +4,7 @@
       config.yaml          resolved sweep config
       sweep.json           name, hash, git commit, cache dir, grid points, trial names
       driver.json          pid/host of the driver process while `run`/`resume` is active
+      driver.lock          the driver lock (an OS file lock held by the running driver)
       mlflow_runs.json     MLflow ids: experiment, parent run, one run per grid point
       trials/<trial>/      the trainer's out_dir (rows.csv, summary.json, test_instances.npz, checkpoints/)
                            + state.json, done.json
@@ -117,6 +118,7 @@ class RunDir:
     config_input = property(lambda self: self.root / "config.input.yaml")
     sweep = property(lambda self: self.root / "sweep.json")
     driver = property(lambda self: self.root / "driver.json")
+    driver_lock = property(lambda self: self.root / "driver.lock")
     mlflow_runs = property(lambda self: self.root / "mlflow_runs.json")
     mlflow_db = property(lambda self: self.root / "mlflow.db")
     mlartifacts = property(lambda self: self.root / "mlartifacts")
@@ -131,12 +133,109 @@ class RunDir:
     def trial(self, name: str) -> Path:
         return self.trials / name
 
-    def load_config(self) -> SweepConfig:
-        """The sweep's config, from the keys as given (config.input.yaml; see write_config)."""
-        return load_config(self.config_input if self.config_input.is_file() else self.config)
+    @property
+    def config_source(self) -> Path:
+        """The file the sweep's config reloads from: config.input.yaml (see write_config), else config.yaml."""
+        return self.config_input if self.config_input.is_file() else self.config
+
+    def load_config(self, overrides: list[str] | None = None) -> SweepConfig:
+        """The sweep's config, from the keys as given, as data: its plugins are imported only when the
+        user supplied them, its storage path is used only when the user gave the same (load_run_config)."""
+        return load_run_config(self, overrides)
+
+    def recorded(self) -> dict:
+        """What the run's config names that poxm does not take on its say-so (plugins, plugin_path,
+        resources.storage_path), read as plain YAML: nothing imported, nothing validated."""
+        return recorded_settings(self.config_source)
 
     def read_sweep(self) -> dict:
         return read_json(self.sweep, {})
+
+
+# --------------------------------------------------------------------------------------------
+# a run directory is data: what its config names is used only with the user's say-so
+
+_user = {"plugins": None, "plugin_path": None, "storage_path": None}
+
+
+def set_user_settings(plugins: str | list[str] | None = None, plugin_path: list[str] | None = None,
+                      storage_path: str | None = None) -> None:
+    """What the user said on the command line (`--plugins`, `--plugin-path`, `--storage-path`); each
+    left None falls back on $POXM_PLUGINS, $POXM_PLUGIN_PATH, $POXM_STORAGE_PATH."""
+    if isinstance(plugins, str):
+        plugins = [m.strip() for m in plugins.split(",") if m.strip()]
+    _user.update(plugins=plugins, plugin_path=plugin_path, storage_path=storage_path)
+
+
+def user_plugins() -> tuple[list[str], list[str]]:
+    """(modules, folders) the user supplies: --plugins/--plugin-path, else $POXM_PLUGINS (comma-separated)
+    and $POXM_PLUGIN_PATH (os.pathsep-separated). Folders are absolute."""
+    mods = _user["plugins"]
+    if mods is None:
+        mods = [m.strip() for m in os.environ.get("POXM_PLUGINS", "").split(",") if m.strip()]
+    paths = _user["plugin_path"]
+    if paths is None:
+        paths = [p for p in os.environ.get("POXM_PLUGIN_PATH", "").split(os.pathsep) if p]
+    return list(mods), [str(Path(p).expanduser().resolve()) for p in paths]
+
+
+def user_storage_path() -> str | None:
+    return _user["storage_path"] or os.environ.get("POXM_STORAGE_PATH") or None
+
+
+def same_storage(a: str | None, b: str | None) -> bool:
+    """Whether two storage paths name the same place (local paths resolved, trailing '/' ignored)."""
+    def norm(x):
+        x = str(x).strip()
+        return x.rstrip("/") if "://" in x else str(Path(x).expanduser().resolve())
+    return bool(a) and bool(b) and norm(a) == norm(b)
+
+
+def recorded_settings(path: Path) -> dict:
+    """plugins, plugin_path and resources.storage_path as a config file names them (plain YAML; {} when
+    the file is not a mapping: load_config reports that)."""
+    import yaml
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    res = data.get("resources") if isinstance(data.get("resources"), dict) else {}
+
+    def strs(v):
+        return [str(x) for x in v] if isinstance(v, list) else ([str(v)] if v else [])
+    return {"plugins": strs(data.get("plugins")), "plugin_path": strs(data.get("plugin_path")),
+            "storage_path": res.get("storage_path")}
+
+
+def load_run_config(rd: "RunDir", overrides: list[str] | None = None) -> SweepConfig:
+    """A run directory's config, read as data (docs/orchestration.md, "What poxm trusts"):
+
+    - its `plugins` are imported only when the user supplies every one of them (--plugins or
+      $POXM_PLUGINS), and then from the user's own folders (--plugin-path, $POXM_PLUGIN_PATH, sys.path),
+      never from the `plugin_path` the run recorded; otherwise one line naming them;
+    - its `resources.storage_path` (where Ray's pickled state is loaded from) is used only when the user
+      gives the same one (--storage-path or $POXM_STORAGE_PATH); otherwise one line."""
+    src = rd.config_source
+    rec = recorded_settings(src)
+    mods, paths = user_plugins()
+    named = rec.get("plugins") or []
+    if named:
+        missing = [m for m in named if m not in mods]
+        if missing:
+            raise PoxmInputError(
+                f"{src}: names plugins {', '.join(named)}, which poxm does not import from a run directory "
+                f"(a plugin runs as code); if they are yours, pass --plugins {','.join(named)} (found on your "
+                "PYTHONPATH or in --plugin-path DIR)")
+    storage = rec.get("storage_path")
+    if storage and not same_storage(storage, user_storage_path()):
+        raise PoxmInputError(
+            f"{src}: records resources.storage_path {storage}, where Ray's saved state (pickles) would be "
+            f"loaded from; poxm uses it only when you give the same: --storage-path {storage}")
+    # the folders on sys.path are the user's alone, even when the run names no plugin
+    pin = [f"plugin_path={json.dumps(paths if named else [])}"]
+    return load_config(src, list(overrides or []) + pin)
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,12 +280,36 @@ def driver_alive(rd: RunDir) -> dict | None:
     return d if d.get("pid") and _pid_alive(int(d["pid"])) else None
 
 
+_held: dict[Path, int] = {}      # run directory -> the open descriptor of its driver.lock (this process)
+
+
 def acquire_driver(rd: RunDir) -> None:
-    live = driver_alive(rd)
+    """Take the run directory's driver lock: an exclusive OS lock (flock) on `driver.lock`, held until
+    release_driver or this process's end (a killed driver's lock goes with it: nothing stale to clean
+    up), then driver.json for `poxm status`. Two drivers reaching it together: exactly one wins."""
+    import fcntl
+    live = driver_alive(rd)                 # a driver of an older poxm, which took no OS lock
     if live is not None and int(live["pid"]) != os.getpid():
         raise PoxmInputError(f"{rd.root}: run directory in use by a running driver (pid {live['pid']}); "
                              "wait for it or stop it first")
-    write_json(rd.driver, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+    if rd.root in _held:                    # this process holds it already (a sweep extended, then run)
+        write_json(rd.driver, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        return
+    fd = os.open(rd.driver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        live = read_json(rd.driver) or {}
+        pid = f" (pid {live['pid']})" if isinstance(live, dict) and live.get("pid") else ""
+        raise PoxmInputError(f"{rd.root}: run directory in use by a running driver{pid}; "
+                             "wait for it or stop it first") from None
+    _held[rd.root] = fd
+    try:
+        write_json(rd.driver, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+    except BaseException:
+        release_driver(rd)
+        raise
 
 
 def remove_tmp_leftovers(rd: RunDir) -> list[Path]:
@@ -208,6 +331,9 @@ def release_driver(rd: RunDir) -> None:
     d = read_json(rd.driver)
     if d and int(d.get("pid", -1)) == os.getpid():
         rd.driver.unlink(missing_ok=True)
+    fd = _held.pop(rd.root, None)
+    if fd is not None:
+        os.close(fd)                        # closing the descriptor releases the flock
 
 
 def config_input(cfg: SweepConfig) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from orchestration.rundir import RunDir, driver_alive, read_json, trial_state
+from orchestration.tracking.store import safe_uri
 
 STATES = ("done", "running", "interrupted", "errored", "pending")
 
@@ -36,20 +37,28 @@ def trial_table(rd: RunDir) -> list[dict]:
 
 
 def _ray_state(rd: RunDir) -> str:
-    """Where Ray's state of this sweep is on this machine (orchestration.cluster.ray_state), if anywhere."""
+    """Where Ray's state of this sweep is on this machine (orchestration.cluster.ray_state), if anywhere.
+    The run's config is read as plain data: nothing it names is imported or opened."""
     from orchestration.cluster.ray_state import ray_state_dir
     from poxm_core.common.errors import PoxmInputError
-    try:
-        storage = rd.load_config().resources.storage_path
-    except (PoxmInputError, OSError, ValueError):
-        storage = None
+    storage = rd.recorded().get("storage_path")
     if storage:
-        return f"{str(storage).rstrip('/')}/{rd.root.name}/ray (resources.storage_path)"
+        return (f"{str(storage).rstrip('/')}/{rd.root.name}/ray (resources.storage_path as the run records it; "
+                "used only when you give the same --storage-path)")
     try:
         path = ray_state_dir(rd)
     except PoxmInputError:
         return "(no state key)"
     return str(path) if path.is_dir() else "(none on this machine: a resume starts a fresh Tune experiment)"
+
+
+def _plugins_line(rd: RunDir) -> list[str]:
+    """The plugins the run's config names: shown, never imported from the run directory."""
+    named = rd.recorded().get("plugins") or []
+    if not named:
+        return []
+    return [f"plugins    {', '.join(named)} (named by the run, not imported; `poxm resume`/`report` load them "
+            f"only with --plugins {','.join(named)})"]
 
 
 def status_text(run_dir) -> str:
@@ -59,13 +68,15 @@ def status_text(run_dir) -> str:
     counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
     live = driver_alive(rd)
     ml = read_json(rd.mlflow_runs, {}) or {}
+    ml = ml if isinstance(ml, dict) else {}
     lines = [f"sweep      {sw.get('id', rd.root.name)}  ({len(rows)} trials, {len(sw.get('grid', []))} grid points)",
              f"run dir    {rd.root}",
              f"driver     {'running (pid ' + str(live['pid']) + ')' if live else 'not running'}",
-             f"mlflow     {ml.get('tracking_uri', '(not initialised yet)')}",
+             f"mlflow     {safe_uri(str(ml['tracking_uri'])) if ml.get('tracking_uri') else '(not initialised yet)'}",
              "trials     " + "  ".join(f"{s} {counts[s]}" for s in STATES),
              f"results    {'yes' if rd.rows_csv.is_file() else 'no'}; report {'yes' if (rd.report / 'index.md').is_file() else 'no'}",
              f"ray state  {_ray_state(rd)}",
+             *_plugins_line(rd),
              ""]
     if rows:
         w = max(len(r["trial"]) for r in rows)

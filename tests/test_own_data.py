@@ -285,13 +285,17 @@ def test_plugin_method_run_kill_resume_report(tmp_path):
     first = run_until_first_trial_then_kill(path, runs)
     run_dir = first.parent.parent
     time.sleep(1)
-    # resume and report run from the repository, where the plugin is not on sys.path: the run
-    # directory's config carries plugin_path
+    # resume and report run from the repository, where the plugin is not on sys.path: a run directory's
+    # plugins are imported only when the user names them, from the user's folder
+    mine = ["--plugins", "my_poxm_plugin", "--plugin-path", str(tmp_path / "plugins")]
     res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
                          text=True, timeout=300)
+    assert res.returncode == 2 and "--plugins my_poxm_plugin" in res.stderr, res.stderr[-3000:]
+    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet", *mine], cwd=REPO, env=poxm_env(),
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    rep = subprocess.run(POXM + ["report", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True,
-                         timeout=300)
+    rep = subprocess.run(POXM + ["report", str(run_dir), *mine], cwd=REPO, env=poxm_env(), capture_output=True,
+                         text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert (run_dir / "report" / "index.md").is_file()
     rows = pd.read_csv(run_dir / "results" / "rows.csv")

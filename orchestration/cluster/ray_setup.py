@@ -40,10 +40,42 @@ def ray_init(address: str | None, verbose: bool) -> bool:
         # A local Ray's processes (raylet, runtime-env agent, every worker) inherit this process's
         # environment, and the runtime-env agent writes what it sees to its log in plain text. Secrets
         # are held out of that inheritance: the driver keeps them, Ray never sees them.
-        with secrets_withheld():
-            ray.init(**kwargs)
+        with secrets_withheld(), loopback_only():
+            ray.init(**kwargs, _node_ip_address=LOOPBACK)
     _restore_sigterm_handler(ours)
     return True
+
+
+LOOPBACK = "127.0.0.1"
+# Ray's switch for its single-machine mode (the default on macOS and Windows): the node's address is
+# the loopback, and every Ray process (GCS, raylet, runtime-env agent, the driver's and each worker's
+# gRPC server) listens on it alone. Ray 2.60 has no other setting for where its gRPC servers listen:
+# without it they listen on every interface, and `_node_ip_address="127.0.0.1"` alone is turned back
+# into the machine's network address.
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_only(environ=None):
+    """Within the block, a Ray started here binds to 127.0.0.1 only: the processes it starts inherit
+    LOCAL_ONLY_ENV=0, and this process's already imported Ray reads the same. Restored on exit (a later
+    `--address` in this process connects to a cluster as usual)."""
+    environ = os.environ if environ is None else environ
+    before = environ.get(LOCAL_ONLY_ENV)
+    environ[LOCAL_ONLY_ENV] = "0"
+    consts = sys.modules.get("ray._private.ray_constants")
+    old = getattr(consts, "ENABLE_RAY_CLUSTER", None)
+    if consts is not None:
+        consts.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if before is None:
+            environ.pop(LOCAL_ONLY_ENV, None)
+        else:
+            environ[LOCAL_ONLY_ENV] = before
+        if consts is not None and old is not None:
+            consts.ENABLE_RAY_CLUSTER = old
 
 
 def start_train_coordinator() -> None:

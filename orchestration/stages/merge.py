@@ -27,7 +27,7 @@ from orchestration.report.instances import load_arrays
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep
 from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, write_atomic, write_json)
 from poxm_core.common.atomic import publish
-from poxm_core.config.schema import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
+from poxm_core.config.schema import SweepConfig, config_hash, resolved_dict, resolved_yaml
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import INSTANCES
 
@@ -68,7 +68,7 @@ def extend_plan(run_dir: str | os.PathLike, seeds: list[int]) -> SweepPlan:
         raise PoxmInputError(f"{run_dir}: run directory in use by a running driver (pid {live['pid']}); "
                              "wait for it or stop it first")
     rd = plan.rd
-    cfg = load_config(rd.config_input if rd.config_input.is_file() else rd.config, [f"seeds={have + list(seeds)}"])
+    cfg = rd.load_config([f"seeds={have + list(seeds)}"])     # as data: orchestration.rundir.load_run_config
     new = plan_sweep(cfg, rd.root.parent, plan.cache_dir, run_dir=rd)
     new.id_seeds = plan.id_seeds if plan.id_seeds is not None else have
     return new

@@ -165,22 +165,33 @@ def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
 
 def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
     """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed."""
-    from orchestration.tracking import runs as tracking
     from orchestration.rundir import RunDir, read_json
+    from orchestration.tracking.store import browse_copy, checked_uri, is_run_dir_store, safe_uri
 
     rd = RunDir.existing(run_dir)
     ml = read_json(rd.mlflow_runs, {}) or {}
-    uri = tracking.stored_uri(rd.root, ml) if ml else None
+    ml = ml if isinstance(ml, dict) else {}
+    recorded = str(ml.get("tracking_uri") or "")
+    exp_id = str(ml.get("experiment_id", ""))
+    if recorded and not is_run_dir_store(rd.root, recorded) and not recorded.startswith("sqlite:"):
+        # a server: only shown (nothing is sent to it), without credentials
+        say(f"this sweep logs to {safe_uri(recorded)}: its runs: {runs_url(safe_uri(recorded), exp_id or '?')}")
+        return 0
+    uri = checked_uri(rd.root, ml) if recorded else None     # another sqlite file: only the one you give
     if uri is None:
         if not rd.mlflow_db.is_file():
             raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
         uri = "sqlite:///" + str(rd.mlflow_db)
-    exp_id = str(ml.get("experiment_id", ""))
-    if not uri.startswith("sqlite:"):
-        say(f"this sweep logs to {uri}: its runs: {runs_url(uri, exp_id or '?')}")
-        return 0
     if check_port is not None:
         check_port(host, port)          # a busy or invalid port: one line, exit 2 (orchestration.cli)
+    copy_dir = tempfile.TemporaryDirectory(prefix="poxm-ui-")
+    if is_run_dir_store(rd.root, uri):
+        # never written here: a read-only archive or a copied run is served from a relocated copy
+        try:
+            uri = browse_copy(rd.root, Path(copy_dir.name))
+        except BaseException:
+            copy_dir.cleanup()
+            raise
     log = tempfile.TemporaryFile(mode="w+", prefix="poxm-ui-")   # the server's banner and warnings
     inner = free_port()        # the MLflow server; the user's host:port is the proxy's (module doc)
     proc = subprocess.Popen(server_command(uri, "127.0.0.1", inner, rd.mlartifacts), env=server_env(),
@@ -190,6 +201,7 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
         # stop the server and leave at once: a normal interpreter exit after importing MLflow takes
         # seconds more, and nothing here needs tearing down (the log file is already unlinked)
         stop_group(proc)
+        copy_dir.cleanup()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
@@ -217,3 +229,4 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
         on_term()
     finally:
         log.close()
+        copy_dir.cleanup()
