@@ -1,6 +1,6 @@
 """GPU checks of the fast paths (run on the GPU machine; the CPU tests cover the rest).
 
-1. The stack's fused Triton Adam (`NetworkStack.step_static`) against its eager `step` on the same
+1. The stack's fused Triton Adam (`NetworkStack.step` on CUDA) against the same step on the CPU (torch ops) on the same
    gradients: the parameters and moments after several steps agree within float tolerance; the
    fused row Adam of the output layers (`accel.triton_adam`) passes its first-use check against the
    plain update.
@@ -35,28 +35,23 @@ def check_adam() -> dict:
 
     dev = torch.device("cuda")
     out = {"triton": triton_adam.dense_kernel_ok(dev)}
+    cpu = torch.device("cpu")
     stacks = [NetworkStack(5000, 16, 32, ["fresh"] * 3, [torch.Generator().manual_seed(i) for i in range(3)],
-                           [5e-3, 5e-3, 1e-3], 0.0, dev) for _ in range(2)]
-    g = torch.Generator(device=dev).manual_seed(0)
-    grads = [{n: torch.randn(p.shape, generator=g, device=dev) for n, p in stacks[0].named_parameters()}
-             for _ in range(5)]
-    for k, st in enumerate(stacks):
-        st.sync_counter()
+                           [5e-3, 5e-3, 1e-3], 0.0, d) for d in (cpu, dev)]
+    g = torch.Generator().manual_seed(0)
+    grads = [{n: torch.randn(p.shape, generator=g) for n, p in stacks[0].named_parameters()} for _ in range(5)]
+    for st in stacks:
         for gr in grads:
             for n, p in st.named_parameters():
-                p.grad = gr[n].clone()
-            if k == 0:
-                st.step()
-            else:
-                st.step_static()
-                st.step_count += 1
+                p.grad = gr[n].to(p.device)
+            st.step()
     err = 0.0
     for n, p in stacks[0].named_parameters():
-        q = dict(stacks[1].named_parameters())[n]
+        q = dict(stacks[1].named_parameters())[n].cpu()
         if p.numel():
             err = max(err, float(((p - q).norm() / p.norm()).item()))
             for a, b in zip(stacks[0].moments[n], stacks[1].moments[n]):
-                err = max(err, float(((a - b).norm() / a.norm().clamp(min=1e-30)).item()))
+                err = max(err, float(((a - b.cpu()).norm() / a.norm().clamp(min=1e-30)).item()))
     out["max_rel_err"] = err
     try:
         out["row_kernel_self_check"] = bool(triton_adam.row_kernel_ok(dev))
@@ -96,16 +91,11 @@ def check_lazy_input() -> dict:
                 idx = torch.cat([idx, torch.zeros(pad, dtype=idx.dtype, device=d)])
                 w = torch.cat([w, torch.zeros(pad, dtype=w.dtype, device=d)])
                 bag_of = torch.searchsorted(off, torch.arange(idx.numel(), device=d), right=True) - 1
-                st.sync_counter()
                 out = st(torch.zeros(64, 8, device=d), (idx, off, w, bag_of), static=True)
             else:
                 out = st(torch.zeros(64, 8), (idx, off, w))
             (torch.tanh(out) * tg[rows].to(d)).sum().backward()
-            if d.type == "cuda":
-                st.step_static()
-                st.step_count += 1
-            else:
-                st.step()
+            st.step()
     a, b = stacks[cpu], stacks[dev]
     err = max(float(((x.cpu() - y).norm() / y.norm().clamp(min=1e-30)).item())
               for x, y in [(b.V, a.V), (b.moments["V"][0], a.moments["V"][0]), (b.moments["V"][1], a.moments["V"][1])])

@@ -365,3 +365,15 @@ def test_training_and_accel_name_no_method():
     assert offenders == []
     # the check can see a name where one is written: the method's own module
     assert re.search(r"[\"']dm[\"']", "\n".join(_code_lines("poxm_core.methods.dm")))
+
+
+def test_one_capture_safe_step_and_one_triton_adam_body():
+    """Capture is a mode of the runner, not a copy of the step: no function named `*_static` (or a
+    `sync_counter` twin) anywhere in the library, and the fused kernels share one Triton Adam update."""
+    twins = [f"{m}.{node.name}" for m, tree in TREES.items() for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and (node.name.endswith("_static") or node.name == "sync_counter")]
+    assert twins == []
+    code = "\n".join(_code_lines("poxm_core.accel.triton_adam"))
+    assert code.count("omb1 * (g - m)") == 1 and code.count("tl.sqrt_rn(v)") == 1
+    assert code.count("_ADAM_BODY(") >= 4          # the row kernel (W and b), the dense and the touched-rows one

@@ -122,15 +122,9 @@ class GraphedSteps:
         self._buffers(bags)
         self.i.zero_()
         self.total.zero_()
-        heads, engine, stacks = self.step.order, self.step.engine, self.step.stacks
-        for h in heads:
-            h.policy.out_opt.sync_counter()
-        if engine is not None:
-            engine.sync_counter()
-            if engine.begin_epoch(full, self.i, self.step.ctxs):     # sampled negatives: a new buffer
-                self.graph = None
-        for st in stacks:
-            st.sync_counter()
+        engine = self.step.engine
+        if engine is not None and engine.begin_epoch(full, self.i, self.step.ctxs):   # the draws: a new buffer
+            self.graph = None
         done = 0
         if self.data.device.type == "cuda" and self.graph is None and not self.broken:
             s = torch.cuda.Stream(device=self.data.device)
@@ -155,9 +149,5 @@ class GraphedSteps:
                 self.graph.replay()
             else:
                 self._step()
-        for h in heads:
-            h.policy.out_opt.step_count += full
-        for st in stacks:
-            st.step_count += full
-        total += self.total
+        total += self.total      # the step counters advanced on the device, inside the steps
         return full * self.B

@@ -1,17 +1,18 @@
 """Fused Triton kernels of Adam: one read of p, g, m, v and one write of p, m, v instead of ten passes.
 
-- `fused_row_adam(...)`: the row-wise Adam of an output layer's sync-free step (`RowAdam.step_static`):
-  every slot of `static_unique` updates its row of W, b and both moments in one kernel.
-- `fused_adam(...)`: the dense Adam of the network stack's sync-free step (`NetworkStack.step_static`),
-  a learning rate per column.
+- `fused_row_adam(...)`: the row-wise Adam of an output layer's step in slot mode (`RowAdam.step` after
+  a slot-mode scorer): every slot of `static_unique` updates its row of W, b and both moments in one kernel.
+- `fused_adam(...)`: the dense Adam of the network stack's step on CUDA (`NetworkStack.step`), a learning
+  rate per column.
 - `fused_slot_rows_adam(...)`, `fused_lazy_rows_adam(...)`: one kernel that updates touched rows in
   place from their slots' gradient (slots that are not a touched row read and write nothing): for the
-  batched heads' row step (`training.batched.BatchedHeads.step_static`: rows of the stacked (H L, h)
+  batched heads' row step in slot mode (`training.batched.BatchedHeads.step`: rows of the stacked (H L, h)
   output layers, each slot with its head's rate and bias correction) and for the lazy input layer
   (`NetworkStack`, input_adam="lazy": a rate per column).
 
-Both compute `poxm_core.optim.adam`'s update with `scale_after_divide=True` (IEEE sqrt and division; (1 - b1),
-(1 - b2) from the host in double, as torch). Each kernel is built on first use and checked then against
+The three kernels only find their elements; the update itself is ONE Triton function, `_ADAM_BODY`
+(built by `_adam_body`), which computes `poxm_core.optim.adam`'s update with `scale_after_divide=True`
+(IEEE sqrt and division; (1 - b1), (1 - b2) from the host in double, as torch). Each kernel is built on first use and checked then against
 that plain update on a small random problem; where Triton is missing, cannot compile, or the check
 disagrees, the function returns False (once with a warning) and the caller runs the plain update.
 """
@@ -30,6 +31,29 @@ __all__ = ["fused_row_adam", "fused_adam", "fused_lazy_rows_adam", "fused_slot_r
 _ROW = None       # None: not built yet; False: unavailable or failed its check; else the kernel
 _DENSE = None
 _TOUCHED = None
+_ADAM_BODY = None  # the one Triton Adam update, a module global so that every kernel resolves it by name
+
+
+def _adam_body():
+    """Build (once) the Triton function every kernel calls for the update of its elements:
+    (p, g, m, v) -> (p, m, v) with `step` = lr / c1 and `sqrt_c2` = sqrt(1 - b2^t)."""
+    global _ADAM_BODY
+    if _ADAM_BODY is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def adam_body(p, g, m, v, step, sqrt_c2, omb1, b2, omb2, eps, wd, HAS_WD: tl.constexpr):
+            if HAS_WD:
+                g = g + wd * p
+            m = m + omb1 * (g - m)                          # torch.lerp(m, g, 1 - b1)
+            v = v * b2 + omb2 * g * g                       # (1 - b1), (1 - b2) from the host in double
+            denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps  # IEEE sqrt and division, as torch's kernels
+            p = p - tl.div_rn(m, denom) * step
+            return p, m, v
+
+        _ADAM_BODY = adam_body
+    return _ADAM_BODY
 
 
 def _next_pow2(x: int) -> int:
@@ -43,6 +67,8 @@ def _row_kernel():
     padding slots do nothing."""
     import triton
     import triton.language as tl
+
+    _adam_body()
 
     @triton.jit
     def kernel(W, mW, vW, b, mb, vb, gW, gb, rows, src, sc, N, d, omb1, b2, omb2, eps, wd,
@@ -61,12 +87,7 @@ def _row_kernel():
         p = tl.load(W + off, mask=m2, other=0.0)
         m = tl.load(mW + off, mask=m2, other=0.0)
         v = tl.load(vW + off, mask=m2, other=0.0)
-        if HAS_WD:
-            g = g + wd * p
-        m = m + omb1 * (g - m)
-        v = v * b2 + omb2 * g * g
-        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps
-        p = p - tl.div_rn(m, denom) * step
+        p, m, v = _ADAM_BODY(p, g, m, v, step, sqrt_c2, omb1, b2, omb2, eps, wd, HAS_WD)
         tl.store(W + off, p, mask=m2)
         tl.store(mW + off, m, mask=m2)
         tl.store(vW + off, v, mask=m2)
@@ -74,12 +95,7 @@ def _row_kernel():
         p1 = tl.load(b + r, mask=valid, other=0.0)
         m1 = tl.load(mb + r, mask=valid, other=0.0)
         v1 = tl.load(vb + r, mask=valid, other=0.0)
-        if HAS_WD:
-            g1 = g1 + wd * p1
-        m1 = m1 + omb1 * (g1 - m1)
-        v1 = v1 * b2 + omb2 * g1 * g1
-        denom1 = tl.div_rn(tl.sqrt_rn(v1), sqrt_c2) + eps
-        p1 = p1 - tl.div_rn(m1, denom1) * step
+        p1, m1, v1 = _ADAM_BODY(p1, g1, m1, v1, step, sqrt_c2, omb1, b2, omb2, eps, wd, HAS_WD)
         tl.store(b + r, p1, mask=valid)
         tl.store(mb + r, m1, mask=valid)
         tl.store(vb + r, v1, mask=valid)
@@ -150,6 +166,8 @@ def _dense_kernel():
     import triton
     import triton.language as tl
 
+    _adam_body()
+
     @triton.jit
     def adam_kernel(p_ptr, g_ptr, m_ptr, v_ptr, lr_ptr, sc_ptr, n, ncol, omb1, b2, omb2, eps, wd,
                     HAS_WD: tl.constexpr, BLOCK: tl.constexpr):
@@ -163,12 +181,7 @@ def _dense_kernel():
         m = tl.load(m_ptr + offs, mask=mask)
         v = tl.load(v_ptr + offs, mask=mask)
         lr = tl.load(lr_ptr + offs % ncol, mask=mask)
-        if HAS_WD:
-            g = g + wd * p
-        m = m + omb1 * (g - m)                  # torch.lerp(m, g, 1 - b1)
-        v = v * b2 + omb2 * g * g               # (1 - b1), (1 - b2) from the host in double, as torch
-        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps   # IEEE sqrt and division, as torch's kernels
-        p = p - tl.div_rn(m, denom) * tl.div_rn(lr, c1)
+        p, m, v = _ADAM_BODY(p, g, m, v, tl.div_rn(lr, c1), sqrt_c2, omb1, b2, omb2, eps, wd, HAS_WD)
         tl.store(p_ptr + offs, p, mask=mask)
         tl.store(m_ptr + offs, m, mask=mask)
         tl.store(v_ptr + offs, v, mask=mask)
@@ -241,6 +254,8 @@ def _touched_kernel():
     import triton
     import triton.language as tl
 
+    _adam_body()
+
     @triton.jit
     def touched_rows_kernel(p_ptr, m_ptr, v_ptr, g_ptr, rows_ptr, src_ptr, a_ptr, b_ptr, N, ncol, omb1, b2, omb2,
                             eps, wd, PER_ROW: tl.constexpr, HAS_WD: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -263,12 +278,7 @@ def _touched_kernel():
         p = tl.load(p_ptr + off, mask=mask, other=0.0)
         m = tl.load(m_ptr + off, mask=mask, other=0.0)
         v = tl.load(v_ptr + off, mask=mask, other=0.0)
-        if HAS_WD:
-            g = g + wd * p
-        m = m + omb1 * (g - m)
-        v = v * b2 + omb2 * g * g
-        denom = tl.div_rn(tl.sqrt_rn(v), sqrt_c2) + eps
-        p = p - tl.div_rn(m, denom) * step
+        p, m, v = _ADAM_BODY(p, g, m, v, step, sqrt_c2, omb1, b2, omb2, eps, wd, HAS_WD)
         tl.store(p_ptr + off, p, mask=mask)
         tl.store(m_ptr + off, m, mask=mask)
         tl.store(v_ptr + off, v, mask=mask)

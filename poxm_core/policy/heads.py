@@ -14,14 +14,15 @@ for the bias correction and L2 weight decay added to the gradient of the touched
 "lazy" Adam of sparse embeddings (torch.optim.SparseAdam's update, plus weight decay). Rows that a
 step does not touch are left bit-identical; when every row is touched it is torch.optim.Adam.
 
-Static mode (`RowScorer(..., static=True)`, `RowAdam.step_static`; the CUDA-graph runner of
-poxm_core/accel/graph.py): the same update without a host synchronisation or a data-dependent
-shape, so that a step can be captured in a CUDA graph. The unique rows come from a sort
-(`accel.static.static_unique`: B*m slots, the first r of them the sorted unique rows, the rest padding
-that gets no gradient and is never written back), the Adam bias corrections from a step counter on the
-device; on CUDA with Triton the update is one fused kernel (`accel.triton_adam.fused_row_adam`). The
-arithmetic is the same; only the float summation order of a row's gradient may differ (atomic adds).
-The update itself is `poxm_core.optim.adam`'s.
+One step, two modes of the scorer. The step itself (`RowAdam.step`) is written once and capture-safe:
+the bias corrections come from a step counter on the device (`t`; `step_count` reads it), and the rows
+are written back by slot. Eager scorers take their rows from `torch.unique` (exactly the touched rows);
+in slot mode (`RowScorer(..., static=True)`, the CUDA-graph runner of poxm_core/accel/graph.py) from
+`accel.static.static_unique`: B*m slots, the first r of them the sorted unique rows, the rest padding
+that gets no gradient and is never written back, so that nothing has a data-dependent shape or
+synchronises with the host. On CUDA with Triton the slot update is one fused kernel
+(`accel.triton_adam.fused_row_adam`); only the float summation order of a row's gradient may differ
+(atomic adds). The update itself is `poxm_core.optim.adam`'s.
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ class RowScorer:
             self.leaf_b = b.detach().requires_grad_(self.grad)
             return self.z @ self.leaf_W.T + self.leaf_b
         if self.static:
-            return self._static(ids)
+            return self._slots(ids)
         rows, inv = torch.unique(ids, return_inverse=True)
         self.rows = rows
         self.leaf_W = W.index_select(0, rows).requires_grad_(self.grad)
@@ -97,7 +98,7 @@ class RowScorer:
         Wg = self.leaf_W.index_select(0, inv.reshape(-1)).view(B, m, -1)  # (B, m, d)
         return torch.bmm(Wg, self.z.unsqueeze(2)).squeeze(2) + self.leaf_b[inv]
 
-    def _static(self, ids: torch.Tensor) -> torch.Tensor:
+    def _slots(self, ids: torch.Tensor) -> torch.Tensor:
         """The gather path on `static_unique`'s slots (no sync; index_select everywhere, whose backward
         is an index_add)."""
         W, b = self.params.W, self.params.b
@@ -125,11 +126,11 @@ class RowAdam:
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8
-    step_count: int = 0
     m_W: torch.Tensor = field(init=False)
     v_W: torch.Tensor = field(init=False)
     m_b: torch.Tensor = field(init=False)
     v_b: torch.Tensor = field(init=False)
+    t: torch.Tensor = field(init=False)       # the step count (float64, on the device): the step reads it there
 
     def __post_init__(self) -> None:
         L, d = self.shape_W
@@ -137,49 +138,40 @@ class RowAdam:
         self.v_W = torch.zeros((L, d), device=self.device)
         self.m_b = torch.zeros((L,), device=self.device)
         self.v_b = torch.zeros((L,), device=self.device)
+        self.t = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken (reads the device counter: a host synchronisation, for checkpoints and reports)."""
+        return int(self.t.item())
+
+    @step_count.setter
+    def step_count(self, n: int) -> None:
+        self.t.fill_(float(n))
 
     @torch.no_grad()
     def step(self, params: HeadParams, scorer: RowScorer) -> None:
-        self.step_count += 1
-        t = self.step_count
-        b1, b2 = self.betas
-        adam = dict(step=self.lr / (1 - b1 ** t), sqrt_c2=(1 - b2 ** t) ** 0.5, betas=self.betas, eps=self.eps,
-                    weight_decay=self.weight_decay)
-        rows = scorer.rows
-        for p, leaf, m, v in ((params.W, scorer.leaf_W, self.m_W, self.v_W),
-                              (params.b, scorer.leaf_b, self.m_b, self.v_b)):
-            g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-            if rows is None:
-                adam_update_(p, g, m, v, **adam)
-            else:
-                row_adam_update_(p, g, m, v, rows, **adam)
-
-    @torch.no_grad()
-    def step_static(self, params: HeadParams, scorer: RowScorer) -> None:
-        """`step` for a static scorer, with the step count on the device (`self.t`, see
-        `sync_counter`): no host synchronisation, so it can run inside a CUDA graph. The caller
-        advances `step_count` on the host (one per step). On CUDA with Triton the whole update (W and b
-        rows, both moments) is one kernel (`accel.triton_adam.fused_row_adam`); else torch ops."""
+        """One Adam step of the rows `scorer` touched (all rows when it scored every label). No host
+        synchronisation when the scorer is in slot mode: the CUDA-graph runner captures this same step."""
         b1, b2 = self.betas
         self.t.add_(1.0)
-        step = (self.lr / (1.0 - torch.pow(b1, self.t))).float()           # lr / c1, as the host computes it
-        sqrt_c2 = (1.0 - torch.pow(b2, self.t)).sqrt().float()
+        dt = params.W.dtype
+        step = (self.lr / (1.0 - torch.pow(b1, self.t))).to(dt)            # lr / c1, in double as on the host
+        sqrt_c2 = (1.0 - torch.pow(b2, self.t)).sqrt().to(dt)
+        adam = dict(step=step, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
         rows, src = scorer.rows, scorer.src
         gW = scorer.leaf_W.grad if scorer.leaf_W.grad is not None else torch.zeros_like(scorer.leaf_W)
         gb = scorer.leaf_b.grad if scorer.leaf_b.grad is not None else torch.zeros_like(scorer.leaf_b)
-        if params.W.is_cuda and fused_row_adam(params.W, self.m_W, self.v_W, params.b, self.m_b, self.v_b, rows, src,
-                                               gW.contiguous(), gb.contiguous(), torch.stack([step, sqrt_c2]),
-                                               self.betas, self.eps, self.weight_decay):
+        if rows is None:
+            for p, g, m, v in ((params.W, gW, self.m_W, self.v_W), (params.b, gb, self.m_b, self.v_b)):
+                adam_update_(p, g, m, v, **adam)
+            return
+        if src is not None and params.W.is_cuda and fused_row_adam(
+                params.W, self.m_W, self.v_W, params.b, self.m_b, self.v_b, rows, src, gW.contiguous(),
+                gb.contiguous(), torch.stack([step, sqrt_c2]), self.betas, self.eps, self.weight_decay):
             return
         for p, g, m, v in ((params.W, gW, self.m_W, self.v_W), (params.b, gb, self.m_b, self.v_b)):
-            row_adam_update_(p, g, m, v, rows, src=src, step=step, sqrt_c2=sqrt_c2, betas=self.betas, eps=self.eps,
-                             weight_decay=self.weight_decay, scale_after_divide=True)
-
-    def sync_counter(self) -> None:
-        """Set the device step counter `t` (float64) to the host's step_count."""
-        if getattr(self, "t", None) is None:
-            self.t = torch.zeros((), dtype=torch.float64, device=self.m_W.device)
-        self.t.fill_(float(self.step_count))
+            row_adam_update_(p, g, m, v, rows, src=src, **adam)
 
     def state_dict(self) -> dict:
         return {"step_count": self.step_count, "m_W": self.m_W, "v_W": self.v_W, "m_b": self.m_b, "v_b": self.v_b}

@@ -14,12 +14,13 @@ vectorised Adam step updates them all. Adam is elementwise, so this IS H indepen
 per-head learning rate is a vector over the columns. Each head's init is drawn from its own seeded
 generator into its block, exactly as when the head is trained alone.
 
-Static mode (`forward(..., static=True)`, `step_static`; the CUDA-graph runner of
-poxm_core/accel/graph.py): no host synchronisation. The EmbeddingBag's gradient is an index_add of the
-entries (`accel.static.BagSum`: padding entries of weight 0 add exactly 0), the bias corrections come
-from a step counter on the device, and on CUDA the Adam update of each parameter is one fused Triton
-kernel (`accel.triton_adam.fused_adam`, one read of p, g, m, v and one write of p, m, v) instead of
-ten passes. The update itself is `poxm_core.optim.adam`'s.
+Two modes of the forward, one step. Slot mode (`forward(..., static=True)`, the CUDA-graph runner of
+poxm_core/accel/graph.py): no host synchronisation; the EmbeddingBag's gradient is an index_add of the
+entries (`accel.static.BagSum`: padding entries of weight 0 add exactly 0). The step (`step`) is written
+once and capture-safe: the bias corrections come from a step counter on the device (`t`; `step_count`
+reads it) and, on CUDA with Triton, the Adam update of each parameter is one fused kernel
+(`accel.triton_adam.fused_adam`, one read of p, g, m, v and one write of p, m, v) instead of ten
+passes. The update itself is `poxm_core.optim.adam`'s.
 
 Lazy input layer (`input_adam="lazy"`, `training.input_adam`): V is an embedding of the sparse input,
 and a batch reads only the rows of the features its instances hold (at Amazon-670K's shape about 15,000
@@ -82,8 +83,17 @@ class NetworkStack(nn.Module):
         self.V = nn.Parameter(V.to(device))
         self.lr = torch.tensor(np.repeat(np.asarray(lrs, dtype=np.float32), hidden), device=device)
         self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
-        self.step_count = 0
+        self.t = torch.zeros((), dtype=torch.float64, device=device)   # the step count, on the device
         self.moments = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.named_parameters()}
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken (reads the device counter: a host synchronisation, for checkpoints and reports)."""
+        return int(self.t.item())
+
+    @step_count.setter
+    def step_count(self, n: int) -> None:
+        self.t.fill_(float(n))
 
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self, z: torch.Tensor, bag, static: bool = False) -> torch.Tensor:
@@ -154,31 +164,14 @@ class NetworkStack(nn.Module):
     # ---- optimiser: H independent Adams, one vectorised step -------------------------------------
     @torch.no_grad()
     def step(self) -> None:
-        self.step_count += 1
-        t = self.step_count
-        b1, b2 = self.betas
-        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
-        for n, p in self.named_parameters():
-            g = p.grad
-            if g is None or (self.lazy_input and n == "V"):    # lazy: V's rows are stepped below
-                p.grad = None
-                continue
-            m, v = self.moments[n]
-            adam_update_(p, g, m, v, step=self.lr / c1, sqrt_c2=c2 ** 0.5, betas=self.betas, eps=self.eps,
-                         weight_decay=self.weight_decay, scale_after_divide=True)
-            p.grad = None
-        self._lazy_input_step(c1, c2 ** 0.5)
-
-    @torch.no_grad()
-    def step_static(self) -> None:
-        """`step` with the step count on the device (`self.t`, set by `sync_counter`) and, on CUDA with
-        Triton, one fused kernel per parameter; no host synchronisation (CUDA graphs). The caller
-        advances `step_count` on the host."""
+        """One Adam step of every head (a rate per column). No host synchronisation: the CUDA-graph runner
+        captures this same step; on CUDA with Triton one fused kernel per parameter."""
         b1, b2 = self.betas
         self.t.add_(1.0)
-        c1 = (1.0 - torch.pow(b1, self.t)).float()
-        sqrt_c2 = (1.0 - torch.pow(b2, self.t)).sqrt().float()
-        sc = torch.stack([c1, sqrt_c2]) if self.V.is_cuda else None
+        dt = self.V.dtype
+        c1 = (1.0 - torch.pow(b1, self.t)).to(dt)
+        sqrt_c2 = (1.0 - torch.pow(b2, self.t)).sqrt().to(dt)
+        sc = torch.stack([c1, sqrt_c2]) if self.V.is_cuda and dt == torch.float32 else None
         for n, p in self.named_parameters():
             g = p.grad
             if g is None or (self.lazy_input and n == "V"):    # lazy: V's rows are stepped below
@@ -193,12 +186,6 @@ class NetworkStack(nn.Module):
                              weight_decay=self.weight_decay, scale_after_divide=True)
             p.grad = None
         self._lazy_input_step(c1, sqrt_c2)
-
-    def sync_counter(self) -> None:
-        """Set the device step counter `t` (float64) to the host's step_count."""
-        if getattr(self, "t", None) is None:
-            self.t = torch.zeros((), dtype=torch.float64, device=self.V.device)
-        self.t.fill_(float(self.step_count))
 
     def full_state(self) -> dict:
         return {"params": {n: p.detach() for n, p in self.named_parameters()}, "step_count": self.step_count,

@@ -166,6 +166,10 @@ class BatchedHeads:
             for k, o in enumerate(objs):
                 setattr(o, field, stacked[k])
         self._views = [(o.W,) for o in outs]
+        # the heads' step counters: one (H,) tensor on the device, each head's `RowAdam.t` a view of it
+        self.t = torch.stack([o.t.to(torch.float64) for o in opts])
+        for k, o in enumerate(opts):
+            o.t = self.t[k]
         # per-head settings as vectors over the head dimension
         self.lr = [float(a.lr) for a in opts]
         self.lr_t = torch.tensor(self.lr, dtype=torch.float64, device=self.device)
@@ -181,14 +185,14 @@ class BatchedHeads:
 
     def loss(self, batch: Batch, stacked: dict, ctxs: dict[str, HeadContext], rhat=None,
              static: bool = False) -> torch.Tensor:
-        """The heads' losses (H,). static: the rows from `static_unique` (fixed shape, no host
-        synchronisation: the CUDA-graph loop), to be followed by `step_static`."""
+        """The heads' losses (H,). static: slot mode, the rows from `static_unique` (fixed shape, no host
+        synchronisation: the CUDA-graph loop); `step` then writes them back by slot."""
         feats = self.features(batch, stacked)
         B = batch.size
         out: list[torch.Tensor] = []
         # sparse heads: one unique over every head's ids, offset by k L
         logits_of: dict[int, torch.Tensor] = {}
-        self._rows = self._leaf_W = self._leaf_b = None
+        self._rows = self._leaf_W = self._leaf_b = self._src = None
         if self.Hs:
             gids, shapes = [], []
             for g in self.groups:
@@ -286,33 +290,34 @@ class BatchedHeads:
     @torch.no_grad()
     def step(self) -> None:
         """One Adam step of every head's output layer: the touched rows of the sparse heads, every row of
-        the full heads (RowAdam's arithmetic, each head with its own rate and step count)."""
+        the every-label heads (RowAdam's arithmetic, each head with its own rate and step count). Bias
+        corrections from the heads' device step counters (`self.t`, their `RowAdam.t` are views of it);
+        rows written back by slot when the loss ran in slot mode (`static_unique`'s padding slots rewrite
+        slot 0's row with its own new value): no host synchronisation, so the CUDA-graph runner captures
+        this same step."""
         b1, b2 = self.betas
-        steps, sq = [], []
-        for h, lr in zip(self.heads, self.lr):
-            opt = h.policy.out_opt
-            opt.step_count += 1
-            t = opt.step_count
-            steps.append(lr / (1 - b1 ** t))
-            sq.append((1 - b2 ** t) ** 0.5)
+        self.t.add_(1.0)
         dt = self.W.dtype
-        step_t = torch.tensor(steps, dtype=dt, device=self.device)
-        sq_t = torch.tensor(sq, dtype=dt, device=self.device)
+        step_t = (self.lr_t / (1.0 - torch.pow(b1, self.t))).to(dt)       # lr / c1, in double as on the host
+        sq_t = (1.0 - torch.pow(b2, self.t)).sqrt().to(dt)
         if self._rows is not None:
-            rows = self._rows
+            rows, src = self._rows, self._src
             hk = torch.div(rows, self.L, rounding_mode="floor")
             ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
             for full, mom, vel, g, shape in self._row_blocks():
-                # on a CPU in chunks of rows that stay in cache through Adam's passes (the same elementwise
-                # arithmetic; the whole union of rows at once streamed each pass from memory)
-                n = _CPU_ROWS if rows.device.type == "cpu" else rows.numel()
+                if src is not None and g.is_contiguous() and fused_slot_rows_adam(full, mom, vel, g, rows, src, ss, sc,
+                                                                                  self.betas, self.eps, self.wd):
+                    continue
+                # eager on a CPU: in chunks of rows that stay in cache through Adam's passes (the same
+                # elementwise arithmetic; the whole union of rows at once streamed each pass from memory)
+                n = _CPU_ROWS if src is None and rows.device.type == "cpu" else rows.numel()
                 for c in range(0, rows.numel(), max(1, n)):
-                    row_adam_update_(full, g[c:c + n], mom, vel, rows[c:c + n], step=ss[c:c + n].view(shape),
+                    row_adam_update_(full, g[c:c + n], mom, vel, rows[c:c + n], src=src, step=ss[c:c + n].view(shape),
                                      sqrt_c2=sc[c:c + n].view(shape), betas=self.betas, eps=self.eps,
                                      weight_decay=self.wd)
         if self._full_W is not None:
             self._step_full(step_t, sq_t)
-        self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = None
+        self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = self._src = None
 
     def _row_blocks(self):
         """The row-update blocks (output weights as rows, biases) with their moments and gradients."""
@@ -320,42 +325,12 @@ class BatchedHeads:
                             (self.b.view(-1), self.mb.view(-1), self.vb.view(-1), self._leaf_b)))
 
     def _step_full(self, step_t: torch.Tensor, sq_t: torch.Tensor) -> None:
-        """Dense Adam over the full-softmax heads' block (heads Hs: on), shared by `step` and `step_static`."""
+        """Dense Adam over the every-label heads' block (heads Hs: on)."""
         Hs = self.Hs
         for full, mom, vel, g, shape in _with_grads(((self.W[Hs:], self.mW[Hs:], self.vW[Hs:], self._full_W),
                                                      (self.b[Hs:], self.mb[Hs:], self.vb[Hs:], self._full_b))):
             adam_update_(full, g, mom, vel, step=step_t[Hs:].view(shape), sqrt_c2=sq_t[Hs:].view(shape),
                          betas=self.betas, eps=self.eps, weight_decay=self.wd)
-
-    @torch.no_grad()
-    def step_static(self) -> None:
-        """`step` after a static `loss`: bias corrections from the device step counters `self.t` (see
-        `sync_counter`), rows written back by slot (`static_unique`'s padding slots rewrite slot 0's row
-        with its own new value); no host synchronisation. The caller advances the heads' step_count."""
-        b1, b2 = self.betas
-        self.t.add_(1.0)
-        dt = self.W.dtype
-        step_t = (self.lr_t / (1.0 - torch.pow(b1, self.t))).to(dt)
-        sq_t = (1.0 - torch.pow(b2, self.t)).sqrt().to(dt)
-        if self._rows is not None:
-            rows, src = self._rows, self._src
-            hk = torch.div(rows, self.L, rounding_mode="floor")
-            ss, sc = step_t.index_select(0, hk), sq_t.index_select(0, hk)
-            for full, mom, vel, g, shape in self._row_blocks():
-                if not (g.is_contiguous() and fused_slot_rows_adam(full, mom, vel, g, rows, src, ss, sc, self.betas,
-                                                                   self.eps, self.wd)):
-                    row_adam_update_(full, g, mom, vel, rows, src=src, step=ss.view(shape), sqrt_c2=sc.view(shape),
-                                     betas=self.betas, eps=self.eps, weight_decay=self.wd)
-        if self._full_W is not None:
-            self._step_full(step_t, sq_t)
-        self._rows = self._leaf_W = self._leaf_b = self._full_W = self._full_b = self._src = None
-
-    def sync_counter(self) -> None:
-        """Set the device step counters `t` (H,) float64 to the heads' host step counts."""
-        counts = torch.tensor([float(h.policy.out_opt.step_count) for h in self.heads], dtype=torch.float64)
-        if self.t is None:
-            self.t = torch.zeros(self.H, dtype=torch.float64, device=self.device)
-        self.t.copy_(counts)
 
 
 def _with_grads(blocks):

@@ -9,9 +9,10 @@
     optimise  the batched heads' step, each other head's output-layer step (and its own dense layers),
               one step per stack
 
-static=False: the plain step (host step counts, `torch.unique`). static=True: the same arithmetic
-without a host synchronisation or a data-dependent shape (`accel.static`, device step counters,
-`step_static`), so that it can be captured in a CUDA graph; then a stack reads the batch's bag with
+static=False: the plain forward (`torch.unique`, EmbeddingBag). static=True: slot mode, the same
+arithmetic without a host synchronisation or a data-dependent shape (`accel.static`), so that it can be
+captured in a CUDA graph; the optimiser steps are the same in both modes (device step counters, rows
+written back by slot when there are slots). Then a stack reads the batch's bag with
 each entry's bag as 4th tensor (`stack_bag`), the labels (skyline) are a padded tensor of label ids and
 rhat (DR-POXM) is computed by the caller from the padded bag (accel/graph.py).
 Returns the heads' losses (H,), detached, batched heads first then the others in their order (`order`).
@@ -54,12 +55,9 @@ class TrainStep:
         out = torch.cat(losses)
         out.sum().backward()
         if self.engine is not None:
-            self.engine.step_static() if static else self.engine.step()
+            self.engine.step()
         for h, scorer in zip(self.heads, scorers):
-            if static:
-                h.policy.out_opt.step_static(h.policy.out, scorer)
-            else:
-                h.policy.step(scorer)
+            h.policy.step(scorer)
         for st in self.stacks:
-            st.step_static() if static else st.step()
+            st.step()
         return out.detach()
