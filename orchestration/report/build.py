@@ -249,6 +249,12 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
         expected, source = expected_from_rows(rows[rows["final"]]), \
             "the results themselves (no sweep.json or config.yaml: every method seen is expected for every seed seen)"
 
+    from orchestration.report.logged import is_logged, write_logged_report
+    if is_logged(config):   # logged feedback: no labels, off-policy estimates on held-out logs (report/logged.py)
+        chosen = chosen if chosen is not None else select_run(rows, selection_criterion(config))
+        notes = coverage_notes(rows, chosen.selection, expected, grid, source, criterion=chosen.criterion)
+        write_logged_report(run_dir, out, chosen, rows, prepare, config, notes, _shown(run_dir), run_protocol(config))
+        return
     conf_ds = [str(d.get("name")) for d in config.get("datasets", []) or [] if isinstance(d, dict)]
     # sets of names: the distinct values first (iterating every row's string takes seconds in a large run)
     datasets = _ordered(list(expected["dataset"].unique()) + list(rows["dataset"].unique())

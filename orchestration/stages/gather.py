@@ -101,11 +101,14 @@ def prepare_stats(dataset: str, seed: int, record: dict) -> list[dict]:
     variant = man["key"]["variant"]["name"]
     out: list[tuple[str, float]] = []
     out += [(f"covering@{k + 1}", float(v)) for k, v in enumerate(record["covering"])]
-    out += [(f"logging_model/{k}", float(v)) for k, v in parents["candidates"]["stats"]["logging_model_test"].items()]
     st = man["stats"]
-    out += [(f"logging_policy/{k}", float(v)) for k, v in st["logging_policy_test"].items() if not k.endswith("_se")]
-    out.append(("rho/top1_mass", float(st["rho_top1_mean_test"])))
+    if "candidates" in parents:     # a logged dataset has no logging model, no test labels (prepare_logged)
+        out += [(f"logging_model/{k}", float(v)) for k, v in parents["candidates"]["stats"]["logging_model_test"].items()]
+        out += [(f"logging_policy/{k}", float(v)) for k, v in st["logging_policy_test"].items() if not k.endswith("_se")]
+        out.append(("rho/top1_mass", float(st["rho_top1_mean_test"])))
     out += [(f"log/reward_rate_{k}", float(v)) for k, v in st.get("log_reward_rate", {}).items()]
+    for part in ("test", "target"):
+        out += [(f"phi/reward_share_{part}@{p}", float(v)) for p, v in st.get(f"phi_reward_share_{part}", {}).items()]
     if "T" in st:
         out.append(("variant/T", float(st["T"])))          # the temperature used (a matched variant's solved T)
     for k in ("target", "ratio", "reference_P@5", "n_heldout"):   # a matched variant's solve (prepare/match.py)

@@ -69,7 +69,10 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     root = Path(cfg.data_root) if cfg.data_root else default_data_root()
     for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
         spec = spec_for(d)
-        if d.format is not None and check_data:
+        if d.logged is not None and check_data:
+            from poxm_core.data.logged import logged_files
+            logged_files(d.logged, root)
+        elif d.format is not None and check_data:
             declared_files(d, root)
         elif spec.reader is None and check_data:
             locate_files(spec, Path(d.path) if d.path else root / spec.folder)

@@ -69,6 +69,11 @@ class VariantConfig(_Strict):
         None, exclude_if=_unset,
         description="instead of T: {statistic: target}; logging_to_skyline_R@5 = rho's expected R@5 over a supervised "
                     "reference's greedy P@5, both on held-out training rows; prepare solves T to reach the target")
+    selector: Literal["logging", "reward"] | None = Field(
+        None, exclude_if=_unset,
+        description="a logged dataset's variant only: how C(x) (the action set) is ordered, hence Phi^p = its first p: "
+                    "'logging' (default) by the log's position marginals, ties by smaller action id (a uniform log: "
+                    "the p smallest ids); 'reward' ties by a reward model's rhat(a, position) fitted on the fit rows")
 
     @model_validator(mode="before")
     @classmethod
@@ -111,6 +116,66 @@ class VariantConfig(_Strict):
         return self.match is not None
 
 
+class LoggedColumnsConfig(_Strict):
+    """The column map of a logged table (source: table): which column holds what (docs/data.md, "Logged feedback")."""
+    action: str = Field("action", description="integer action id in [0, n_actions)")
+    position: str = Field("position", description="slot in the slate, counted from position_base")
+    reward: str = Field("reward", description="the reward (0/1: a click)")
+    propensity: str = Field("propensity", description="the logging policy's probability of that action at that position, in (0, 1]")
+    context: list[str] = Field([], description="numeric context columns (used as they are)")
+    categorical: list[str] = Field([], description="categorical context columns (one feature per value)")
+    position_base: Literal[0, 1] = Field(1, description="the value of the first slot")
+    slate_size: int | None = Field(None, gt=0, description="slots per slate; default: the largest position seen")
+    n_actions: int | None = Field(None, gt=0, description="size of the action set; default: the action features' rows, else the largest id + 1")
+
+
+class LoggedConfig(_Strict):
+    """Real logged feedback instead of an XMC dataset (docs/data.md, "Learning from a log"): the log is cut by row
+    into a fixed test part (test_fraction, split_seed) and, per run seed, a validation slice of the rest
+    (the dataset's val_fraction); no logging model is trained, the logged propensities are q."""
+    source: Literal["obd", "table"] = Field(description="obd: the Open Bandit Dataset (obp's archive or its folder layout); table: a CSV/Parquet file mapped by `columns`")
+    path: str | None = Field(None, description="obd: the dataset's folder or archive (default <data_root>/obd); table: the log file; relative to the data root unless absolute")
+    policy: Literal["random", "bts"] | None = Field(None, exclude_if=_unset, description="obd: the log learned from (default random)")
+    campaign: Literal["all", "men", "women"] | None = Field(None, exclude_if=_unset, description="obd: the campaign (default all)")
+    target: Literal["random", "bts"] | str | None = Field(None, exclude_if=_unset, description="another log of the same action set the learned policies are also evaluated on (split 'target'): obd: a policy (default: the other one; 'none' for none); table: a file, as `path`")
+    columns: LoggedColumnsConfig | None = Field(None, exclude_if=_unset, description="table: the column map")
+    action_features: str | None = Field(None, exclude_if=_unset, description="table: a CSV/Parquet table of action features (one row per action id, column `action`), which also fixes the action set")
+    test_fraction: float = Field(0.25, gt=0, lt=1, description="share of the log's rows held out as the test part (off-policy estimates of the learned policies)")
+    split_seed: int = Field(0, ge=0, description="seed of the row permutation that cuts the test part (fixed across run seeds)")
+
+    @model_validator(mode="after")
+    def _by_source(self) -> "LoggedConfig":
+        if self.source == "obd":
+            for key in ("columns", "action_features"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"'{key}' is for source: table (the Open Bandit Dataset's columns are known)")
+            if self.target is not None and self.target not in ("random", "bts", "none"):
+                raise ValueError(f"target: expected random, bts or none for source: obd, got {self.target!r}")
+        else:
+            for key in ("policy", "campaign"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"'{key}' is for source: obd")
+            if self.path is None:
+                raise ValueError("source: table needs 'path' (the log file)")
+            if self.columns is None:
+                raise ValueError("source: table needs 'columns' (the column map: action, position, reward, "
+                                 "propensity, context and/or categorical)")
+            if not self.columns.context and not self.columns.categorical:
+                raise ValueError("columns: expected at least one context column ('context' numeric or 'categorical')")
+        return self
+
+    @property
+    def obd_policy(self) -> str:
+        return self.policy or "random"
+
+    @property
+    def obd_target(self) -> str | None:
+        """source obd: the target log's policy (default the other one), None for none."""
+        if self.target == "none":
+            return None
+        return self.target or ("bts" if self.obd_policy == "random" else "random")
+
+
 class SplitConfig(_Strict):
     """A test split cut from a single data file (a dataset declared with `train` and no `test`)."""
     test_fraction: float = Field(0.25, gt=0, lt=1, description="share of the file's rows held out as the test split")
@@ -134,8 +199,22 @@ class DatasetConfig(_Strict):
     synthetic: SyntheticConfig | None = Field(None, description="sizes for name=synthetic")
     propensity_A: float | None = Field(None, gt=0, description="Jain et al. A; default from the registry (required for a dataset declared by `format`)")
     propensity_B: float | None = Field(None, gt=0, description="Jain et al. B; default from the registry (required for a dataset declared by `format`)")
+    logged: LoggedConfig | None = Field(None, exclude_if=_unset, description="real logged feedback instead of an XMC dataset (docs/data.md, \"Learning from a log\"): the log is the logging policy")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="share of training instances held out as the validation log")
-    variants: list[VariantConfig] = Field(description="logging variants (alpha, beta, T)")
+    variants: list[VariantConfig] = Field(description="logging variants (alpha, beta, T); a logged dataset: how Phi^p orders the action set (`selector`), default [{name: log}]")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _logged_variants(cls, data: Any) -> Any:
+        # a logged dataset's logging policy is the log: its variants take no (alpha, beta, T), only `selector`
+        if isinstance(data, dict) and data.get("logged") is not None:
+            vs = data.get("variants")
+            if vs is None:
+                vs = [{"name": "log"}]
+            if isinstance(vs, list):
+                vs = [{"alpha": 1.0, **v} if isinstance(v, dict) else v for v in vs]
+            data = {**data, "variants": vs}
+        return data
 
     @model_validator(mode="after")
     def _unique_variants(self) -> "DatasetConfig":
@@ -144,6 +223,18 @@ class DatasetConfig(_Strict):
             raise ValueError(f"variant names must be unique, got {names}")
         if not names:
             raise ValueError("at least one variant is needed")
+        if self.logged is not None:
+            for key in ("format", "synthetic", "path", "split", "propensity", "propensity_A", "propensity_B"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"'{key}' is for an XMC dataset; a logged dataset declares its data under 'logged'")
+            for v in self.variants:
+                if v.alpha != 1.0 or v.beta != 0.0 or v.T != 1.0 or v.match is not None:
+                    raise ValueError(f"variant '{v.name}': a logged dataset's logging policy is the log itself; its "
+                                     "variants take only 'name' and 'selector' (logging | reward), not alpha/beta/T/match")
+            return self
+        for v in self.variants:
+            if v.selector is not None:
+                raise ValueError(f"variant '{v.name}': 'selector' is for a logged dataset (datasets[].logged)")
         if self.format is None:
             for key in ("folder", "train", "test", "split", "propensity"):
                 if getattr(self, key) is not None:

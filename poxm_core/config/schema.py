@@ -17,8 +17,8 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
                       model_validator)
 
-from poxm_core.config.data_schema import (DATA_FORMATS, DatasetConfig, SplitConfig, SyntheticConfig,  # noqa: F401  (part of the schema)
-                                   VariantConfig, _Strict, _unset)
+from poxm_core.config.data_schema import (DATA_FORMATS, DatasetConfig, LoggedColumnsConfig, LoggedConfig,  # noqa: F401  (part of the schema)
+                                          SplitConfig, SyntheticConfig, VariantConfig, _Strict, _unset)
 from poxm_core.common.errors import PoxmInputError, nearest
 
 
@@ -220,6 +220,10 @@ class SweepConfig(_Strict):
             raise ValueError(f"dataset names must be unique, got {names}")
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
             raise ValueError(f"seeds must be a non-empty list of distinct ints, got {self.seeds}")
+        kinds = {d.logged is not None for d in self.datasets}
+        if len(kinds) > 1:   # their reports differ (test metrics on labels vs off-policy estimates on a held-out log)
+            raise ValueError("datasets: a sweep holds either logged datasets (datasets[].logged) or XMC datasets, "
+                             "not both; run them as two sweeps")
         return self
 
     def dataset(self, name: str) -> DatasetConfig:

@@ -21,6 +21,7 @@ feature matrix of the project.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import tarfile
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import scipy.sparse as sp
 from poxm_core.common.errors import PoxmInputError
 
 __all__ = ["LoggedColumns", "LoggedFeedback", "OBD_POLICIES", "OBD_CAMPAIGNS", "check_table", "encode_context",
-           "read_obd", "read_logged_table", "find_obd_source"]
+           "read_obd", "read_logged_table", "find_obd_source", "align_context", "read_logged", "logged_files"]
 
 OBD_POLICIES = ("random", "bts")
 OBD_CAMPAIGNS = ("all", "men", "women")
@@ -335,3 +336,75 @@ def read_obd(path, policy: str, campaign: str) -> LoggedFeedback:
         df, items = _read_frame(Path(log_name), log_name), _read_frame(Path(item_name), item_name)
     feats = _action_features(items, "item_id", item_name, True)
     return _build(df, obd_columns(df, feats.shape[0]), log_name, True, feats.shape[0], feats)
+
+
+# ---- a config's logged dataset ---------------------------------------------------------------------
+
+def align_context(a: LoggedFeedback, b: LoggedFeedback) -> tuple[LoggedFeedback, LoggedFeedback]:
+    """Both logs' contexts over one feature space: a's features in a's order, then b's features a lacks
+    (a categorical value one log never shows, e.g. OBD's TS log holds hashed user ids the random one does
+    not). A learned policy reads the same column for the same feature in either log."""
+    if a.feature_names == b.feature_names:
+        return a, b
+    index = {n: i for i, n in enumerate(a.feature_names)}
+    names = list(a.feature_names) + [n for n in b.feature_names if n not in index]
+    index = {n: i for i, n in enumerate(names)}
+
+    def widen(log: LoggedFeedback) -> LoggedFeedback:
+        X = log.context.tocoo()
+        cols = np.array([index[n] for n in log.feature_names], dtype=np.int64)[X.col]
+        W = sp.csr_matrix((X.data, (X.row, cols)), shape=(log.n, len(names)), dtype=np.float32)
+        return dataclasses.replace(log, context=W, feature_names=tuple(names))
+    return widen(a), widen(b)
+
+
+def logged_files(lcfg, data_root: Path) -> list[Path]:
+    """The files a config's logged dataset (`LoggedConfig`) reads: what its cache key hashes."""
+    def where(p: str | None, default: Path) -> Path:
+        if p is None:
+            return default
+        q = Path(p).expanduser()
+        return q if q.is_absolute() else Path(data_root) / q
+    if lcfg.source == "obd":
+        src = find_obd_source(where(lcfg.path, Path(data_root) / "obd"))
+        return [src] if src.is_file() else sorted(f for f in src.rglob("*.csv"))
+    files = [where(lcfg.path, Path(data_root))]
+    files += [where(x, Path(data_root)) for x in (lcfg.action_features, lcfg.target) if x is not None]
+    for f in files:
+        if not f.is_file():
+            raise PoxmInputError(f"{f}: logged table not found (datasets[].logged; relative paths are under the data "
+                                 f"root {data_root})")
+    return files
+
+
+def read_logged(lcfg, data_root: Path) -> tuple[LoggedFeedback, LoggedFeedback | None]:
+    """(the log to learn from, the target log or None) of a config's logged dataset (`LoggedConfig`), both
+    over one context feature space (`align_context`). OBD: `policy` and its `target` (by default the other
+    policy) in one campaign; a table: `path` and, when given, `target`, read with the same column map."""
+    root = Path(data_root)
+    if lcfg.source == "obd":
+        src = Path(lcfg.path).expanduser() if lcfg.path else root / "obd"
+        src = src if src.is_absolute() else root / src
+        campaign = lcfg.campaign or "all"
+        log = read_obd(src, lcfg.obd_policy, campaign)
+        target = read_obd(src, lcfg.obd_target, campaign) if lcfg.obd_target is not None else None
+    else:
+        files = logged_files(lcfg, root)
+        c = lcfg.columns
+        cols = LoggedColumns(action=c.action, position=c.position, reward=c.reward, propensity=c.propensity,
+                             context=tuple(c.context), categorical=tuple(c.categorical), position_base=c.position_base,
+                             slate_size=c.slate_size, n_actions=c.n_actions)
+        feats = files[1] if lcfg.action_features is not None else None
+        log = read_logged_table(files[0], cols, action_features=feats)
+        target = None
+        if lcfg.target is not None:
+            target = read_logged_table(files[-1], dataclasses.replace(cols, n_actions=log.n_actions,
+                                                                      slate_size=log.slate_size),
+                                       action_features=feats)
+    if target is not None:
+        if (target.n_actions, target.slate_size) != (log.n_actions, log.slate_size):
+            raise PoxmInputError(f"{target.source}: expected the action set and slate of {log.source} "
+                                 f"({log.n_actions} actions, {log.slate_size} slots), got {target.n_actions}, "
+                                 f"{target.slate_size}")
+        log, target = align_context(log, target)
+    return log, target

@@ -107,6 +107,9 @@ def get_spec(name: str) -> DatasetSpec:
 def spec_for(dcfg: "DatasetConfig") -> DatasetSpec:
     """The registered spec of `dcfg.name`, or for a dataset declared in the config (`format` set) a spec
     built from it (reader: `load_declared`). A declared dataset may not reuse a registered name."""
+    if getattr(dcfg, "logged", None) is not None:   # real logged feedback: read by the prepare stage's logged branch
+        return DatasetSpec(name=dcfg.name, folder="", description=f"logged feedback ({dcfg.logged.source})",
+                           reader=_not_xmc)
     if getattr(dcfg, "format", None) is None:
         return get_spec(dcfg.name)
     if dcfg.name in DATASETS:
@@ -116,6 +119,11 @@ def spec_for(dcfg: "DatasetConfig") -> DatasetSpec:
     B = 1.5 if dcfg.propensity_B is None else float(dcfg.propensity_B)
     return DatasetSpec(name=dcfg.name, folder="", description=f"declared in the config (format {dcfg.format})",
                        A=A, B=B, reader=load_declared)
+
+
+def _not_xmc(dcfg, data_root, seed):
+    raise PoxmInputError(f"dataset '{dcfg.name}' is logged feedback (datasets[].logged): it has no labels to load "
+                         "as XMC data; the prepare stage reads it (poxm_core.prepare.logged)")
 
 
 _WARNED: set[str] = set()   # datasets whose `propensity: default` was logged in this process

@@ -16,7 +16,20 @@ import scipy.sparse as sp
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.variant import VariantPolicy
 
-__all__ = ["Prepared", "VariantPolicy", "BanditLog"]
+__all__ = ["Prepared", "VariantPolicy", "BanditLog", "EvalLog"]
+
+
+@dataclass(frozen=True)
+class EvalLog:
+    """A held-out log of real logged feedback on which a trial's test values are off-policy estimates
+    (docs/data.md, "Learning from a log"): `name` is the result rows' split ('test': the held-out rows of
+    the log learned from; 'target': another policy's log over the same actions). Its rows are its own
+    split: features Z (n, d), X (n, D), the candidates and rho of each row, and `log` (instance = 0..n-1)."""
+    name: str
+    Z: np.ndarray
+    X: sp.csr_matrix
+    policy: VariantPolicy
+    log: BanditLog
 
 
 @dataclass(frozen=True)
@@ -34,11 +47,14 @@ class Prepared:
     log_train: BanditLog           # logged slates used for gradient steps
     log_val: BanditLog             # held-out logged slates: selection reads only these
     inv_propensity: np.ndarray     # (L,) float64, 1/p_l (Jain et al.)
-    Y_test: sp.csr_matrix          # (n_te, L) test labels: only metrics read them
+    Y_test: sp.csr_matrix | None   # (n_te, L) test labels: only metrics read them (None: logged data)
     Y_train: sp.csr_matrix | None = None  # (n_tr, L) read ONLY by the supervised skyline
     X_train: sp.csr_matrix | None = None  # (n_tr, D) sparse features: the policy network's second input
     X_test: sp.csr_matrix | None = None   # (n_te, D)
     meta: dict = field(default_factory=dict)  # hashes, stats, config of the prepare stage
+    # logged data (no labels): the logs whose off-policy estimates replace the test metrics; the first is
+    # the held-out test part of the log (Z_test, policy_test), then the target log if any
+    eval_logs: tuple[EvalLog, ...] = ()
 
     @property
     def n_labels(self) -> int:

@@ -84,6 +84,24 @@ class EvalInputs:
         """Build the sparse inputs now (before a thread pool shares this object)."""
         self._sparse("train")
         self._sparse("test")
+        for e in self.prepared.eval_logs:
+            self._eval_inputs(e)
+
+    def _eval_inputs(self, e) -> tuple[torch.Tensor, DeviceCSR | None]:
+        """An evaluation log's (Z, X) on the device (logged data: `Prepared.eval_logs`), made once."""
+        key = f"eval:{e.name}"
+        if key not in self._Z:
+            self._Z[key] = torch.as_tensor(np.ascontiguousarray(e.Z), dtype=torch.float32, device=self.device)
+            self._X[key] = DeviceCSR(e.X, self.device) if e.X is not None else None
+        return self._Z[key], self._X[key]
+
+    def eval_features(self, h: TrialHead, e) -> torch.Tensor:
+        """`features` of every row of the evaluation log `e` (its own split)."""
+        Z, X = self._eval_inputs(e)
+        rows = torch.arange(Z.shape[0], device=self.device)
+        if h.policy is None:
+            return Z
+        return h.policy.features_on(Z, X if h.policy.reads_sparse else None, rows)
 
 
 def eval_threads() -> int:
@@ -111,26 +129,32 @@ def _p_sis(h: TrialHead, K: int) -> int:
 
 
 def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None,
-                  frozen: "tuple[PolicyView, torch.Tensor] | None" = None) -> dict[str, tuple[float, float]]:
+                  frozen: "tuple[PolicyView, torch.Tensor] | None" = None, on=None) -> dict[str, tuple[float, float]]:
     """{metric: (value, stderr)} on the validation log: every reported estimator of the registry (IS,
     sIS, SNIS, PIS, ...; DR with a reward model) and ESS. Features are computed for the logged rows only
     (the log is re-indexed). `frozen`: the head's (view, validation features) as `freeze` took them,
-    instead of its current parameters."""
+    instead of its current parameters. `on`: an evaluation log of logged data (`Prepared.eval_logs`)
+    instead of the validation log: the same estimates on its rows."""
     prepared = ev.prepared
-    full = prepared.log_val
+    if on is None:
+        full, cand, rho = prepared.log_val, ev.val_cand, ev.val_rho
+        feats_of = lambda head: ev.features(head, "val")  # noqa: E731
+    else:
+        full, cand, rho = on.log, on.policy.cand, on.policy.rho
+        feats_of = lambda head: ev.eval_features(head, on)  # noqa: E731
     log = dataclasses.replace(full, instance=np.arange(full.n, dtype=np.int64))
     K = prepared.policy_train.cand.shape[1]
-    rw = (reward.params, ev.features(reward, "val")) if reward is not None else None
-    view, feats = frozen if frozen is not None else (h.view(), ev.features(h, "val"))
+    rw = (reward.params, feats_of(reward)) if reward is not None else None
+    view, feats = frozen if frozen is not None else (h.view(), feats_of(h))
     needs = needed_arrays()
-    arr = val_arrays(view, feats, ev.val_cand, ev.val_rho, log, _p_sis(h, K), rw, ev.device,
+    arr = val_arrays(view, feats, cand, rho, log, _p_sis(h, K), rw, ev.device,
                      tables="pi_selector" in needs)
     q = log.q.astype(np.float64)
     # every reported estimator of the registry (estimators.validation): DR only with a reward model; the
     # extra arrays estimators declare (`needs`) by name (docs/estimators.md), only those some estimator needs
     aux = {k: arr[k] for k in ("dm_term", "rhat_logged") if k in arr}
-    extra = {**ev.action_arrays, "actions": log.actions, "cand_pos": log.cand_pos, "candidates": ev.val_cand,
-             "rho_candidates": ev.val_rho, **{k: arr[k] for k in ("pi_selector",) if k in arr}}
+    extra = {**ev.action_arrays, "actions": log.actions, "cand_pos": log.cand_pos, "candidates": cand,
+             "rho_candidates": rho, **{k: arr[k] for k in ("pi_selector",) if k in arr}}
     est = validation_estimates({"policy": arr["logpi_is"], "selector": arr["logpi_sis"]}, q, log.rewards, aux,
                                {k: v for k, v in extra.items() if k in needs})
     out = {label: (e.value, e.stderr) for label, e in est.items()}
@@ -245,7 +269,8 @@ def epoch_rows(spec: TrialSpec, trained: list[TrialHead], losses: dict[str, floa
 
 def final_report(cfg: SweepConfig, spec: TrialSpec, heads: list[TrialHead], reward: TrialHead, ev: EvalInputs,
                  last: int, instances: dict | None = None) -> list[dict]:
-    """The final rows of every visible head: validation estimates with DR, V_true, test metrics.
+    """The final rows of every visible head: validation estimates with DR, V_true, test metrics (logged
+    data: instead of test metrics, the same estimates on each evaluation log, split = its name).
     `instances`: filled with {instance_key(head): {metric: (n_test,) float32}} (see test_metrics)."""
     def one(h: TrialHead) -> list[dict]:
         ep = last if h.trains else 0
@@ -253,6 +278,10 @@ def final_report(cfg: SweepConfig, spec: TrialSpec, heads: list[TrialHead], rewa
         truth = val_truth(cfg, spec, h, ev)
         if truth is not None:
             rows += result_rows(spec, h.spec, "val_truth", {"V_true": truth}, ep, True)
+        if ev.prepared.eval_logs:    # logged data, no labels: off-policy estimates on the held-out logs
+            for e in ev.prepared.eval_logs:
+                rows += result_rows(spec, h.spec, e.name, val_estimates(h, ev, reward, on=e), ep, True)
+            return rows
         per = {} if instances is not None else None
         rows += result_rows(spec, h.spec, "test", test_metrics(cfg, spec, h, ev, per), ep, True)
         if per is not None:

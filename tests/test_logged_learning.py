@@ -1,0 +1,131 @@
+"""Off-policy learning from a real log (docs/data.md, "Learning from a log"): the config's logged dataset
+kind, the prepare branch's mapping onto `Prepared` on the OBD sample (read from the data root), a trial's
+test values as off-policy estimates, and (slow) `poxm run configs/obd.yaml` writing its report table."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.config.schema import default_data_root, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+OBD = default_data_root() / "obd"
+needs_obd = pytest.mark.skipif(not (OBD / "original").is_dir(), reason="OBD sample not in the data root")
+
+
+def _cfg(tmp_path, **logged):
+    ds = {"name": "obd", "logged": {"source": "obd", **logged}, "val_fraction": 0.2,
+          "variants": [{"name": "U"}, {"name": "R", "selector": "reward"}]}
+    return load_config(data={"name": "t", "runs_dir": str(tmp_path), "datasets": [ds],
+                             "training": {"epochs": 1, "batch_size": 512, "hidden": 8},
+                             "methods": {"logging": {}, "dm": {}, "poxm": {"p": [5], "lam": [0.9]}}})
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ({"logged": {"source": "obd", "campain": "all"}}, "unknown config key 'datasets[0].logged.campain' (did you mean 'datasets[0].logged.campaign'?)"),
+    ({"logged": {"source": "table", "path": "x.csv", "columns": {"acton": "a", "context": ["x"]}}},
+     "unknown config key 'datasets[0].logged.columns.acton' (did you mean 'datasets[0].logged.columns.action'?)"),
+    ({"logged": {"source": "obd"}, "variants": [{"name": "U", "T": 2}]}, "variants take only 'name' and 'selector'"),
+    ({"logged": {"source": "obd", "columns": {"context": ["x"]}}}, "'columns' is for source: table"),
+    ({"logged": {"source": "table", "path": "x.csv"}}, "source: table needs 'columns'"),
+    ({"synthetic": {"n_train": 10}, "variants": [{"name": "A", "alpha": 0.2, "selector": "reward"}]},
+     "'selector' is for a logged dataset"),
+])
+def test_schema_refuses_with_one_line(entry, needle):
+    ds = {"name": "obd", **entry}
+    ds.setdefault("variants", None)
+    if ds["variants"] is None:
+        del ds["variants"]
+    with pytest.raises(PoxmInputError) as e:
+        load_config(data={"name": "t", "datasets": [ds], "methods": {"poxm": {"p": [5]}}})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_schema_defaults_and_no_mixing():
+    cfg = load_config(data={"name": "t", "datasets": [{"name": "obd", "logged": {"source": "obd"}}],
+                            "methods": {"poxm": {"p": [5]}}})
+    d = cfg.datasets[0]
+    assert [v.name for v in d.variants] == ["log"] and d.logged.obd_policy == "random" and d.logged.obd_target == "bts"
+    assert load_config(data=cfg.model_dump(mode="json")) == cfg       # a resolved config loads back as itself
+    with pytest.raises(PoxmInputError, match="either logged datasets"):
+        load_config(data={"name": "t", "methods": {"poxm": {"p": [5]}}, "datasets": [
+            {"name": "obd", "logged": {"source": "obd"}},
+            {"name": "synthetic", "synthetic": {"n_train": 50, "n_test": 20, "n_features": 30, "n_labels": 10},
+             "variants": [{"name": "A", "alpha": 0.5}]}]})
+
+
+@needs_obd
+def test_prepare_maps_the_obd_log_onto_prepared(tmp_path):
+    from poxm_core.data.logged import read_obd
+    from poxm_core.prepare.pipeline import load_prepared
+
+    cfg = _cfg(tmp_path)
+    raw = read_obd(OBD, "random", "all")
+    U = load_prepared(cfg, "obd", "U", 0, tmp_path / "cache")
+    R = load_prepared(cfg, "obd", "R", 0, tmp_path / "cache")
+    n_tr, n_te = U.Z_train.shape[0], U.Z_test.shape[0]
+    assert (n_tr, n_te) == (7500, 2500) and U.Y_test is None and U.Y_train is None
+    assert U.n_labels == raw.n_actions == 80 and not U.W.any()
+    assert U.Z_train.shape[1] == U.X_train.shape[1] >= raw.context.shape[1] + 3      # context (+ TS's values) + slots
+    # the fit and validation logs partition the training split; ell = 1, q = rho = the logged propensity (1/80)
+    assert np.array_equal(np.sort(np.r_[U.log_train.instance, U.log_val.instance]), np.arange(n_tr))
+    assert U.log_val.n == 1500 and U.log_train.slate_size == 1
+    assert np.allclose(U.log_train.q, 1 / 80) and np.array_equal(U.log_train.q, U.log_train.rho)
+    # C(x) = every action; uniform logging: the order is by id (Phi^p = the p smallest ids), rho = 1/80
+    assert U.policy_train.cand.shape == (n_tr, 80) and np.allclose(U.policy_train.rho, 1 / 80)
+    assert (U.policy_train.cand == np.arange(80)).all()
+    assert np.array_equal(U.log_train.cand_pos[:, 0], U.log_train.actions[:, 0])
+    # the reward selector reorders C(x) per slot; the logged action is at its rank in that order
+    assert not (R.policy_train.cand == np.arange(80)).all()
+    got = np.take_along_axis(R.policy_train.cand[R.log_train.instance], R.log_train.cand_pos, axis=1)
+    assert np.array_equal(got, R.log_train.actions)
+    # the logs' clicks are the raw log's (same rows, same total)
+    assert U.log_train.rewards.sum() + U.log_val.rewards.sum() + U.eval_logs[0].log.rewards.sum() == raw.reward.sum()
+    # evaluation logs: the held-out test part, then every row of the TS log (its own propensities)
+    (test, target) = U.eval_logs
+    assert (test.name, test.log.n, target.name, target.log.n) == ("test", 2500, "target", 10000)
+    assert test.Z is U.Z_test and target.Z.shape[1] == U.Z_train.shape[1]
+    assert not np.allclose(target.log.q, 1 / 80)
+
+
+@needs_obd
+def test_a_trial_reports_off_policy_estimates_not_label_metrics(tmp_path):
+    from poxm_core.prepare.pipeline import load_prepared
+    from poxm_core.training import run_trial, trial_specs
+
+    cfg = _cfg(tmp_path)
+    spec = next(s for s in trial_specs(cfg, "seed") if s.variant == "U" and s.seed == 0)
+    prepared = load_prepared(cfg, "obd", "U", 0, tmp_path / "cache")
+    df = run_trial(cfg, spec, prepared, tmp_path / "trial", progress=False)
+    fin = df[df["final"]]
+    assert set(fin["split"]) == {"val", "test", "target"}
+    assert not fin["metric"].isin(["R@5", "P@1", "nDCG@5", "PSR@5"]).any()
+    test = fin[fin["split"] == "test"]
+    assert {"IS", "SNIS", "sIS", "DR", "ESS"} <= set(test["metric"])
+    # the uniform logging policy's IS on the test rows is exactly its click rate there (every weight 1)
+    lg = test[(test["method"] == "logging") & (test["metric"] == "IS")]["value"].item()
+    assert lg == pytest.approx(prepared.eval_logs[0].log.rewards.mean())
+    assert np.isfinite(fin[fin["split"] == "target"]["value"]).all()
+
+
+@pytest.mark.slow
+@needs_obd
+def test_poxm_run_obd_writes_the_report_table(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(REPO / "configs" / "obd.yaml"),
+                        "seeds=[0]", "training.epochs=1", "methods.poxm.p=[5,10]", "methods.poxm.lam=[0.9]",
+                        "methods.banditnet.lam=[0.9]", "methods.dr_poxm.p=[5]",
+                        "datasets.0.variants=[{name: U}]", f"runs_dir={tmp_path}", "mlflow.enabled=false"],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = next(p for p in tmp_path.iterdir() if p.name.startswith("obd-"))
+    table = pd.read_csv(run / "report" / "tables" / "ope_obd-random.csv")
+    assert {"logging", "dm", "banditnet", "poxm", "dr_poxm"} <= set(table["method"])
+    assert {"test_IS_mean", "target_IS_mean", "test_IS_ci_halfwidth"} <= set(table.columns)
+    index = (run / "report" / "index.md").read_text()
+    assert "off-policy estimates of the learned policies" in index and "R@5" not in index
