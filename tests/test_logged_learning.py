@@ -129,3 +129,14 @@ def test_poxm_run_obd_writes_the_report_table(tmp_path):
     assert {"test_IS_mean", "target_IS_mean", "test_IS_ci_halfwidth"} <= set(table.columns)
     index = (run / "report" / "index.md").read_text()
     assert "off-policy estimates of the learned policies" in index and "R@5" not in index
+
+
+@needs_obd
+def test_poxm_prepare_summarises_a_logged_dataset(tmp_path):
+    from poxm_core.prepare.summary import format_shapes, format_table, prepare_all
+
+    cfg = _cfg(tmp_path)
+    rows = prepare_all(cfg, tmp_path / "cache", progress=False)
+    assert [(r["variant"], r["selector"]) for r in rows] == [("U", "logging"), ("R", "reward")]
+    assert "logged feedback, N_train=7500, N_test=2500" in format_shapes(cfg, tmp_path / "cache")
+    assert "click_rate_test" in format_table(rows)

@@ -21,6 +21,15 @@ def summary_row(cache_dir: Path | str, dataset: str, seed: int, variant_dir: Pat
     man = read_manifest(variant_dir)
     par = {k: read_manifest(cache_dir / p) for k, p in man["key"]["parents"].items()}
     v = man["key"]["variant"]
+    if "logged" in man["key"]:    # a logged dataset: no logging model, no labels (pipeline.prepare_logged)
+        st = man["stats"]
+        row = {"dataset": dataset, "seed": seed, "variant": v["name"], "selector": v["selector"], "K": st["K"],
+               "n_fit": st["n_fit"], "n_val": st["n_val"]}
+        row.update({f"click_rate_{k}": val for k, val in st["log_reward_rate"].items()})
+        row.update({f"phi_share_target@{p}": val for p, val in st.get("phi_reward_share_target", {}).items()})
+        row["seconds"] = round(sum(m["seconds"] for m in (man, *par.values())), 2)
+        row["variant_hash"] = man["hash"]
+        return row
     match = man["stats"].get("match")
     row = {"dataset": dataset, "seed": seed, "variant": v["name"], "alpha": par["model"]["key"]["alpha"],
            "beta": v["beta"], "T": man["stats"].get("T", v.get("T")), "K": man["stats"]["K"]}
@@ -52,6 +61,13 @@ def format_shapes(cfg: SweepConfig, cache_dir: Path | str) -> str:
     """One line per dataset: the shape found in its files (N_train, N_test, D, L) and its propensity A, B."""
     lines = ["datasets (shapes as read):"]
     for d in cfg.datasets:
+        if d.logged is not None:
+            from poxm_core.prepare.pipeline import logged_keys
+            st = read_manifest(level_dir(Path(cache_dir), "data", logged_keys(cfg, d.name, cfg.seeds[0])[0][1]))["stats"]
+            lines.append(f"  {d.name}: logged feedback, N_train={st['N_train']}, N_test={st['N_test']}, D={st['D']}, "
+                         f"actions={st['L']}, slots={st['slate_size']}"
+                         + (f", target log N={st['N_target']}" if "N_target" in st else ""))
+            continue
         keys = cache_keys(cfg, d.name, cfg.seeds[0])
         man = read_manifest(level_dir(Path(cache_dir), "data", keys.data[1]))
         st = man["stats"]
@@ -68,7 +84,7 @@ def format_table(rows: list[dict]) -> str:
     if not rows:
         return "(nothing prepared)"
     df = pd.DataFrame(rows).drop(columns=["variant_hash"])
-    metric_cols = [c for c in df.columns if "@" in c or c in ("target", "ratio")]
+    metric_cols = [c for c in df.columns if "@" in c or c in ("target", "ratio") or c.startswith("click_rate_")]
     df[metric_cols] = df[metric_cols] * 100
     head = "logging model P@k (greedy), logging policy R/nDCR/PSR@k (stochastic) and covering on test, x100"
     if "ratio" in df.columns:
