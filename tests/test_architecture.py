@@ -367,6 +367,16 @@ def test_training_and_accel_name_no_method():
     assert re.search(r"[\"']dm[\"']", "\n".join(_code_lines("poxm_core.methods.dm")))
 
 
+def test_the_protocol_functions_read_in_one_screen():
+    # the trial member's protocol (data and runs, run_trial, final values, outputs) and the sweep's list
+    # of stages stay short enough to read as the protocol: their parts are named functions and objects
+    import inspect
+
+    from orchestration.stages import sweep, trial
+    lengths = {f.__qualname__: len(inspect.getsourcelines(f)[0]) for f in (trial.run_member, sweep.execute)}
+    assert {k: n for k, n in lengths.items() if n > 60} == {}
+
+
 def test_one_capture_safe_step_and_one_triton_adam_body():
     """Capture is a mode of the runner, not a copy of the step: no function named `*_static` (or a
     `sync_counter` twin) anywhere in the library, and the fused kernels share one Triton Adam update."""

@@ -1,14 +1,25 @@
-"""A sweep, stage by stage (docs/orchestration.md); one module per stage:
+"""A sweep, stage by stage (docs/orchestration.md): `execute` is the list of its stages, each one a
+function here over the module that does its work:
 
-  plan      orchestration.stages.plan           config -> run dir <runs_dir>/<name>-<hash>, trials, grid points
-  track     orchestration.stages.track    MLflow store + experiment + parent run, created once in the driver
-  ray       orchestration.cluster.ray_setup      connect or start Ray; how many trials fit at once
-  prepare   orchestration.stages.prepare  poxm_core.prepare.pipeline per (dataset, seed) as Ray tasks (content-addressed cache);
-                                         when it cannot deadlock, the trials start meanwhile and each waits for its data
-  points    orchestration.stages.track    one MLflow run per grid point
-  trials    orchestration.stages.tune     Ray Tune over the trials; each one a Ray Train job (orchestration.stages.trial)
-  gather    orchestration.stages.gather         results/rows.csv, prepare.csv, selection.csv, report/, sweep_summary.json
-  close     orchestration.stages.track    every MLflow run ended, the parent with the summary and artifacts
+  plan      plan_sweep             orchestration.stages.plan         config -> run dir <runs_dir>/<name>-<hash>, trials,
+                                                                     grid points (before execute; lock_run_dir: the lock)
+  track     open_tracking          orchestration.stages.track        MLflow store + experiment + parent run, created once
+                                                                     in the driver
+  ray       start_ray              orchestration.cluster.ray_setup   connect or start Ray; how many trials fit at once
+  prepare   trials_beside_prepare  orchestration.stages.prepare      poxm_core.prepare.pipeline per (dataset, seed) as Ray
+            trials_after_prepare                                     tasks (content-addressed cache); when it cannot
+                                                                     deadlock, the trials start meanwhile and each waits
+                                                                     for its data
+  points    (the same two)         orchestration.stages.track        one MLflow run per grid point
+  trials    (the same two)         orchestration.stages.tune         Ray Tune over the trials; each one a Ray Train job
+                                                                     (orchestration.stages.trial)
+  gather    report_stage           orchestration.stages.gather       results/rows.csv, prepare.csv, selection.csv, report/,
+                                                                     sweep_summary.json
+  close     close_runs             orchestration.stages.track        every MLflow run ended, the parent with the summary
+                                                                     and artifacts
+
+Whatever the stages started (MPS, Ray, the prepare stage's thread, MLflow runs, the driver lock) is
+ended by orchestration.stages.teardown, however the sweep ends.
 
 `run_sweep` starts or continues the sweep of a config; `resume_sweep` continues the one in a run
 directory (Tuner.restore: unfinished and errored trials run again, finished ones are kept), or
@@ -16,7 +27,6 @@ extends it with new seeds (`poxm resume RUN_DIR --add-seeds`, orchestration.stag
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -27,7 +37,8 @@ from orchestration.tracking import runs as tracking
 from orchestration.stages.gather import gather_instances, gather_prepare, gather_rows, select_and_report, sweep_summary
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep, write_plan
 from orchestration.cluster.ray_setup import quiet_libraries
-from orchestration.rundir import acquire_driver, read_json, release_driver, remove_tmp_leftovers
+from orchestration.rundir import acquire_driver, read_json, remove_tmp_leftovers
+from orchestration.stages.teardown import Teardown
 from poxm_core.config.schema import SweepConfig
 
 __all__ = ["SweepOutcome", "execute", "plan_from_run_dir", "plan_sweep", "report_only", "resume_sweep", "run_sweep"]
@@ -49,132 +60,160 @@ class SweepOutcome:
 
 def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | None = None,
             progress: bool = True, verbose: bool = False) -> SweepOutcome:
-    """Run (or continue) every stage of a planned sweep; see the module docstring."""
-    import ray
-
-    from orchestration.cluster.mps import check_mps_config, mps_for_sweep
+    """Run (or continue) every stage of a planned sweep; see the module docstring. What a stage starts
+    is recorded in `started` (teardown.py), which ends it however the sweep ends."""
+    # this import brings Ray Tune: Ray has always been imported before quiet_libraries sets its environment
     from orchestration.stages.prepare import PrepareRun
-    from orchestration.cluster.ray_setup import bytecode_hint, check_resources, ray_init, start_train_coordinator
-    from orchestration.stages.track import PointsStage, abort_tracking, close_tracking, stage_points, stage_track
-    from orchestration.stages.tune import run_trials, sweep_inputs, trial_launch_order
-
-    def say(msg: str) -> None:
-        if progress:
-            print(msg, flush=True)
 
     t_start = time.perf_counter()
+    say = printer(progress)
     if not verbose:
         quiet_libraries()           # before MLflow's store is opened and Ray starts
-    rd, cfg = plan.rd, plan.cfg
-    from orchestration.cluster.ray_state import refuse_ray_state_inside
-    refuse_ray_state_inside(rd)     # before anything is written or loaded
-    check_mps_config(cfg.device, bool(cfg.resources.mps))
-    rd.root.mkdir(parents=True, exist_ok=True)
-    # the lock first: a second driver refused here must not have rewritten the running sweep's files
-    acquire_driver(rd)
-    started_ray, runs, parent_open = False, None, None   # runs/parent_open: MLflow runs that must not stay RUNNING
-    points = None                                        # the point runs being created beside the trials
-    prep = None                                          # the prepare stage (watched on a thread when overlapped)
-    local = not (address or os.environ.get("RAY_ADDRESS"))
-    services = contextlib.ExitStack()   # MPS: started before Ray, stopped after it
+    lock_run_dir(plan)
+    started = Teardown(plan)
     try:
         write_plan(plan)
-        remove_tmp_leftovers(rd)        # a killed run's half-written files: nothing writes them now
-        say(f"poxm: sweep {rd.root.name}: {len(plan.specs)} trial(s), {len(plan.grid())} grid point(s)")
-        say(f"  run dir  {rd.root}")
-        if cfg.mlflow.enabled:
-            uri, exp_id, parent, tags = stage_track(plan, mlflow_uri)
-            parent_open = (uri, parent)
-            say(f"  mlflow   {uri}")
-        else:
-            say("  mlflow   off (mlflow.enabled=false)")
-
-        services.enter_context(mps_for_sweep(cfg.device, bool(cfg.resources.mps), local, say))
-        t_ray = time.perf_counter()
-        started_ray = ray_init(address, verbose)
-        start_train_coordinator()
-        max_conc = check_resources(cfg, local=local)
-        ray_s = time.perf_counter() - t_ray
-        res = ray.cluster_resources()
-        say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
-        if local and (hint := bytecode_hint()) is not None:
-            say(f"  note     {hint}")
-
-        prep = PrepareRun(plan, say)
+        remove_tmp_leftovers(plan.rd)        # a killed run's half-written files: nothing writes them now
+        say(f"poxm: sweep {plan.rd.root.name}: {len(plan.specs)} trial(s), {len(plan.grid())} grid point(s)")
+        say(f"  run dir  {plan.rd.root}")
+        track = open_tracking(plan, mlflow_uri, started, say)
+        ray_s, max_conc = start_ray(plan, address, verbose, started, say)
+        started.prep = prep = PrepareRun(plan, say)
         # every trial done while Ray winds down: gather, select and report meanwhile (local run dirs:
         # in storage mode the trials' files reach the run directory through callbacks, then the end)
         early = EarlyReport(plan, prep, progress_say(progress)) if plan.storage is None else None
-        hook = early.start if early is not None else None
-        if prep.overlapped:
-            # the trials start now; each job's worker waits for its own variant, and for its own MLflow
-            # runs, created meanwhile (PointsStage: the first jobs' first). The points' data checksums
-            # are tagged once the prepare stage is over (ensure_points adds them).
-            say(f"  prepare  {len(prep.keys)} task(s); the trials start meanwhile")
-            prep.say = progress_say(progress)
-            if cfg.mlflow.enabled:
-                points = PointsStage(plan, uri, exp_id, parent, tags, trial_launch_order(plan, max_conc))
-            prep.watch(on_done=None if points is None else points.tag_checksums)
-            inputs = sweep_inputs(plan, prep.refs, None, None if points is None else (uri, str(rd.mlflow_runs)))
-            try:
-                done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper(),
-                                                           on_all_done=hook)
-            finally:
-                # Tune stopped every job: start afresh on `poxm resume`
-                if prep.failed() is not None or (points is not None and points.failed() is not None):
-                    forget_tune_state(plan)
-            if points is not None:
-                runs = points.result()
-        else:
-            prepared, _ = prep.wait_all()
-            gather_prepare(rd, prepared)
-            if cfg.mlflow.enabled:
-                runs = stage_points(plan, uri, exp_id, parent, tags, prepared)
-            inputs = sweep_inputs(plan, prepared, runs)
-            done, errored, before, tune_s = run_trials(plan, inputs, max_conc, progress, say, on_all_done=hook)
+        trials = trials_beside_prepare if prep.overlapped else trials_after_prepare
+        done, errored, before, tune_s = trials(plan, prep, track, max_conc, early, started, progress, say)
         prepare_s = prep.seconds
 
         t2 = time.perf_counter()
-        built = early.result() if early is not None else None
-        if built is None:       # not every trial was done, or none ran now: as always, after the trials
-            built = gather_select_report(plan, prep, say)
-        prepared, prepare_compute, rows, report, report_s = built
+        prepared, prepare_compute, rows, report, report_s = report_stage(plan, prep, early, say)
         wall = time.perf_counter() - t_start
-        summary = sweep_summary(rd, len(plan.specs), len(plan.grid()), done, errored, before,
+        summary = sweep_summary(plan.rd, len(plan.specs), len(plan.grid()), done, errored, before,
                                 {"wall": wall, "ray_init": ray_s, "prepare": prepare_s, "prepare_compute": prepare_compute,
                                  "tune": tune_s, "gather_select_report": report_s,
-                                 "after_trials": time.perf_counter() - t2}, max_conc,
-                                {"prepare_overlapped": prep.overlapped,
-                                 "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)],
-                                 "prepare_tasks": prep.tasks})
-        if runs is not None:
-            close_tracking(plan, runs, done, errored, summary, report)
-            runs = parent_open = None
+                                 "after_trials": time.perf_counter() - t2}, max_conc, prepare_facts(prep))
+        close_runs(plan, started, done, errored, summary, report)
         say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
             f"compute {summary['trial_compute_s']:.1f} s ({100 * summary['share_outside_trial_compute']:.0f}% "
             "of the wall time had no trial computing)")
-        return SweepOutcome(rd.root, len(plan.specs), done, errored, summary, report)
+        return SweepOutcome(plan.rd.root, len(plan.specs), done, errored, summary, report)
     finally:
-        # each step runs even if an earlier one fails or a second Ctrl-C/SIGTERM interrupts it:
-        # MPS stops after Ray, and the run directory's lock is always released last
-        from orchestration.report.figure_pool import discard_prestarted
-        discard_prestarted()        # the report's drawing processes, when it was never built
-        try:
-            try:
-                if runs is None and points is not None:     # interrupted: close the point runs made so far
-                    runs = points.stop()
-                abort_tracking(plan, runs, parent_open)
-            finally:
-                try:
-                    if prep is not None:
-                        prep.stop()     # its thread must not outlive the sweep (nor this Ray)
-                finally:
-                    if started_ray:
-                        ray.shutdown()
-        finally:
-            try:
-                services.close()
-            finally:
-                release_driver(rd)
+        started.end()
+
+
+def printer(progress: bool):
+    """The driver's own lines (the stages' headers, the closing line): printed, or none without progress."""
+    return (lambda msg: print(msg, flush=True)) if progress else (lambda msg: None)
+
+
+def lock_run_dir(plan: SweepPlan) -> None:
+    """The checks that come before anything is written or loaded, then the run directory's driver lock."""
+    from orchestration.cluster.mps import check_mps_config
+    from orchestration.cluster.ray_state import refuse_ray_state_inside
+    refuse_ray_state_inside(plan.rd)     # before anything is written or loaded
+    check_mps_config(plan.cfg.device, bool(plan.cfg.resources.mps))
+    plan.rd.root.mkdir(parents=True, exist_ok=True)
+    # the lock first: a second driver refused here must not have rewritten the running sweep's files
+    acquire_driver(plan.rd)
+
+
+def open_tracking(plan: SweepPlan, mlflow_uri: str | None, started: Teardown, say) -> tuple | None:
+    """track: the MLflow store, experiment and parent run, as (uri, experiment id, parent run id, tags);
+    None with MLflow off."""
+    from orchestration.stages.track import stage_track
+    if not plan.cfg.mlflow.enabled:
+        say("  mlflow   off (mlflow.enabled=false)")
+        return None
+    track = stage_track(plan, mlflow_uri)
+    started.parent = (track[0], track[2])
+    say(f"  mlflow   {track[0]}")
+    return track
+
+
+def start_ray(plan: SweepPlan, address: str | None, verbose: bool, started: Teardown, say) -> tuple[float, int]:
+    """ray: MPS when asked for (before a local Ray), Ray connected or started, how many trials fit at
+    once; (seconds Ray took, that number)."""
+    import ray
+
+    from orchestration.cluster.mps import mps_for_sweep
+    from orchestration.cluster.ray_setup import bytecode_hint, check_resources, ray_init, start_train_coordinator
+    local = not (address or os.environ.get("RAY_ADDRESS"))
+    started.services.enter_context(mps_for_sweep(plan.cfg.device, bool(plan.cfg.resources.mps), local, say))
+    t_ray = time.perf_counter()
+    started.ray_started = ray_init(address, verbose)
+    start_train_coordinator()
+    max_conc = check_resources(plan.cfg, local=local)
+    ray_s = time.perf_counter() - t_ray
+    res = ray.cluster_resources()
+    say(f"  ray      {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU; up to {max_conc} trial(s) at once")
+    if local and (hint := bytecode_hint()) is not None:
+        say(f"  note     {hint}")
+    return ray_s, max_conc
+
+
+def trials_beside_prepare(plan: SweepPlan, prep, track: tuple | None, max_conc: int, early, started: Teardown,
+                          progress: bool, say) -> tuple:
+    """prepare, points and trials at once: the trials start now; each job's worker waits for its own
+    variant, and for its own MLflow runs, created meanwhile (PointsStage: the first jobs' first). The
+    points' data checksums are tagged once the prepare stage is over (ensure_points adds them).
+    (done, errored, done before, Tune's seconds), as run_trials returns them."""
+    from orchestration.stages.track import PointsStage
+    from orchestration.stages.tune import run_trials, sweep_inputs, trial_launch_order
+    say(f"  prepare  {len(prep.keys)} task(s); the trials start meanwhile")
+    prep.say = progress_say(progress)
+    if track is not None:
+        started.points = PointsStage(plan, *track, trial_launch_order(plan, max_conc))
+    points = started.points
+    prep.watch(on_done=None if points is None else points.tag_checksums)
+    inputs = sweep_inputs(plan, prep.refs, None, None if points is None else (track[0], str(plan.rd.mlflow_runs)))
+    try:
+        out = run_trials(plan, inputs, max_conc, progress, say, stop=prep.stopper(),
+                         on_all_done=early.start if early is not None else None)
+    finally:
+        # Tune stopped every job: start afresh on `poxm resume`
+        if prep.failed() is not None or (points is not None and points.failed() is not None):
+            forget_tune_state(plan)
+    if points is not None:
+        started.runs = points.result()
+    return out
+
+
+def trials_after_prepare(plan: SweepPlan, prep, track: tuple | None, max_conc: int, early, started: Teardown,
+                         progress: bool, say) -> tuple:
+    """prepare, then the points (their data checksums known), then the trials; as trials_beside_prepare."""
+    from orchestration.stages.track import stage_points
+    from orchestration.stages.tune import run_trials, sweep_inputs
+    prepared, _ = prep.wait_all()
+    gather_prepare(plan.rd, prepared)
+    if track is not None:
+        started.runs = stage_points(plan, *track, prepared)
+    inputs = sweep_inputs(plan, prepared, started.runs)
+    return run_trials(plan, inputs, max_conc, progress, say, on_all_done=early.start if early is not None else None)
+
+
+def report_stage(plan: SweepPlan, prep, early, say) -> tuple:
+    """gather, selection and report: as built beside Ray's wind-down (EarlyReport), or now."""
+    built = early.result() if early is not None else None
+    if built is None:       # not every trial was done, or none ran now: as always, after the trials
+        built = gather_select_report(plan, prep, say)
+    return built
+
+
+def prepare_facts(prep) -> dict:
+    """The prepare stage in sweep_summary.json: beside the trials or not, its span, its tasks."""
+    return {"prepare_overlapped": prep.overlapped,
+            "prepare_span": [round(prep.started_at, 3), round(prep.ended_at or prep.started_at, 3)],
+            "prepare_tasks": prep.tasks}
+
+
+def close_runs(plan: SweepPlan, started: Teardown, done: list, errored: list, summary: dict,
+               report: Path | None) -> None:
+    """close: every MLflow run ended, the parent with the summary and artifacts (nothing with MLflow off)."""
+    from orchestration.stages.track import close_tracking
+    if started.runs is not None:
+        close_tracking(plan, started.runs, done, errored, summary, report)
+        started.tracking_closed()
 
 
 def gather_select_report(plan: SweepPlan, prep, say) -> tuple:

@@ -9,8 +9,9 @@ function; benchmarks/ray_train_startup.py).
     Tuner ──> drive_trial(config, sweep)       Tune trial actor, one per job: a trial (TrialSpec, a group
                 │                              of heads) or a pack of trials (resources.trials_per_job)
                 └─ DataParallelTrainer(worker_loop)  Ray Train job 'train-<job name>' under run_dir/ray
-                     └─ worker_loop({'job': WorkerJob})   per trial: load Prepared, run_trial, report
-                                                          epochs + checkpoints as Ray takes them
+                     └─ worker_loop({'job': WorkerJob})   per trial (run_member): load Prepared, run_trial,
+                                                          its epochs to MLflow, and to Ray with their
+                                                          checkpoints as Ray takes them (epoch_reports.py)
 
 `sweep` (`SweepInputs`) and the job (`WorkerJob`) are the typed hand-offs of orchestration/stages/handoff.py.
 
@@ -29,35 +30,12 @@ from pathlib import Path
 
 from orchestration.stages.handoff import HeadRuns, JobMember, PreparedRef, SweepInputs, WorkerJob, head_points, worker_job
 from orchestration.cluster.ray_setup import PREEMPTION_WATCHER_ENV
+# fault injection lives beside the epoch reports it follows; tune.py and the tests name it through this stage
+from orchestration.stages.epoch_reports import CRASH_ENV as CRASH_ENV, crash_spec as crash_spec
+from orchestration.stages.epoch_reports import EpochReports, crashes_after as crashes_after
 from orchestration.stages.report_pace import ReportPace
 from orchestration.rundir import read_json, set_trial_state, write_json
 from poxm_core.common.errors import PoxmInputError
-
-CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
-
-
-def crash_spec() -> str | None:
-    return os.environ.get(CRASH_ENV) or None
-
-
-def crashes_after(spec: str | None, trial: str, epoch: int) -> bool:
-    """Whether fault injection (`spec`, see CRASH_ENV) targets this trial's epoch."""
-    if not spec:
-        return False
-    e, _, only = spec.partition(":")
-    return int(e) == epoch and (not only or only == trial)
-
-
-def _maybe_crash(spec: str | None, trial: str, epoch: int, trial_dir: Path) -> None:
-    """Fault injection for tests: the worker process dies right after epoch `e` was checkpointed and
-    reported, once per trial (a marker file in the trial's working dir records that it fired)."""
-    if not crashes_after(spec, trial, epoch):
-        return
-    marker = trial_dir / ".crash_injected"
-    if marker.exists():
-        return
-    marker.write_text(f"{epoch}\n")
-    os._exit(17)
 
 
 class TrialFiles:
@@ -141,7 +119,7 @@ def worker_loop(train_loop_config: dict) -> None:
             head_epochs += n_heads * E
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
-        _run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
+        run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
         head_epochs += n_heads * E
         ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
                           **({"finished": 1} if i == len(members) - 1 else {})})
@@ -186,22 +164,51 @@ def job_cuda_index() -> int:
     return visible.index(ids[0]) if ids and ids[0] in visible else 0
 
 
-def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
-                base_head_epochs: int, packed: bool, starts: dict | None = None, pace: ReportPace | None = None) -> None:
-    """One trial of a job: load its prepared variant (kept when the previous trial used the same),
-    run_trial with its epochs reported to Ray (with their checkpoints) as often as Ray takes them
-    (`pace`, orchestration/stages/report_pace.py), its MLflow runs, timing.json, done.json."""
-    import ray.train
-
-    from orchestration.cluster.storage import node_dir
-    from poxm_core.prepare.pipeline import load_variant
-    from poxm_core.training import TrialSpec, run_trial
+def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
+               base_head_epochs: int, packed: bool, starts: dict | None = None, pace: ReportPace | None = None) -> None:
+    """One trial of a job, in the order it happens: its prepared variant (kept when the previous trial
+    used the same) and its MLflow runs; run_trial from the newer of Ray's and the trial folder's
+    checkpoint, each epoch handed on as it ends (EpochReports: MLflow, state.json, and Ray as often as
+    Ray takes them, `pace`); then its runs' final values, its files published, timing.json, done.json."""
+    from poxm_core.training import TrialSpec
 
     spec = TrialSpec.from_dict(m.spec)
     out_dir = files.work_dir(job.sweep_id)
     # every start counts as a try, also one that is killed before it can record its attempt
     tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
     files.set_state("running", started=time.time(), job=job.name, tries=tries)
+    prepared, seconds = member_data(job, m, files, loaded)
+    runs, points_wait_s = member_runs(job, m)
+    logger = point_logger(runs)
+    on_epoch = EpochReports(trial=spec.name, files=files, out_dir=out_dir, logger=logger, pace=pace,
+                            crash=job.crash, epochs=cfg.training.epochs, member=index, heads=len(m.spec["heads"]),
+                            head_epochs_before=base_head_epochs, packed=packed)
+    ckpt, resumed = resume_point(ckpt, out_dir)
+    try:
+        t1, start = time.perf_counter(), time.time()
+        df = train_member(cfg, spec, prepared, out_dir, ckpt, on_epoch)
+        seconds["run_trial_s"] = time.perf_counter() - t1
+    except BaseException:
+        if logger is not None:
+            logger.fail()
+        raise
+    if logger is not None:
+        points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
+                  zip(m.spec["heads"], (runs.heads[k] for k in m.head_keys))}
+        logger.log_final(df, points, seconds=seconds["run_trial_s"])
+    files.publish(out_dir)
+    if job.points_file is not None:     # runs created beside the trials: the wait for them (0 if they were there)
+        seconds["points_wait_s"] = points_wait_s
+    timing = record_attempt(files, job, seconds, start, resumed, starts)
+    write_done(files, job, df, timing, tries)
+
+
+def member_data(job: WorkerJob, m: JobMember, files: TrialFiles, loaded: dict) -> tuple:
+    """The trial's Prepared, from `loaded` (the job's last variant: {variant_dir: Prepared}) or loaded
+    into it, and the seconds it took: {'prepare_wait_s', 'load_s'}."""
+    from orchestration.cluster.storage import node_dir
+    from poxm_core.prepare.pipeline import load_variant
+
     t0 = time.perf_counter()
     # while the prepare stage runs beside the trials: wait here for this trial's variant (read from
     # the driver's cache: the stage overlaps the trials only when they share it)
@@ -218,71 +225,62 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
             for rel in at.levels:
                 files.store.get_level(cache, rel)
         loaded[variant_dir] = load_variant(cache, cache / variant_dir, mmap=True)
-    prepared = loaded[variant_dir]
-    load_s = time.perf_counter() - t0 - wait_s
+    return loaded[variant_dir], {"prepare_wait_s": wait_s, "load_s": time.perf_counter() - t0 - wait_s}
 
-    runs, points_wait_s = m.runs, 0.0
-    if runs is None and job.points_file is not None:     # created beside the trials: wait for this trial's
-        t_points = time.perf_counter()
+
+def member_runs(job: WorkerJob, m: JobMember) -> tuple[HeadRuns | None, float]:
+    """The trial's MLflow runs (None: MLflow off) and the seconds spent waiting for them: they are
+    created beside the trials when the job has a points file."""
+    if m.runs is None and job.points_file is not None:
+        t = time.perf_counter()
         runs = wait_for_runs(job.points_file, job.mlflow_uri, m.spec)
-        points_wait_s = time.perf_counter() - t_points
-    logger = None
-    if runs is not None:
-        from orchestration.tracking.runs import PointLogger
-        logger = PointLogger(runs.uri, runs.heads)
-        logger.start()
-    n_heads, E = len(m.spec["heads"]), cfg.training.epochs
+        return runs, time.perf_counter() - t
+    return m.runs, 0.0
 
-    def on_epoch(epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
-        if logger is not None:
-            logger.log_epoch(epoch, metrics)
-        files.set_state("running", epoch=epoch, epochs=E)
-        # in storage mode a checkpoint reaches storage (and other nodes) only through its report: every one
-        # is reported; otherwise the trial folder keeps them and only a poll's worth of epochs are reported
-        must = crashes_after(job.crash, spec.name, epoch) or (files.store is not None and ckpt_dir is not None)
-        if pace is None or pace.epoch_report_due(epoch, E, forced=must):
-            extra = {"epoch": epoch, "member": index, "head_epochs": base_head_epochs + n_heads * epoch}
-            if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
-                ray.train.report({**metrics, **extra})
-            else:
-                ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
-                                 checkpoint_dir_name=f"{spec.name}.epoch_{epoch:04d}" if packed else f"epoch_{epoch:04d}")
-            if pace is not None:
-                pace.sent()
-        _maybe_crash(job.crash, spec.name, epoch, out_dir)
 
-    # Ray's latest checkpoint of this trial, unless the trial folder has a newer one: epochs are reported
-    # to Ray only as often as it takes them, and a worker that died right after a report can leave Ray
-    # without it. (In storage mode the folder is this node's: on another node Ray's is the one there.)
+def point_logger(runs: HeadRuns | None):
+    """The worker's MLflow logger of the trial's runs, started; None without runs."""
+    if runs is None:
+        return None
+    from orchestration.tracking.runs import PointLogger
+    logger = PointLogger(runs.uri, runs.heads)
+    logger.start()
+    return logger
+
+
+def resume_point(ckpt, out_dir: Path) -> tuple:
+    """(the Ray checkpoint to continue from or None, what the trial resumes from for timing.json).
+
+    Ray's latest checkpoint of this trial, unless the trial folder has a newer one: epochs are reported
+    to Ray only as often as it takes them, and a worker that died right after a report can leave Ray
+    without it. (In storage mode the folder is this node's: on another node Ray's is the one there.)
+    Without Ray's, run_trial itself continues from the folder's latest."""
     from poxm_core.training.checkpoint import latest_checkpoint
     last = latest_checkpoint(out_dir)
     if ckpt is not None and last is not None and checkpoint_epoch(last.name) > checkpoint_epoch(Path(ckpt.path).name):
         ckpt = None
     if ckpt is not None:
-        resumed = f"ray:{Path(ckpt.path).name}"
-    else:
-        resumed = None if last is None else f"trial_dir:{last.name}"
-    try:
-        t1, wall1 = time.perf_counter(), time.time()
-        if ckpt is not None:
-            with ckpt.as_directory() as d:
-                df = run_trial(cfg, spec, prepared, out_dir, resume_from=Path(d), on_epoch=on_epoch, progress=False)
-        else:
-            df = run_trial(cfg, spec, prepared, out_dir, on_epoch=on_epoch, progress=False)
-        compute_s = time.perf_counter() - t1
-    except BaseException:
-        if logger is not None:
-            logger.fail()
-        raise
-    if logger is not None:
-        points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
-                  zip(m.spec["heads"], (runs.heads[k] for k in m.head_keys))}
-        logger.log_final(df, points, seconds=compute_s)
-    files.publish(out_dir)
+        return ckpt, f"ray:{Path(ckpt.path).name}"
+    return None, (None if last is None else f"trial_dir:{last.name}")
+
+
+def train_member(cfg, spec, prepared, out_dir: Path, ckpt, on_epoch):
+    """run_trial, from Ray's checkpoint `ckpt` when there is one; its result rows."""
+    from poxm_core.training import run_trial
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            return run_trial(cfg, spec, prepared, out_dir, resume_from=Path(d), on_epoch=on_epoch, progress=False)
+    return run_trial(cfg, spec, prepared, out_dir, on_epoch=on_epoch, progress=False)
+
+
+def record_attempt(files: TrialFiles, job: WorkerJob, seconds: dict, start: float, resumed: str | None,
+                   starts: dict | None) -> dict:
+    """This attempt appended to the trial's timing.json (written), which it returns."""
+    import ray
+
     timing = files.read_json("timing.json", {"attempts": []})
-    timing["attempts"].append({"prepare_wait_s": round(wait_s, 3), "load_s": round(load_s, 3), "run_trial_s": round(compute_s, 3),
-                               **({"points_wait_s": round(points_wait_s, 3)} if job.points_file is not None else {}),
-                               "start": round(wall1, 3), "end": round(time.time(), 3),
+    timing["attempts"].append({**{k: round(v, 3) for k, v in seconds.items()},
+                               "start": round(start, 3), "end": round(time.time(), 3),
                                "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
                                "job_start": round(job.fit_start, 3),   # the job's trainer.fit began
                                # its worker function began (after Ray Train's start-up) and had torch and CUDA
@@ -292,6 +290,11 @@ def _run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles
                                "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     files.write_json("timing.json", timing)
+    return timing
+
+
+def write_done(files: TrialFiles, job: WorkerJob, df, timing: dict, tries: int) -> None:
+    """done.json: the trial is finished (written last: a trial with it is not run again)."""
     summary = files.read_json("summary.json", {}) or {}
     # fit_s: from the start of the job's trainer.fit to this trial's end (in a pack, earlier trials included)
     files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
