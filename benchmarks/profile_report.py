@@ -141,7 +141,6 @@ def instrument(timer: Timer, pool: bool = False) -> None:
     # the names as the callers look them up (module attributes at call time)
     parts = [
         (G, "read_trial_rows", "gather: read trial rows"),
-        (G, "_csv_atomic", "gather: write results csv"),
         (B, "read_rows", "report: read results/rows.csv"),
         (B, "read_prepare", "report: read prepare/config/grid"),
         (B, "read_config", "report: read prepare/config/grid"),

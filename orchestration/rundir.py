@@ -55,13 +55,8 @@ def sweep_id(cfg: SweepConfig) -> str:
     return f"{cfg.name}-{sweep_hash(cfg)}"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write under a temporary name in the same directory, then rename: never a partial file."""
-    atomic.write_text(path, text)
-
-
 def write_json(path: Path, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
+    atomic.write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
 
 def read_json(path: Path, default=None):
@@ -347,6 +342,6 @@ def config_input(cfg: SweepConfig) -> dict:
 def write_config(rd: RunDir, cfg: SweepConfig) -> None:
     """config.yaml: fully resolved (for people and the report); config.input.yaml: what reloads it."""
     import yaml
-    write_atomic(rd.config, resolved_yaml(cfg))
-    write_atomic(rd.config_input, "# keys as given; config.yaml has every default resolved\n"
+    atomic.write_text(rd.config, resolved_yaml(cfg))
+    atomic.write_text(rd.config_input, "# keys as given; config.yaml has every default resolved\n"
                  + yaml.safe_dump(config_input(cfg), sort_keys=False, default_flow_style=None))

@@ -40,7 +40,7 @@ from orchestration.report.grid_edges import grid_edges, grid_edges_table
 from orchestration.report.stability import stability, stability_table
 from orchestration.stages.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
                                      check_rows, select_run, selected_rows, selection_label, val_criteria)
-from poxm_core.common.atomic import publish
+from poxm_core.common.atomic import publish, write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
 
@@ -338,7 +338,7 @@ def _selected_blocks(inp: ReportInputs) -> None:
                         if len(f)]
     claim_frame = pd.concat(claim_frames, ignore_index=True) if claim_frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
     sel_path = out / "selection.csv"
-    T.atomic_write_text(sel_path, chosen.frame().to_csv(index=False))
+    write_text(sel_path, chosen.frame().to_csv(index=False))
 
     name = str(config.get("name", run_dir.name))
     folds = (config.get("selection") or {}).get("cross_fit") if isinstance(config.get("selection"), dict) else None
@@ -416,8 +416,8 @@ def _selected_blocks(inp: ReportInputs) -> None:
     edges = [grid_edges(rows, s, c) for c, s in zip(shown, [selection, paper_sel])]
     if any(len(e) for e in edges):
         blocks += _table_blocks(grid_edges_table(edges, shown), protocol, tdir, out)
-    T.atomic_write_text(out / "index.md", render_markdown(blocks))
-    T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
+    write_text(out / "index.md", render_markdown(blocks))
+    write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
 
 
 def _table_blocks(t: T.Table, protocol: str | None, tdir: Path, out: Path) -> list[tuple]:

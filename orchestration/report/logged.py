@@ -21,6 +21,7 @@ import pandas as pd
 from orchestration.report import tables as T
 from orchestration.report.index import render_html, render_markdown
 from orchestration.stages.selection import RunSelection, selected_rows, selection_label
+from poxm_core.common.atomic import write_text
 
 __all__ = ["is_logged", "write_logged_report", "EVAL_SPLITS", "SHOWN"]
 
@@ -196,7 +197,7 @@ def write_logged_report(run_dir: Path, out: Path, chosen: RunSelection, rows: pd
                ("h2", "Selection"),
                ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
                      "validation log (ties → smaller p, then smaller λ); selection.csv lists them.")]
-    T.atomic_write_text(out / "selection.csv", chosen.frame().to_csv(index=False))
+    write_text(out / "selection.csv", chosen.frame().to_csv(index=False))
     blocks.append(("links", [("selection.csv", "selection.csv")]))
-    T.atomic_write_text(out / "index.md", render_markdown(blocks))
-    T.atomic_write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
+    write_text(out / "index.md", render_markdown(blocks))
+    write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))

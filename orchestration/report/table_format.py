@@ -95,16 +95,12 @@ def to_latex(t: Table) -> str:
     return "\n".join(out) + "\n"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    write_text(path, text)   # poxm_core.common.atomic: the one place that publishes files
-
-
 def write_table(t: Table, out_dir: Path) -> dict[str, Path]:
     """Write <name>.csv, <name>.md, <name>.tex into out_dir; returns {'csv': path, ...}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {ext: out_dir / f"{t.name}.{ext}" for ext in ("csv", "md", "tex")}
-    atomic_write_text(paths["csv"], t.frame.to_csv(index=False))
-    atomic_write_text(paths["md"], to_markdown(t))
-    atomic_write_text(paths["tex"], to_latex(t))
+    write_text(paths["csv"], t.frame.to_csv(index=False))
+    write_text(paths["md"], to_markdown(t))
+    write_text(paths["tex"], to_latex(t))
     return paths

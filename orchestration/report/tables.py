@@ -28,7 +28,7 @@ import pandas as pd
 
 from orchestration.report import paper
 from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
-from orchestration.report.table_format import (DAGGER, Table, atomic_write_text, tex_escape, to_latex,  # noqa: F401
+from orchestration.report.table_format import (DAGGER, Table, tex_escape, to_latex,  # noqa: F401
                                                to_markdown, write_table)
 from orchestration.stages.selection import (DEFAULT_CRITERION, ORACLE_METRIC, PAPER_CRITERION, POINT, SELECT_SPLIT,
                                      is_criterion, order_criteria, selection_label)

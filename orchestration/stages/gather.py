@@ -23,14 +23,9 @@ import numpy as np
 import pandas as pd
 
 from orchestration.rundir import RunDir, read_json, write_json
-from poxm_core.common.atomic import atomic_file
+from poxm_core.common.atomic import atomic_file, write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
-
-
-def _csv_atomic(df: pd.DataFrame, path: Path, columns) -> None:
-    with atomic_file(path) as tmp:
-        df.to_csv(tmp, index=False, columns=columns)
 
 
 def read_trial_rows(path: Path, run_root: Path) -> tuple[pd.DataFrame, bytes]:
@@ -62,7 +57,7 @@ def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:
             texts.append(text if not texts else text[text.index(b"\n") + 1:])
     if not frames:
         df = pd.DataFrame(columns=COLUMNS)
-        _csv_atomic(df, rd.rows_csv, COLUMNS)
+        write_text(rd.rows_csv, df.to_csv(index=False))
         return df
     with atomic_file(rd.rows_csv) as tmp:
         Path(tmp).write_bytes(b"".join(texts))
@@ -127,7 +122,7 @@ def gather_prepare(rd: RunDir, prepared: dict[tuple[str, int], dict[str, dict]])
         for record in variants.values():
             rows += prepare_stats(dataset, seed, record)
     df = pd.DataFrame(rows, columns=PREPARE_COLUMNS)
-    _csv_atomic(df, rd.prepare_csv, PREPARE_COLUMNS)
+    write_text(rd.prepare_csv, df.to_csv(index=False))
     return df
 
 
@@ -144,7 +139,7 @@ def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Pa
 
     sel = select_run(rows, criterion) if len(rows) else None
     if sel is not None:
-        _csv_atomic(sel.selection, rd.selection_csv, list(sel.selection.columns))
+        write_text(rd.selection_csv, sel.selection.to_csv(index=False))
     try:
         from orchestration.report import build_report
         return Path(build_report(rd.root, sel))

@@ -25,8 +25,8 @@ import pandas as pd
 
 from orchestration.report.instances import load_arrays
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep
-from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, write_atomic, write_json)
-from poxm_core.common.atomic import publish
+from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, write_json)
+from poxm_core.common.atomic import publish, write_text
 from poxm_core.config.schema import SweepConfig, config_hash, resolved_dict, resolved_yaml
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import INSTANCES
@@ -256,7 +256,7 @@ def merge_report(given: list[str], out: str | os.PathLike | None = None, say=pri
     old = None
     try:
         trd = RunDir(tmp)
-        write_atomic(trd.config, resolved_yaml(cfg))
+        write_text(trd.config, resolved_yaml(cfg))
         write_json(trd.sweep, {"name": cfg.name, "merged_from": [str(r.rd.root) for r in runs],
                                "seeds": list(cfg.seeds), "trials": [],
                                "grid": [g for r in runs for g in r.grid]})
