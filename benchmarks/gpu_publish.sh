@@ -67,7 +67,7 @@ case "$cmd" in
     exit 0 ;;
   fold)
     run=$1; out=$2; mkdir -p "$out"
-    cp "$run/config.yaml" "$out/" && cp "$run/results/prepare.csv" "$out/" || exit 1
+    cp "$run/config.yaml" "$out/" && cp "$run/results/prepare.csv" "$run/results/selection.csv" "$out/" || exit 1
     "$PY" - "$run" "$out" <<'PY' || exit 1
 import sys
 from pathlib import Path
@@ -76,7 +76,7 @@ from orchestration.report.instances import write_selected
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
 rows = pd.read_csv(run / "results" / "rows.csv")
 rows[rows["final"]].to_csv(out / "rows.csv.gz", index=False)
-n = write_selected(run / "results" / "test_instances.npz", pd.read_csv(run / "report" / "selection.csv"),
+n = write_selected(run / "results" / "test_instances.npz", pd.read_csv(run / "results" / "selection.csv"),
                    out / "instances")
 print(f"{out}: {int(rows['final'].sum())} final rows, {n} per-instance arrays")
 PY

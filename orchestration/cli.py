@@ -258,8 +258,8 @@ def headline(run_dir: Path) -> str | None:
     f = Path(run_dir) / "results" / "selection.csv"
     if not f.is_file():
         return None
-    sel = pd.read_csv(f)
-    sel = sel[sel["selection"] != "oracle"]
+    from orchestration.stages.selection import RunSelection
+    sel = RunSelection.from_frame(pd.read_csv(f)).honest()
     if sel.empty or "test_R@5" not in sel:
         return None
     t = sel.pivot_table(index=["dataset", "method"], columns="variant", values="test_R@5", aggfunc="mean") * 100

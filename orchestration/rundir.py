@@ -59,6 +59,16 @@ def write_json(path: Path, obj) -> None:
     atomic.write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n")
 
 
+def write_selection(run_dir: str | os.PathLike, frame) -> Path:
+    """results/selection.csv, a run's one selection file, from `RunSelection.frame()`: every choice (the
+    run's criterion's, the paper's criterion's beside it, the oracle's), one row per (dataset, variant,
+    method, seed, selection), its `criterion` column naming the criterion that chose it (read back with
+    `RunSelection.from_frame`)."""
+    path = RunDir(Path(run_dir)).selection_csv
+    atomic.write_text(path, frame.to_csv(index=False))
+    return path
+
+
 def read_json(path: Path, default=None):
     try:
         return json.loads(Path(path).read_text())

@@ -21,10 +21,11 @@ publish() {   # publish CONFIG OUT_NAME [overrides...]   (CONFIG: a dataset name
   .venv/bin/poxm report "$run_dir"
   mkdir -p docs/results && rm -rf "docs/results/$out.tmp" && cp -r "$run_dir/report" "docs/results/$out.tmp"
   gzip -9 -c "$run_dir/results/rows.csv" > "docs/results/$out.tmp/rows.csv.gz"   # every row, per-epoch ones too
-  cp "$run_dir/results/prepare.csv" "docs/results/$out.tmp/"
+  cp "$run_dir/results/prepare.csv" "$run_dir/results/selection.csv" "docs/results/$out.tmp/"
+  sed -i 's|](../results/selection.csv)|](selection.csv)|' "docs/results/$out.tmp/index.md"   # the folder is flat
   if [ -f "$run_dir/results/test_instances.npz" ]; then   # the selected heads' per-instance values (claims)
     .venv/bin/python -c "import sys, pandas as pd; from pathlib import Path; from orchestration.report.instances import write_selected; write_selected(Path(sys.argv[1]), pd.read_csv(sys.argv[2]), Path(sys.argv[3]))" \
-      "$run_dir/results/test_instances.npz" "$run_dir/report/selection.csv" "docs/results/$out.tmp/instances"
+      "$run_dir/results/test_instances.npz" "$run_dir/results/selection.csv" "docs/results/$out.tmp/instances"
   fi
   # index.html embeds every figure as base64 (for MLflow's sandboxed view; it stays in the run directory):
   # in git it would duplicate figures/ at 0.8-2 MB a report, so docs/results keeps index.md + figures/.

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
-from orchestration.report.build import build_report  # noqa: E402
+from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
 from orchestration.report.instances import load_arrays, read_published_instances, write_selected  # noqa: E402
 from poxm_core.common.atomic import publish  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
@@ -129,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                              + (["--add", "TRIAL_DIR..."] if a.add else [])
                              + (["--dataset", a.dataset] if a.dataset else []) + ["--out", str(a.out)])
             index = report / "index.md"
+            # the folder is flat: the run's selection.csv lies beside index.md
             index.write_text(index.read_text().replace(
                 f"Regenerate with `poxm report <runs_dir>/{cfg['name']}`.",
-                f"Rebuilt from the published final rows with `{shown}`."))
+                f"Rebuilt from the published final rows with `{shown}`.").replace(
+                f"]({SELECTION_LINK})", "](selection.csv)"))
             staged = Path(tempfile.mkdtemp(prefix=f".{a.out.name}.tmp-", dir=a.out.parent))
             try:
                 shutil.copytree(report, staged, dirs_exist_ok=True)
@@ -139,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                 (staged / "index.html").unlink(missing_ok=True)
                 # the folder's own config.yaml as it was (its run id pins it), a reduced one for --dataset
                 shutil.copy(run / "config.yaml" if a.dataset else a.src / "config.yaml", staged / "config.yaml")
+                shutil.copy(run / "results" / "selection.csv", staged / "selection.csv")
                 rows.to_csv(staged / "rows.csv.gz", index=False)
                 prepare.to_csv(staged / "prepare.csv", index=False)
                 if has_instances:   # the selected heads' per-instance values: the claims' test-set term
-                    sel = pd.read_csv(report / "selection.csv")
+                    sel = pd.read_csv(run / "results" / "selection.csv")
                     write_selected(run / "results" / "test_instances.npz", sel, staged / "instances",
                                    sorted(set(rows["dataset"].astype(str))))
                 # the old folder moves aside first and is deleted only once the new one is in place, so

@@ -201,7 +201,7 @@ def test_report_opens_with_the_claims_table_under_is_and_snis(tmp_path):
     assert "+11.67 ?/H" in summary_from_report(out)        # IS: d (10, 5, 20), p 0.14; SNIS: +50 each
     for name in ("results_d_A", "results_snis_d_A", "selection_snis_d_A", "selection_stability"):
         assert (out / "tables" / f"{name}.csv").is_file()      # SNIS's tables stay beside IS's
-    sel = pd.read_csv(out / "selection.csv")
+    sel = pd.read_csv(out.parent / "results" / "selection.csv")
     assert set(sel["selection"]) == {"is", "snis", "oracle"}
     assert "**Selection stability across seeds" in index.split("## Selection")[1]
 

@@ -167,7 +167,7 @@ def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
     import pandas as pd
 
     from orchestration.stages.merge import merge_report
-    from orchestration.stages.selection import select
+    from orchestration.stages.selection import select_run
 
     def value(g, split, metric):     # a different best (p, lam) per seed, known by construction
         best = {0: 2, 1: 4, 2: 2}[g["seed"]]
@@ -183,7 +183,7 @@ def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
     rows = pd.read_csv(out / "results" / "rows.csv")
     assert sorted(rows["seed"].unique()) == [0, 1, 2] and len(rows) == 3 * 2 * 3 * 3   # seeds x variants x points x rows
     sel = pd.read_csv(out / "results" / "selection.csv")
-    pd.testing.assert_frame_equal(sel, select(rows).reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(sel, select_run(rows).frame().reset_index(drop=True), check_dtype=False)
     chosen = sel[(sel.selection == "is") & (sel.method == "poxm")]          # IS, the default criterion
     assert {(int(r.seed), int(r.p)) for r in chosen.itertuples()} == {(0, 2), (1, 4), (2, 2)}
     assert yaml_seeds(out) == [0, 1, 2]

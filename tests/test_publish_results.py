@@ -62,6 +62,7 @@ def test_added_trials_join_the_report(folder):
     assert (out / "config.yaml").read_text() == (src / "config.yaml").read_text()
     index = (out / "index.md").read_text()
     assert "Rebuilt from the published final rows" in index and not (out / "index.html").exists()
+    assert "[selection.csv](selection.csv)" in index       # the run's one selection file, beside index.md
     # the selection read validation rows only: the chosen POXM head per seed is the best val/IS one
     sel = pd.read_csv(out / "selection.csv")
     val = rows[(rows["split"] == "val") & (rows["metric"] == "IS") & (rows["method"] == "poxm")]

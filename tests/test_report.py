@@ -223,7 +223,7 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
             for ext in ("png", "pdf"):
                 assert (out / "figures" / f"{fig}_{d}.{ext}").stat().st_size > 1000
         assert (out / "tables" / f"logging_{d}.md").exists()
-    for f in ("index.md", "index.html", "selection.csv"):
+    for f in ("index.md", "index.html", "../results/selection.csv"):
         assert (out / f).stat().st_size > 0
     md = (out / "tables" / "results_eurlex-4k_A.md").read_text()
     # poxm seeds 0, 1 at p=20 (IS-selected; IS = SNIS + 0.1 here): 0.50, 0.51 -> 50.50 ± 0.71 (n=2/3)
@@ -236,7 +236,7 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     index = (out / "index.md").read_text()
     assert "missing: toy / A / banditnet" in index and "partial: eurlex-4k / A / poxm" in index
     assert "figures/covering_toy.png" in index and "tables/results_toy_A.tex" in index
-    sel = pd.read_csv(out / "selection.csv")
+    sel = pd.read_csv(out.parent / "results" / "selection.csv")
     assert set(sel[(sel["method"] == "poxm") & (sel["selection"] == "snis")]["p"]) == {20}
     html = (out / "index.html").read_text()
     # self-contained: figures inline, no anchors, nothing fetched from a relative or remote URL
@@ -375,7 +375,7 @@ def test_build_report_criterion_protocol_spearman_and_sharpness_from_config(tmp_
     run = _config_run(tmp_path, "name: tiny\nseeds: [0, 1, 2]\nselection: {criterion: PIS}\n"
                                 "training: {epochs: 2, protocol: paper+init=logging}\n" + CONFIG_DATASETS)
     out = build_report(run)
-    sel = pd.read_csv(out / "selection.csv")
+    sel = pd.read_csv(out.parent / "results" / "selection.csv")
     assert set(sel["selection"]) == {"pis", "snis", "oracle"}        # SNIS, the paper's, beside the run's PIS
     assert set(sel[sel["selection"] != "snis"]["criterion"]) == {"PIS"}
     assert set(sel[(sel["selection"] == "snis") & (sel["method"] == "poxm")]["p"]) == {20}
@@ -414,7 +414,7 @@ def test_build_report_no_sharpness_figure_without_two_beta0_variants(tmp_path):
     assert not list((out / "figures").glob("sharpness_*"))
     index = (out / "index.md").read_text()
     assert "Selection criterion: **IS**" in index and "protocol: not recorded" in index   # IS: the default
-    sel = pd.read_csv(out / "selection.csv")
+    sel = pd.read_csv(out.parent / "results" / "selection.csv")
     assert set(sel["selection"]) == {"is", "snis", "oracle"}
     assert set(sel[(sel["selection"] == "is") & (sel["method"] == "poxm")]["p"]) == {20}
 
@@ -427,8 +427,8 @@ def test_bad_selection_criterion_in_config_is_an_input_error(tmp_path):
 
 def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypatch):
     """The run's selection (its typed criterion, here SNIS) is the report's: the report neither selects
-    again nor reads the criterion from config.yaml (which says IS here), and results/selection.csv is
-    the run's criterion and the oracle rows of the report's selection.csv."""
+    again nor reads the criterion from config.yaml (which says IS here); results/selection.csv is the run's
+    one selection file (the report keeps none of its own and links to it)."""
     import orchestration.report.build as B
     from orchestration.stages.gather import select_and_report
     from orchestration.rundir import RunDir
@@ -452,10 +452,10 @@ def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypat
     out = select_and_report(RunDir(run), "SNIS", B.read_rows(run / "results" / "rows.csv"), print)
     assert out == run / "report"
     assert "Selection criterion: **SNIS**" in (out / "index.md").read_text()
-    rep = pd.read_csv(out / "selection.csv")
     res = pd.read_csv(run / "results" / "selection.csv")
-    assert set(rep["selection"]) == {"snis", "oracle"} and set(rep[rep["selection"] == "snis"]["p"]) == {10}
-    pd.testing.assert_frame_equal(rep, res)
+    assert set(res["selection"]) == {"snis", "oracle"} and set(res[res["selection"] == "snis"]["p"]) == {10}
+    assert set(res["criterion"]) == {"SNIS"} and not (out / "selection.csv").exists()
+    assert "[selection.csv](../results/selection.csv)" in (out / "index.md").read_text()
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ Reads (layout written by orchestration):
                         selection.criterion, training.protocol), optional
   sweep.json            expected grid: list of {dataset, variant, method, p, lam, seed}, optional
 Writes run_dir/report/ atomically (built in a temporary sibling, then swapped in):
-  tables/*.{csv,md,tex}, figures/*.{png,pdf}, selection.csv, index.md, index.html
+  tables/*.{csv,md,tex}, figures/*.{png,pdf}, index.md, index.html
+and, when it selects on its own (no selection handed in), results/selection.csv (orchestration.rundir.write_selection)
 index order: title, claims table, headline R@5 table, the paper's figures (covering, robustness), then
 the run header, coverage, per-dataset tables and other figures, selection.
 The run's criterion (IS by default) selects; SNIS, the paper's criterion, is selected beside it, so its
@@ -38,12 +39,16 @@ from orchestration.report.index import render_html, render_markdown
 from orchestration.report.gap_share import gap_shares, gap_table
 from orchestration.report.grid_edges import grid_edges, grid_edges_table
 from orchestration.report.stability import stability, stability_table
+from orchestration.rundir import write_selection
 from orchestration.stages.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
                                      check_rows, select_run, selected_rows, selection_label, val_criteria)
 from poxm_core.common.atomic import publish, write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
 
+# the run's one selection file, from the report's folder (a published folder keeps it beside index.md:
+# scripts/publish_results.py rewrites the link)
+SELECTION_LINK = "../results/selection.csv"
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +256,9 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
 
     from orchestration.report.logged import is_logged, write_logged_report
     if is_logged(config):   # logged feedback: no labels, off-policy estimates on held-out logs (report/logged.py)
-        chosen = chosen if chosen is not None else select_run(rows, selection_criterion(config))
+        if chosen is None:    # a report built on its own: select here, once, and keep it beside the rows
+            chosen = select_run(rows, selection_criterion(config))
+            write_selection(run_dir, chosen.frame())
         notes = coverage_notes(rows, chosen.selection, expected, grid, source, criterion=chosen.criterion)
         write_logged_report(run_dir, out, chosen, rows, prepare, config, notes, _shown(run_dir), run_protocol(config))
         return
@@ -317,8 +324,9 @@ def _selected_blocks(inp: ReportInputs) -> None:
     grid, expected, source, datasets, variants_of = inp.grid, inp.expected, inp.source, inp.datasets, inp.variants_of
     rows_of, tdir, fdir, pool, covering, estimators = (inp.rows_of, inp.tdir, inp.fdir, inp.pool, inp.covering,
                                                        inp.estimators)
-    if chosen is None:    # a report built on its own (library use): select here, once
+    if chosen is None:    # a report built on its own (library use): select here, once, and keep it beside the rows
         chosen = select_run(rows, selection_criterion(config))
+        write_selection(run_dir, chosen.frame())
     criterion = chosen.criterion
     protocol = run_protocol(config)
     label = selection_label(criterion)
@@ -337,8 +345,6 @@ def _selected_blocks(inp: ReportInputs) -> None:
         claim_frames = [f for f in (C.claims(rows, s, c, instances) for c, s in zip(shown, [selection, paper_sel]))
                         if len(f)]
     claim_frame = pd.concat(claim_frames, ignore_index=True) if claim_frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
-    sel_path = out / "selection.csv"
-    write_text(sel_path, chosen.frame().to_csv(index=False))
 
     name = str(config.get("name", run_dir.name))
     folds = (config.get("selection") or {}).get("cross_fit") if isinstance(config.get("selection"), dict) else None
@@ -410,7 +416,7 @@ def _selected_blocks(inp: ReportInputs) -> None:
                         f"'{selection_label(PAPER_CRITERION)}')" if paper_sel is not None else "")
                      + ", and apart, the oracle choice by test R@5 (selection='oracle', uses test labels, "
                        "never used by the tables)."),
-               ("links", [("selection.csv", "selection.csv")])]
+               ("links", [("selection.csv", SELECTION_LINK)])]
     blocks += _table_blocks(stability_table([stability(s, c) for c, s in zip(shown, [selection, paper_sel])], shown),
                             protocol, tdir, out)
     edges = [grid_edges(rows, s, c) for c, s in zip(shown, [selection, paper_sel])]

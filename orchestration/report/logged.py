@@ -197,7 +197,6 @@ def write_logged_report(run_dir: Path, out: Path, chosen: RunSelection, rows: pd
                ("h2", "Selection"),
                ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
                      "validation log (ties → smaller p, then smaller λ); selection.csv lists them.")]
-    write_text(out / "selection.csv", chosen.frame().to_csv(index=False))
-    blocks.append(("links", [("selection.csv", "selection.csv")]))
+    blocks.append(("links", [("selection.csv", "../results/selection.csv")]))
     write_text(out / "index.md", render_markdown(blocks))
     write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestration.rundir import RunDir, read_json, write_json
+from orchestration.rundir import RunDir, read_json, write_json, write_selection
 from poxm_core.common.atomic import atomic_file, write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
@@ -139,7 +139,7 @@ def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Pa
 
     sel = select_run(rows, criterion) if len(rows) else None
     if sel is not None:
-        write_text(rd.selection_csv, sel.selection.to_csv(index=False))
+        write_selection(rd.root, sel.frame())
     try:
         from orchestration.report import build_report
         return Path(build_report(rd.root, sel))

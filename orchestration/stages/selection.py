@@ -42,7 +42,7 @@ ORACLE = "oracle"
 NOT_CRITERIA = ("ESS", "loss")
 # Display order of the criteria; any other validation estimator follows, sorted.
 CRITERION_ORDER = ["IS", "sIS", "SNIS", "DR", "PIS", "SNIS-LB"]
-# val_criterion: the chosen point's value of the run's criterion; val_SNIS is kept (the paper's
+# val_criterion: the chosen point's value of its row's criterion; val_SNIS is kept (the paper's
 # criterion, NaN where a point has none) so older readers of selection.csv keep working.
 SELECTION_COLUMNS = GROUP + ["selection", "criterion", "p", "lam", "val_criterion", "val_SNIS", "test_R@5",
                              "n_points"]
@@ -198,19 +198,36 @@ def selected_rows(rows: pd.DataFrame, selection: pd.DataFrame, which: str = sele
 
 @dataclass(frozen=True)
 class RunSelection:
-    """A run's one selection: its criterion's choices with the oracle's (`selection`, what
-    results/selection.csv holds) and, beside them when the run's criterion is not the paper's and the
-    rows have the paper's criterion, the paper criterion's choices (`paper`, its oracle rows dropped:
-    they are the same as `selection`'s)."""
+    """A run's one selection: its criterion's choices with the oracle's (`selection`) and, beside them
+    when the run's criterion is not the paper's and the rows have the paper's criterion, the paper
+    criterion's choices (`paper`, its oracle rows dropped: they are the same as `selection`'s)."""
     criterion: str
     selection: pd.DataFrame
     paper: pd.DataFrame | None = None
 
     def frame(self) -> pd.DataFrame:
-        """Every choice in one frame (the report's selection.csv)."""
+        """Every choice in one frame, told apart by its `criterion` and `selection` columns: what
+        results/selection.csv holds."""
         if self.paper is None:
             return self.selection
         return pd.concat([self.selection, self.paper[self.paper["selection"] != ORACLE]], ignore_index=True)
+
+    def honest(self) -> pd.DataFrame:
+        """The run's criterion's own choices (no oracle, no paper rows)."""
+        return self.selection[self.selection["selection"] == selection_label(self.criterion)]
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> RunSelection:
+        """The selection back from its frame (results/selection.csv, or a published folder's
+        selection.csv): the run's criterion is the one criterion of its rows, or the one that is not the
+        paper's when there are two."""
+        crits = list(dict.fromkeys(frame["criterion"].astype(str)))
+        if not crits:
+            return cls(DEFAULT_CRITERION, frame, None)
+        criterion = crits[0] if len(crits) == 1 else next((c for c in crits if c != PAPER_CRITERION), crits[0])
+        own = frame["criterion"].astype(str) == criterion
+        paper = frame[~own & (frame["criterion"].astype(str) == PAPER_CRITERION)].reset_index(drop=True)
+        return cls(criterion, frame[own].reset_index(drop=True), paper if len(paper) else None)
 
 
 def select_run(rows: pd.DataFrame, criterion: str = DEFAULT_CRITERION) -> RunSelection:

@@ -131,7 +131,9 @@ def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errore
     tracking.close_points(runs, status)
     if report is not None and rd.selection_csv.is_file():
         import pandas as pd
-        tracking.tag_selected(runs, pd.read_csv(rd.selection_csv).to_dict("records"))
+        from orchestration.stages.selection import RunSelection
+        chosen = RunSelection.from_frame(pd.read_csv(rd.selection_csv)).selection     # the run's criterion, oracle
+        tracking.tag_selected(runs, chosen.to_dict("records"))
     ok = not errored and len(done) == len(plan.specs)
     tracking.finish_parent(
         runs, ok, {**result_metrics(rd.root), **claim_metrics(report), **timing_metrics(summary)},
@@ -158,8 +160,8 @@ def result_metrics(run_root: Path) -> dict[str, float]:
     res = Path(run_root) / "results"
     if not (res / "selection.csv").is_file() or not (res / "rows.csv").is_file():
         return {}
-    sel = pd.read_csv(res / "selection.csv")
-    sel = sel[sel["selection"] != "oracle"]
+    from orchestration.stages.selection import RunSelection
+    sel = RunSelection.from_frame(pd.read_csv(res / "selection.csv")).honest().copy()
     rows = pd.read_csv(res / "rows.csv")
     rows = rows[(rows["split"] == "test") & rows["final"].astype(bool) & rows["metric"].isin(HEADLINE)]
     if sel.empty or rows.empty:
