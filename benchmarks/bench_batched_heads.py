@@ -111,6 +111,17 @@ def trial_epochs(cfg, spec, prep, dev):
         yield epoch, data
 
 
+def engine_heads(data) -> dict[str, list[str]]:
+    """The heads the batched engine trained and those that went one by one (the engines the epochs
+    built, kept in `data.graphs` under ('batched', *the group's head keys))."""
+    batched, seen = [], []
+    for key, engine in data.graphs.items():
+        if isinstance(key, tuple) and key[:1] == ("batched",):
+            seen += [k for k in key[1:] if k not in seen]
+            batched += [h.key for h in (engine.heads if engine is not None else []) if h.key not in batched]
+    return {"batched": batched, "sequential": [k for k in seen if k not in batched]}
+
+
 def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict]:
     out, cpu, losses = [], [], {}
     with trial_epochs(cfg, spec, prep, dev) as (epoch, data):
@@ -120,7 +131,7 @@ def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict
             losses.update(epoch(e))
             out.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
-    return out, cpu, getattr(data, "engine_heads", {}), losses
+    return out, cpu, engine_heads(data), losses
 
 
 def bench(name: str, cfg_of, spec_of, prep, dev, epochs: int) -> dict:

@@ -9,7 +9,7 @@ import torch
 from poxm_core.estimators import phi, selector_pos
 from poxm_core.methods import METHODS, Batch, HeadContext, Method, register_method
 from poxm_core.config.schema import MethodConfig
-from tests.test_batched_heads import GRID, _compare, _train
+from tests.test_batched_heads import GRID, _compare, _train, engine_heads
 
 
 class RewardWeightedPhi(Method):
@@ -44,8 +44,8 @@ def test_plugin_method_trains_batched_and_equals_its_sequential_run(plugin):
     methods = {"logging": {}, "dm": GRID["dm"], "test_rwl": {"p": [4, 8], "lam": [0.5, 1.0], "lr": 0.05}}
     seq, lseq, _ = _train(methods, False, f64=True)
     bat, lbat, data = _train(methods, True, f64=True)
-    batched = data.engine_heads["batched"]
-    assert sum(k.startswith("test_rwl/") for k in batched) == 4 and not data.engine_heads["sequential"]
+    batched = engine_heads(data)["batched"]
+    assert sum(k.startswith("test_rwl/") for k in batched) == 4 and not engine_heads(data)["sequential"]
     _compare(seq, bat, rtol=1e-10, atol=1e-12)
     for x, y in zip(lseq, lbat):
         for k in x:

@@ -184,9 +184,6 @@ def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], devic
         data.graphs[key] = BatchedHeads(chosen) if chosen else None
         _log.info("batched heads: %s; one by one: %s", ", ".join(h.key for h in chosen) or "none",
                   ", ".join(h.key for h in rest) or "none")
-        info = data.__dict__.setdefault("engine_heads", {"batched": [], "sequential": []})
-        info["batched"] += [h.key for h in chosen if h.key not in info["batched"]]
-        info["sequential"] += [h.key for h in rest if h.key not in info["sequential"]]
     return data.graphs[key]
 
 
