@@ -1,8 +1,8 @@
 """NVIDIA's Multi-Process Service for a sweep whose trials share GPUs (resources.mps).
 
 Without it, processes sharing a card take turns on it: a real-data trial launches thousands of tiny
-kernels (2-3 microseconds each) and leaves the card idle most of the time, yet 8 trials on one H100
-ran 4x slower each than one alone. Under MPS their kernels run side by side (docs/performance.md).
+kernels and leaves the card idle most of the time, yet 8 trials on one card each ran several times
+slower than one alone. Under MPS their kernels run side by side (docs/performance.md).
 
 The daemon must run before any trial process initialises CUDA, so a local sweep starts it before Ray
 (and stops it afterwards, only if it started it). On a cluster (`--address`), whoever starts each

@@ -81,8 +81,8 @@ def loopback_only(environ=None):
 def start_train_coordinator() -> None:
     """Start the cluster's one actor that Ray Train's jobs ask for their resources before they start their
     workers (Ray Data's AutoscalingCoordinator, detached, created by the first job that asks). Created
-    here, while Ray Tune starts, the first jobs do not wait for its process to start and import (1.5 s
-    of a job's 6 s from `fit` to the worker function on the 2-core container). Ray Train creates the
+    here, while Ray Tune starts, the first jobs do not wait for its process to start and import (a
+    quarter of a job's time from `fit` to the worker function; docs/performance.md). Ray Train creates the
     same actor (by name) if this fails; nothing depends on it here."""
     try:
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (

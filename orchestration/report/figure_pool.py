@@ -1,7 +1,7 @@
 """The report's figures drawn by a pool of processes.
 
-Drawing and saving (PNG + PDF) is most of a report's time (the four-dataset benchmark draws 36 figures,
-about half of its 47 s report on a 64-core machine) and matplotlib draws on one thread, so figures go to
+Drawing and saving (PNG + PDF) is most of a report's time (about half of the four-dataset benchmark's
+report, its 36 figures; docs/performance.md) and matplotlib draws on one thread, so figures go to
 fresh ('spawn') worker processes: nothing of the driver (Ray's threads, open stores) is inherited. The
 report asks for each figure where it belongs and reads the results in the same order, so index.md and
 the files are those of drawing them one after another. `POXM_REPORT_PROCS` sets the processes (1: draw

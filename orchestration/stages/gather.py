@@ -47,7 +47,7 @@ def gather_rows(rd: RunDir, trial_names: list[str]) -> pd.DataFrame:
     """Concatenate trials/<name>/rows.csv of the finished trials (done.json) into results/rows.csv.
     The file is the trials' own text after one header (their header is checked to be COLUMNS): the
     values as the trials wrote them, and no second formatting of a real-data sweep's 440,000 rows
-    (2 s of the sweep's tail)."""
+    (seconds of the sweep's tail; docs/performance.md)."""
     frames, texts = [], []
     for name in trial_names:
         d = rd.trial(name)

@@ -165,7 +165,7 @@ def trials_per_job(setting: int | None, n_trials: int, slots: int, alike: bool =
     start-up about twice, and the second round evens out jobs of unequal length. When the trials are
     `alike` (one dataset, the same heads: about the same length), one job per slot: their jobs would
     end together, and the whole second round would start up at once while nothing computes
-    (docs/performance.md: 35-37 s of a 6-8 minute sweep on one H100)."""
+    (docs/performance.md, "Packs")."""
     if setting is not None:
         return max(1, int(setting))
     return max(1, math.ceil(n_trials / max(1, (1 if alike else 2) * slots)))

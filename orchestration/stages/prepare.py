@@ -1,8 +1,8 @@
 """The prepare stage of a sweep: `poxm_core.prepare.pipeline.prepare` once per (dataset, seed), as Ray tasks
 (cpus_per_trial CPUs, a GPU share when trials use one), so datasets and seeds prepare in parallel.
 
-Overlapped with the trials when it cannot deadlock: a Ray Train job spends ~15-40 s starting before
-its worker function runs, so the jobs start while the data prepares, and each job's worker waits
+Overlapped with the trials when it cannot deadlock: a Ray Train job spends many seconds starting before
+its worker function runs (docs/performance.md), so the jobs start while the data prepares, and each job's worker waits
 for its own (dataset, seed) only (`orchestration.stages.handoff.PreparedRef`). The deadlock to avoid is a
 prepare task waiting for resources that jobs hold while those jobs wait for it; so the tasks'
 resources are reserved first (one placement group per task, all ready before any job starts, each

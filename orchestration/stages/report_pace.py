@@ -3,7 +3,7 @@
 Ray Train's controller polls a job's worker every `RAY_TRAIN_HEALTH_CHECK_INTERVAL_S` seconds (2 by
 default) and takes one report per poll; the worker's queue holds one, so `ray.train.report` blocks
 while the previous report is still waiting. A trial whose epochs are shorter than the poll would wait
-at every epoch (on four H100s, about 1,000 of the real-data benchmark's 7,000 trial-seconds).
+at every epoch (a large share of the real-data benchmark's trial time on four GPUs; docs/performance.md).
 
 So a trial reports an epoch only when a poll has passed since its previous report returned: the
 queue is then empty again and the call does not wait. The epochs in between are not reported to Ray

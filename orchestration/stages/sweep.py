@@ -230,7 +230,7 @@ def gather_select_report(plan: SweepPlan, prep, say) -> tuple:
 
 class EarlyReport:
     """gather_select_report on a thread, started (`start`, once) when every trial is done, while Ray Tune
-    and Ray Train wind down (about 7 s of a GPU sweep's tail: their 2 s polls, the jobs' shut-down).
+    and Ray Train wind down (their polls, the jobs' shut-down: seconds of a GPU sweep's tail, docs/performance.md).
     `result()` waits for it: its outcome, or None when it never started; its error is raised there."""
 
     def __init__(self, plan: SweepPlan, prep, say):

@@ -69,8 +69,8 @@ def stage_points(plan: SweepPlan, uri: str, exp_id: str, parent: str, tags: dict
 class PointsStage:
     """stage_points on a thread while the trials start (a local run directory: the jobs read
     mlflow_runs.json), the points of the first jobs first; each trial waits for its own runs only
-    (orchestration.stages.trial.wait_for_runs). Creating a run costs about 22 ms on a local SQLite store,
-    60 s for the 2,760 points of configs/real-data.yaml, which the trials used to wait for.
+    (orchestration.stages.trial.wait_for_runs). Creating every point's run of a large grid takes about a
+    minute on a local SQLite store, which the trials used to wait for (docs/performance.md).
 
     `result()`: the SweepRuns (its error raised there); `stop()`: no more runs created, those made so
     far (for closing them after an interruption); `tag_checksums(prepared)`: after the prepare stage,

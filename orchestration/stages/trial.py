@@ -3,8 +3,8 @@
 
 Why not `TorchTrainer`: it is the same trainer plus a torch process group, which a one-worker job
 never uses, and it costs start-up: its controller and worker import torch and build the group
-before the worker function starts (on an H100 machine, 31 s against 17 s from `fit` to the worker
-function; benchmarks/ray_train_startup.py).
+before the worker function starts (nearly twice the time from `fit` to the worker function;
+benchmarks/ray_train_startup.py, docs/performance.md).
 
     Tuner ──> drive_trial(config, sweep)       Tune trial actor, one per job: a trial (TrialSpec, a group
                 │                              of heads) or a pack of trials (resources.trials_per_job)
@@ -358,9 +358,9 @@ def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:
     - The placement-group cleaner (`pg_cleaner=False`): a detached actor that asks Ray's state API
       each second whether the job's controller is alive, to remove its placement group if it died.
       The state API is served by Ray's dashboard, which the local Ray poxm starts does not run: there
-      the query fails, the cleaner retries until the job ends and never removes anything (on 2 cores,
-      4 jobs: 18 s from fit to the worker function against 22 s; benchmarks/ray_train_startup.py
-      --no-pg-cleaner). Left out only where the state API does not answer (SweepInputs.state_api).
+      the query fails, the cleaner retries until the job ends and never removes anything, and slows the
+      jobs' start (benchmarks/ray_train_startup.py --no-pg-cleaner; docs/performance.md). Left out only
+      where the state API does not answer (SweepInputs.state_api).
 
     `_create_default_callbacks` is Ray Train's private method (Ray pinned in pyproject.toml);
     tests/test_pg_cleaner.py checks it is still there and what it returns."""

@@ -37,7 +37,7 @@ __all__ = ["Estimate", "BaseEstimator", "ValidationLog", "effective_sample_size"
 
 
 def normal_quantile(q) -> float:
-    """norm.ppf(q), memoised: SciPy's ppf costs ~0.3 ms a call (argument checks), and every estimate of
+    """norm.ppf(q), memoised: SciPy's ppf is slow for one value (argument checks), and every estimate of
     every head at every epoch asks for the same one or two quantiles."""
     return _normal_quantile(float(q))
 

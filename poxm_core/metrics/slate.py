@@ -22,8 +22,9 @@ from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.seeds import torch_generator
 
 _NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
-# Exact when instances x support <= this (e.g. 3000 test instances at m = 100): measured 2-4 ms per
-# row at m = 100, i.e. ~6x the 32-slate Monte-Carlo (docs/metrics.md), so larger tables use Monte-Carlo
+# Exact when instances x support <= this (e.g. 3000 test instances at m = 100): the exact quadrature
+# costs several times the 32-slate Monte-Carlo per row (docs/metrics.md, docs/performance.md), so larger
+# tables use Monte-Carlo
 EXACT_BUDGET = 300_000
 NAMES = ("R", "nDCR", "PSR")
 # float64 elements per working array of the quadrature on a GPU (about 256 MB each at 300 nodes a row;
@@ -119,7 +120,7 @@ def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Te
 def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device, out_rows=None) -> None:
     """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there instead of NumPy's
     noise on the host, which for wide supports is most of an evaluation (an all-label head's 1,024
-    labels: 32 x 1,024 Gumbel draws a test row, about 2 ms of CPU). Same estimator and standard error;
+    labels: 32 x 1,024 Gumbel draws a test row; docs/performance.md). Same estimator and standard error;
     other draws."""
     c = pr.shape[0]
     if ks[-1] > 1:

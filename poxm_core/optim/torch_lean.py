@@ -3,9 +3,9 @@
 torch.optim imports torch._dynamo (and with it torch._inductor, sympy and more) the first time an
 optimiser is built or stepped: Optimizer's add_param_group, zero_grad, state_dict and load_state_dict
 are wrapped by `torch._disable_dynamo`, and Adam.step by `_use_grad_for_differentiable`, which calls
-`torch._dynamo.graph_break()`. Both exist for torch.compile only. The import costs a fresh process about
-1 s on a 2-core CPU and 4 s on an H100 machine whose Python packages have no bytecode cache: most of a
-GPU trial's set-up (docs/performance.md).
+`torch._dynamo.graph_break()`. Both exist for torch.compile only. The import is most of a fresh GPU
+trial's set-up, longest where the Python packages have no bytecode cache (docs/performance.md, "Figures
+behind the code's comments").
 
 `LeanAdam` is torch.optim.Adam with its step run as `_use_grad_for_differentiable` runs it, minus the
 graph breaks (no-ops outside torch.compile): the same arithmetic, the same state_dict. `skip_dynamo_import`

@@ -24,8 +24,8 @@ passes. The update itself is `poxm_core.optim.adam`'s.
 
 Lazy input layer (`input_adam="lazy"`, `training.input_adam`): V is an embedding of the sparse input,
 and a batch reads only the rows of the features its instances hold (at Amazon-670K's shape about 15,000
-of 135,909). Dense Adam still reads and writes all of V and both moments every step (for 17 heads,
-1.2 GB each, about a third of the step's GPU time). Lazy, the forward gathers the touched rows into a
+of 135,909). Dense Adam still reads and writes all of V and both moments every step (a large share of
+the step's GPU time with many heads; docs/performance.md). Lazy, the forward gathers the touched rows into a
 leaf (as `RowScorer` does for the output layer) and the step updates those rows only: the "lazy" Adam of
 sparse embeddings that the output layers use (`policy.heads.RowAdam`): untouched rows keep their bits,
 weight decay reaches the touched rows only, one global step count for the bias correction. A row is

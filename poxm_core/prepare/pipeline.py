@@ -211,7 +211,7 @@ def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path,
                 f.write(f"{k + 1},{cover_test[k]:.8g},{cover_train[k]:.8g}\n")
         _say(progress, f"[{name}] variant {vname}: logging policy metrics on test")
         # on a GPU there, as the trials compute theirs: on a CPU these are most of a variant's time
-        # (the exact quadrature: 1.5-2 s for Bibtex's test split), and 20 prepare tasks started
+        # (the exact quadrature; docs/performance.md), and the prepare tasks started
         # beside a sweep's Ray Train jobs share the CPUs with them
         sto = stochastic_metrics(Y_test, pol["test"].cand, pol["test"].rho, inv, KS,
                                  n_slates=cfg.training.mc_slates, seed=seed, device=metrics_device(cfg.device))

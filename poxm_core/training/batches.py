@@ -1,8 +1,8 @@
 """What the training loop reads, moved to the training device once per trial, and the epoch's batches.
 
 Why: a batch built on the host (NumPy fancy indexing, a SciPy CSR slice, L2 normalisation, eight
-host->device copies) costs more than the GPU step itself at Amazon-670K scale (measured: 27 % of the
-step benchmark's throughput). Here the fit log, the frozen features z, the candidates, the inverse
+host->device copies) costs more than the GPU step itself at Amazon-670K scale (docs/performance.md).
+Here the fit log, the frozen features z, the candidates, the inverse
 propensities of the logged actions and the L2-normalised sparse input are device tensors; a batch is
 a few index_select calls on them, with no host round trip.
 

@@ -10,9 +10,9 @@ and renamed into place (poxm_core.common.atomic.publish), so a directory named e
 `keep` most recent ones are kept.
 
 Speed: state.pt is written without the zip records' CRC-32 (`torch.utils.serialization.config.save.
-compute_crc32 = False` during the save, where this torch has the setting): computing it took ~3/4 of
-the time of writing a checkpoint (measured: a 16-head trial writes ~20 GB of weights and Adam moments;
-measured 1 GB in 3.4 s with, 0.9 s without). torch.load reads such a file the same way; an incomplete
+compute_crc32 = False` during the save, where this torch has the setting): computing it was most of
+the time of writing a checkpoint, and a many-head trial writes tens of GB of weights and Adam moments
+(docs/performance.md). torch.load reads such a file the same way; an incomplete
 file still cannot appear under its final name (the atomic publish above).
 
 Security: state.pt is read with `torch.load(weights_only=True)`, which unpickles only tensors, dicts,

@@ -11,8 +11,8 @@ and read once at the end of the epoch (no host synchronisation per batch for the
 is reported then, naming the head.
 
 CUDA graphs (`accel.graph.GraphedSteps`): on a GPU a step is hundreds of small kernels, and launching
-them from Python, not the GPU, set the pace (docs/performance.md: 344 kernels and ~9 ms of host time
-per batch for 2 ms of GPU work). With the deterministic mode off, the epoch's full batches run as
+them from Python, not the GPU, set the pace (docs/performance.md: several times the GPU's own work
+in host time per batch). With the deterministic mode off, the epoch's full batches run as
 replays of ONE captured training step, the same `TrainStep` in its sync-free form (static=True), when
 either every trained head is graph-safe (its method declares `graph_safe`; no dense optimiser of a
 policy's own; no labels or reward model read), or the heads are batched (`BatchedHeads`: the skyline's

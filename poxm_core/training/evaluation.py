@@ -85,8 +85,8 @@ def _lumped(S: torch.Tensor, act: torch.Tensor, values: torch.Tensor | None):
     same unlogged labels. A Plackett-Luce conditional given a prefix of logged labels only sums exp(s)
     over what is left, so both are the same on these columns as on the full row (log pi and the
     expectations are unchanged up to rounding) and cost a few passes over the float32 row instead of a
-    dozen over a float64 copy (Amazon-670K's validation log on an H100: 1.5 s a head instead of 2.3;
-    benchmarks/bench_all_label_eval.py). S and values are overwritten."""
+    dozen over a float64 copy (benchmarks/bench_all_label_eval.py; docs/performance.md). S and values
+    are overwritten."""
     c, ell = act.shape
     valid = act >= 0
     safe = torch.where(valid, act, torch.zeros_like(act))
@@ -208,9 +208,9 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
 def _ranking_of_sorted(ids: np.ndarray, s: np.ndarray, kmax: int) -> np.ndarray:
     """`greedy_from_policy(ids, s, kmax)` for rows already sorted by score, descending (topk's output):
     only the labels scored at least the kmax-th can rank, so the tie-break by label id runs on that
-    prefix (usually kmax columns) instead of sorting all max_support columns of every row again
-    (about 23 of the 32 s an all-label head's test table took at Amazon-670K's shape on an H100;
-    benchmarks/bench_all_label_eval.py)."""
+    prefix (usually kmax columns) instead of sorting all max_support columns of every row again (most of
+    an all-label head's test table at Amazon-670K's shape; benchmarks/bench_all_label_eval.py,
+    docs/performance.md)."""
     from poxm_core.metrics.ranking import greedy_from_policy
 
     k = min(kmax, s.shape[1])

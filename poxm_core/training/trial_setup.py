@@ -151,7 +151,7 @@ def wants_deterministic(cfg: SweepConfig, device: torch.device) -> bool:
 
     CPU results are the reference (tests compare them exactly, resume equals uninterrupted). On CUDA
     the mode sends the row-sparse updates (index_put on unique rows, index_select's backward) through
-    PyTorch's sort-based kernels, 2-3x the step (docs/performance.md); without it the only difference is
+    PyTorch's sort-based kernels, several times slower (docs/performance.md); without it the only difference is
     the float summation order of atomic adds (the gather backward, EmbeddingBag backward).
     """
     mode = cfg.training.deterministic
@@ -161,8 +161,8 @@ def wants_deterministic(cfg: SweepConfig, device: torch.device) -> bool:
 def set_deterministic(on: bool, warn_only: bool = False) -> None:
     """torch.use_deterministic_algorithms(on, warn_only), without importing torch._inductor when nothing
     else has: the public call also sets inductor's copy of the flag (read by torch.compile only, which
-    poxm never uses), and that import pulls in torch._dynamo, sympy and more: 1 s of a fresh process on a
-    2-core CPU, several on an H100 machine without a bytecode cache (poxm_core/optim/torch_lean.py)."""
+    poxm never uses), and that import pulls in torch._dynamo, sympy and more: most of a fresh process's
+    set-up (poxm_core/optim/torch_lean.py; docs/performance.md)."""
     if (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == \
             (bool(on), bool(warn_only) and bool(on)):
         return
