@@ -210,6 +210,9 @@ def cmd_run(a) -> int:
     check_run_inputs(cfg, a.address, a.mlflow_uri)      # before anything is written or Ray starts
     plan = plan_sweep(cfg, a.runs_dir, a.cache_dir)
     check_names(plan.rd.root, plan.names)
+    if cfg.mlflow.enabled:
+        from orchestration.tracking.store import resolve_uri
+        _note_store(resolve_uri(plan.rd.root, a.mlflow_uri, cfg.mlflow.tracking_uri))
     from orchestration.stages.sweep import run_sweep
     out = run_sweep(cfg, runs_dir=a.runs_dir, cache_dir=a.cache_dir, address=a.address, mlflow_uri=a.mlflow_uri,
                     progress=not a.quiet, verbose=a.verbose)
@@ -241,10 +244,12 @@ def _check_resume_inputs(a, plan) -> None:
     if plan.cfg.mlflow.enabled:
         if a.mlflow_uri:
             check_mlflow_uri(a.mlflow_uri, "--mlflow-uri")
+            _note_store(a.mlflow_uri)
         else:
             uri = checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
             if uri is not None:
                 check_mlflow_uri(uri, "the run's MLflow store")
+            _note_store(uri, plan.rd.root)
     check_local_resources(plan.cfg, local=not (a.address or os.environ.get("RAY_ADDRESS")))
 
 
@@ -343,7 +348,7 @@ def cmd_report(a) -> int:
         if not a.no_mlflow:     # the store the report is logged to: checked before anything is rebuilt
             from orchestration.rundir import read_json
             from orchestration.tracking.store import checked_uri
-            checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
+            _note_store(checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {})), plan.rd.root)
         path = report_only(plan, log_mlflow=not a.no_mlflow)
     _print_claims(path)
     print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
@@ -401,8 +406,14 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno not in _USER_OS_ERRORS:
             raise
         where = exc.filename or ""
-        hint = " (free some space, then `poxm resume RUN_DIR` continues)" if exc.errno == errno.ENOSPC else ""
-        print(f"poxm: error: {where}{': ' if where else ''}{exc.strerror or exc}{hint}", file=sys.stderr)
+        print(f"poxm: error: {where}{': ' if where else ''}{exc.strerror or exc}{_STORAGE_HINTS.get(exc.errno, '')}",
+              file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:     # SQLite's "disk I/O error" / "database or disk is full" under MLflow's wrappers
+        line = storage_error_line(exc)
+        if line is None:
+            raise
+        print(f"poxm: error: {line}", file=sys.stderr)
         return EXIT_INPUT
     finally:
         _no_colour_reset_at_exit()
@@ -427,9 +438,51 @@ def _no_colour_reset_at_exit() -> None:
             atexit.unregister(mod.reset_all)
 
 
-# OS errors that come from what the user gave (paths, names) or from their machine (disk space)
+# OS errors that come from what the user gave (paths, names) or from their machine (disk space, a file-size
+# limit, a failing disk): one line naming the path (poxm_core.common.atomic names the file a write was for)
 _USER_OS_ERRORS = {errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ENOSPC, errno.EACCES, errno.EROFS,
-                   errno.EEXIST}
+                   errno.EEXIST, errno.EFBIG, errno.EDQUOT, errno.EIO}
+_STORAGE_HINTS = {
+    errno.ENOSPC: " (free some space, then `poxm resume RUN_DIR` continues)",
+    errno.EDQUOT: " (free some space or raise the quota, then `poxm resume RUN_DIR` continues)",
+    errno.EFBIG: " (a file-size limit, `ulimit -f`, stopped the write; raise it, then run the command again)",
+    errno.EIO: " (the disk or file system failed a write; check it, then run the command again)",
+}
+# SQLite's storage errors (what it says when a write fails: a full disk, a file-size limit, a failing disk)
+_SQLITE_STORAGE = ("disk i/o error", "database or disk is full")
+_STORE = {"path": None}      # the SQLite file of the MLflow store this command uses, once known
+
+
+def _note_store(uri: str | None, run_root: Path | None = None) -> None:
+    """Remember the SQLite file behind the tracking URI a command uses, to name it if SQLite fails."""
+    if not uri:
+        return
+    uri = str(uri)
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+        _STORE["path"] = str(path if path.is_absolute() or run_root is None else Path(run_root) / path)
+
+
+def storage_error_line(exc: BaseException) -> str | None:
+    """One line for a storage failure found anywhere in `exc`'s chain (MLflow wraps SQLAlchemy, which wraps
+    sqlite3): an OSError of _STORAGE_HINTS with its file, or SQLite's own error with the store's file. None
+    when the chain holds no storage failure."""
+    import sqlite3
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _STORAGE_HINTS:
+            where = f"{e.filename}: " if e.filename else ""
+            return f"{where}{e.strerror or e}{_STORAGE_HINTS[e.errno]}"
+        if isinstance(e, sqlite3.OperationalError) and str(e).lower().startswith(_SQLITE_STORAGE):
+            where = _STORE["path"] or "the MLflow store"
+            return (f"{where}: SQLite: {str(e).splitlines()[0]} (a write failed: a full or failing disk, or a "
+                    "file-size limit, `ulimit -f`; fix it, then run the command again)")
+        todo += [e.__cause__, e.__context__, getattr(e, "orig", None)]
+    return None
 
 
 def _silence_stdout() -> None:

@@ -154,6 +154,12 @@ CONFIG_CASES = [
     ("p-over-candidates", dict(GOOD, methods={"poxm": {"p": [5, 12], "lam": [0.9]}}), [],
      ["methods.poxm.p", "p=12", "10 candidates", "p <= 10", "p: [5]"]),
     ("not-utf8", b"name: caf\xe9\n", [], ["c.yaml:1:", "not UTF-8"]),
+    # issue 39, item 9: a size no machine can generate is refused with the config, not inside Ray
+    ("synthetic-1e13-rows", dict(GOOD, datasets=[dict(GOOD["datasets"][0], synthetic={**GOOD["datasets"][0]["synthetic"],
+                                                                                        "n_train": 10**13})]), [],
+     ["c.yaml:", "config key 'datasets.0.synthetic.n_train'", "10000000000000 rows", "at most 2,147,483,647"]),
+    ("synthetic-labels-override", GOOD, ["datasets.0.synthetic.n_labels=10000000000"],
+     ["override 'datasets.0.synthetic.n_labels=10000000000'", "datasets.0.synthetic.n_labels", "labels"]),
 ]
 
 

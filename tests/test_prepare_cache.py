@@ -133,3 +133,73 @@ def test_bad_storage_path_is_refused_at_plan_time(tmp_path):
     with pytest.raises(PoxmInputError, match="resources.storage_path.*nosuchfs://bucket/x") as e:
         plan_sweep(cfg, runs_dir=tmp_path)
     assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------------------------- checked when loaded (issue 39, item 9)
+
+def _tamper_header(f: Path) -> None:
+    """An .npy whose header no longer parses (what gave np.load's ValueError traceback before)."""
+    b = bytearray(f.read_bytes())
+    b[10:20] = b"??????????"
+    f.write_bytes(bytes(b))
+
+
+def test_a_tampered_cache_array_is_refused_in_one_line_naming_it(tmp_path, capsys):
+    import yaml
+
+    from orchestration.cli import main
+    from poxm_core.prepare.pipeline import load_variant
+
+    cache = tmp_path / "cache"
+    cfg = load_config(data=SYN)
+    vdir = prepare(cfg, "synthetic", 0, cache, progress=False)["A"]
+    man = json.loads((vdir / "manifest.json").read_text())
+    assert man["files"] == {n: file_sha256(vdir / n) for n in man["files"]} and "covering.npy" in man["files"]
+    load_variant(cache, vdir, mmap=True)                                   # as built: loads
+    model = cache / man["key"]["parents"]["model"]
+    z = model / "Z_train.npy"
+    _tamper_header(z)
+    with pytest.raises(PoxmInputError) as e:
+        load_variant(cache, vdir, mmap=True)
+    msg = str(e.value)
+    assert "\n" not in msg and str(z) in msg and "differs from its cache manifest" in msg and f"delete the cache {cache} " in msg
+    # `poxm train` on that cache: the same one line, exit 2, not np.load's ValueError traceback
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(SYN))
+    rc = main(["train", str(tmp_path / "c.yaml"), f"runs_dir={tmp_path}/runs", "--cache-dir", str(cache),
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("poxm: error: ") and str(z) in err[0], err
+    # the documented way out: delete the cache, and the next run builds it again
+    shutil.rmtree(cache)
+    vdir = prepare(cfg, "synthetic", 0, cache, progress=False)["A"]
+    load_variant(cache, vdir, mmap=True)
+
+
+def test_a_same_size_change_missing_or_added_file_and_an_older_manifest_are_refused(tmp_path):
+    from poxm_core.prepare.pipeline import load_variant
+
+    cache = tmp_path / "cache"
+    vdir = prepare(load_config(data=SYN), "synthetic", 0, cache, progress=False)["A"]
+    f = vdir / "policy_train_rho.npy"
+    good = f.read_bytes()
+    f.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))                      # one bit, same size: silently other data before
+    with pytest.raises(PoxmInputError, match=r"policy_train_rho.npy: content differs"):
+        load_variant(cache, vdir)
+    f.write_bytes(good)
+    (vdir / "extra.npy").write_bytes(b"x")
+    with pytest.raises(PoxmInputError, match=r"extra.npy: not in its cache manifest"):
+        load_variant(cache, vdir)
+    (vdir / "extra.npy").unlink()
+    f.unlink()
+    with pytest.raises(PoxmInputError, match=r"policy_train_rho.npy: missing from its cache level"):
+        load_variant(cache, vdir)
+    f.write_bytes(good)
+    load_variant(cache, vdir)
+    # a manifest written before per-file hashes: the whole directory against content_sha256, naming the level
+    man = json.loads((vdir / "manifest.json").read_text())
+    man.pop("files")
+    (vdir / "manifest.json").write_text(json.dumps(man))
+    load_variant(cache, vdir)
+    f.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(PoxmInputError, match=rf"{vdir}: content differs from its cache manifest's content_sha256"):
+        load_variant(cache, vdir)

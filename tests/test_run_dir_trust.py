@@ -434,3 +434,160 @@ def test_local_ray_listens_on_loopback_only(tmp_path):
     for ln in lines:
         local = ln.split()[3]
         assert local.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")), ln
+
+
+# --------------------------------------------------------------------------------------------
+# 9 (continued). storage errors, impossible sizes, input errors inside a trial, a tampered cache
+
+def _limited(fsize: int):
+    """preexec_fn: a file-size limit (`ulimit -f`) for the child: a write beyond it fails with EFBIG (Python
+    ignores SIGXFSZ), and SQLite reports it as a "disk I/O error"."""
+    import resource
+
+    def f():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    return f
+
+
+def _poxm(*args, fsize: int | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=_limited(fsize) if fsize else None,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def _tmp_leftovers(root: Path) -> list[str]:
+    return sorted(str(p) for p in root.rglob("*") if ".tmp" in p.name)
+
+
+def test_sqlite_disk_io_error_during_run_is_one_line_and_leaves_no_half_store(tmp_path):
+    """A real SQLite "disk I/O error": `poxm run` under a 50 kB file-size limit, which the MLflow store
+    outgrows while it is created (before Ray starts)."""
+    cfg = write_cfg(tmp_path / "sweep.yaml")
+    r = _poxm("run", cfg, "--runs-dir", tmp_path / "runs", fsize=50_000, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert lines[0].startswith(f"poxm: error: {run / 'mlflow.db'}: SQLite: disk I/O error"), lines
+    assert "Traceback" not in r.stdout + r.stderr
+    assert not (run / "mlflow.db").exists(), "the store this run began is not left half-made"
+    assert _tmp_leftovers(tmp_path / "runs") == []
+    assert sorted(p.name for p in run.iterdir()) == ["config.input.yaml", "config.yaml", "driver.lock", "sweep.json"]
+    yaml.safe_load((run / "config.yaml").read_text()) and json.loads((run / "sweep.json").read_text())
+
+
+@pytest.mark.slow
+def test_efbig_during_report_is_one_line_naming_the_file_and_nothing_half_written(tmp_path):
+    """A real EFBIG: `poxm report` under a file-size limit that its figures (20 kB) or its index.html
+    (200 kB) outgrow; the trials' results are made here without Ray (run_trial)."""
+    from orchestration.stages.plan import write_plan
+    from poxm_core.prepare.pipeline import load_prepared
+    from poxm_core.training import run_trial
+
+    cfg = load_config(write_cfg(tmp_path / "sweep.yaml", mlflow={"enabled": False}))
+    plan = plan_sweep(cfg, runs_dir=tmp_path / "runs")
+    write_plan(plan)
+    for s in plan.specs:
+        run_trial(cfg, s, load_prepared(cfg, s.dataset, s.variant, s.seed, plan.cache_dir), plan.rd.trial(s.name),
+                  progress=False)
+        write_json(plan.rd.trial(s.name) / "done.json", {"finished": time.time()})
+    root = plan.rd.root
+    for limit, name in ((20_000, "figures/"), (200_000, "index.html")):
+        before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        r = _poxm("report", root, fsize=limit, timeout=300)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+        assert lines[0].startswith(f"poxm: error: {root / 'report'}/") and name in lines[0], lines
+        assert "File too large" in lines[0] and "ulimit -f" in lines[0]
+        assert not (root / "report").exists() and _tmp_leftovers(root) == []
+        for p in root.rglob("*"):     # what it did write is whole: each file as before, or complete and parseable
+            if p.is_file() and p in before and p.read_bytes() != before[p] or p.suffix == ".csv" and p.is_file():
+                assert p.suffix in (".csv", ".json", ".npz", ".yaml"), p
+                if p.suffix == ".csv":
+                    import pandas as pd
+                    pd.read_csv(p)
+    r = _poxm("report", root, timeout=300)          # the limit gone: the report is built
+    assert r.returncode == 0 and (root / "report" / "index.html").is_file(), r.stderr[-2000:]
+
+
+def test_a_simulated_sqlite_io_error_inside_mlflow_is_one_line_naming_the_store(tmp_path, capsys, monkeypatch):
+    """SIMULATED: sqlite3.OperationalError('disk I/O error') as MLflow raises it from a later write (an
+    MlflowException from SQLAlchemy's OperationalError), which a test cannot provoke at that point."""
+    import sqlite3
+
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    import orchestration.stages.sweep as sweep
+
+    rd = planned(tmp_path)
+    write_json(rd.mlflow_runs, {"tracking_uri": store.RUN_DIR_STORE, "experiment_id": "1", "parent_run_id": "p"})
+
+    def failing(plan, log_mlflow=True):
+        try:
+            try:
+                raise sqlite3.OperationalError("disk I/O error")
+            except sqlite3.OperationalError as e:
+                raise sqlalchemy.exc.OperationalError("INSERT INTO metrics ...", {}, e) from e
+        except sqlalchemy.exc.OperationalError as e:
+            raise MlflowException(message=str(e)) from e
+    monkeypatch.setattr(sweep, "report_only", failing)
+    rc, out, err = cli(capsys, "report", rd.root)
+    one_line(rc, err, f"{rd.root / 'mlflow.db'}: SQLite: disk I/O error", "ulimit -f")
+    # an OSError that names no file, from a write through the atomic writer: the file is named
+    from poxm_core.common import atomic
+
+    def full(self, *a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError) as e:
+        atomic.write_text(tmp_path / "x.json", "{}")
+    assert e.value.filename == str(tmp_path / "x.json") and not list(tmp_path.glob(".x.json.tmp-*"))
+
+
+def test_the_mlflow_line_of_a_sweep_prints_no_credentials(monkeypatch, capsys):
+    """`  mlflow   URI` at the start of a sweep: a database URL keeps its login for the connection and
+    is printed without it."""
+    from types import SimpleNamespace
+
+    import orchestration.stages.sweep as sweep
+    import orchestration.stages.track as track
+
+    uri = "postgresql://alice:s3cret@127.0.0.1:5432/mlflow"
+    monkeypatch.setattr(track, "stage_track", lambda plan, cli_uri: (uri, "1", "parent", {}))
+    plan = SimpleNamespace(cfg=SimpleNamespace(mlflow=SimpleNamespace(enabled=True)),
+                           rd=SimpleNamespace(mlflow_db=Path("/nonexistent/mlflow.db")))
+    said = []
+    started = SimpleNamespace()
+    assert sweep.open_tracking(plan, None, started, said.append)[0] == uri        # the connection keeps it
+    assert said == ["  mlflow   postgresql://127.0.0.1:5432/mlflow"]
+    assert "s3cret" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(tmp_path):
+    """A tampered cache array (checked against its manifest when the trial loads it) is a PoxmInputError
+    in the Ray Train worker: with resources.max_failures=2, the trial is tried once (not by Ray Train's
+    retries, nor Tune's), ends errored with that one line, and `poxm status` shows it, not WorkerGroupError."""
+    cfg = write_cfg(tmp_path / "sweep.yaml", mlflow={"enabled": False}, resources={"max_failures": 2})
+    cache = tmp_path / "cache"
+    r = _poxm("prepare", cfg, "--cache-dir", cache)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (z,) = (cache / "model").glob("*/Z_train.npy")
+    b = bytearray(z.read_bytes())
+    b[10:20] = b"??????????"
+    z.write_bytes(bytes(b))
+    r = _poxm("run", cfg, "--runs-dir", tmp_path / "runs", "--cache-dir", cache, "--quiet")
+    assert r.returncode == 1, r.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    states = {t.name: json.loads((t / "state.json").read_text()) for t in (run / "trials").iterdir()
+              if (t / "state.json").is_file()}
+    errored = {n: s for n, s in states.items() if s["state"] == "errored"}
+    assert errored, states
+    for s in errored.values():
+        assert s["tries"] == 1 and s["input_error"] is True, s
+        assert str(z) in s["error"] and "differs from its cache manifest" in s["error"], s
+    st = _poxm("status", run)
+    assert st.returncode == 0 and "WorkerGroupError" not in st.stdout
+    assert any(str(z) in line and "errored" in line for line in st.stdout.splitlines()), st.stdout
+    errors = list(Path(os.environ["POXM_STATE_DIR"]).rglob(f"{run.name}-*/tune/*/error.txt"))
+    assert errors and all(e.read_text().count("Failure #") == 1 for e in errors), [e.read_text() for e in errors]

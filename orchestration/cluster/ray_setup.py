@@ -157,6 +157,8 @@ def quiet_libraries() -> None:
         os.environ.setdefault("NO_COLOR", "1")
     for name in ("ray", "ray.tune", "ray.train", "ray.data", "mlflow", "alembic", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow logs a traceback for a database error that it then raises: poxm says it in one line (cli.py)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     # "Token authentication is enabled for this Ray cluster": true and expected for the local Ray we start
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     for mod in ("ray", "mlflow", "pydantic"):

@@ -520,8 +520,10 @@ def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = No
         publish(tmp, final)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.filename and Path(exc.filename).is_relative_to(tmp):
+            exc.filename = str(final / Path(exc.filename).relative_to(tmp))    # the file the report was writing
         raise
     return final
 

@@ -125,9 +125,17 @@ def open_tracking(plan: SweepPlan, mlflow_uri: str | None, started: Teardown, sa
     if not plan.cfg.mlflow.enabled:
         say("  mlflow   off (mlflow.enabled=false)")
         return None
-    track = stage_track(plan, mlflow_uri)
+    fresh = not plan.rd.mlflow_db.exists()
+    try:
+        track = stage_track(plan, mlflow_uri)
+    except BaseException:
+        if fresh:        # a store this call began and could not finish (a full disk, a file-size limit): gone
+            for f in (plan.rd.mlflow_db, *(plan.rd.mlflow_db.with_name(f"mlflow.db-{x}") for x in ("journal", "wal", "shm"))):
+                f.unlink(missing_ok=True)
+        raise
     started.parent = (track[0], track[2])
-    say(f"  mlflow   {track[0]}")
+    from orchestration.tracking.store import safe_uri
+    say(f"  mlflow   {safe_uri(track[0])}")      # a database URL keeps its login for the connection, never printed
     return track
 
 

@@ -119,7 +119,15 @@ def worker_loop(train_loop_config: dict) -> None:
             head_epochs += n_heads * E
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
-        run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
+        try:
+            run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
+        except PoxmInputError as exc:
+            # deterministic (a refused checkpoint, a changed cache file): another try fails the same way, so
+            # the job ends here, normally, instead of raising into Ray Train's retries (FailureConfig); the
+            # trial is errored with its one line, and drive_trial ends the Tune trial without Tune's retries
+            files.set_state("errored", error=input_error_line(exc), input_error=True)
+            ray.train.report({"input_error": 1, "member": i, "head_epochs": head_epochs})
+            return
         head_epochs += n_heads * E
         ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
                           **({"finished": 1} if i == len(members) - 1 else {})})
@@ -176,7 +184,7 @@ def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles,
     out_dir = files.work_dir(job.sweep_id)
     # every start counts as a try, also one that is killed before it can record its attempt
     tries = int((files.read_json("state.json", {}) or {}).get("tries", 0)) + 1
-    files.set_state("running", started=time.time(), job=job.name, tries=tries)
+    files.set_state("running", started=time.time(), job=job.name, tries=tries, input_error=False)
     prepared, seconds = member_data(job, m, files, loaded)
     runs, points_wait_s = member_runs(job, m)
     logger = point_logger(runs)
@@ -346,6 +354,16 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             files[(running or left)[0]].set_state(
                 "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
         raise
+    for n in names:     # a trial's input error (worker_loop): the Tune trial errs, once (tune.NoRetryOnInputError)
+        st = files[n].read_json("state.json", {}) or {}
+        if st.get("state") == "errored" and st.get("input_error"):
+            raise PoxmInputError(f"trial {n}: {st.get('error', '')}")
+
+
+def input_error_line(exc: BaseException) -> str:
+    """The one line a trial's input error leaves in its state.json (what `poxm status` shows)."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
 
 
 def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:

@@ -77,6 +77,22 @@ class ReportEarly(Callback):
                 hook()
 
 
+class NoRetryOnInputError(Callback):
+    """A job whose trial met an input error (worker_loop reports `input_error`; drive_trial then raises)
+    is not retried by Tune: the same input fails the same way (docs/orchestration.md, "Bad input"). Its
+    trial's `max_failures` is 0 until it starts again (`poxm resume`, after the input was fixed)."""
+
+    def __init__(self, max_failures: int):
+        self.max_failures = int(max_failures)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get("input_error"):
+            trial.max_failures = 0
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        trial.max_failures = self.max_failures
+
+
 def members(config: dict) -> list[str]:
     """The trials of a Tune trial (a job): its config's 'members' (a pack), else the one trial."""
     t = config.get("trial", {})
@@ -181,7 +197,8 @@ def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
                                         trial_name_creator=trial_dirname),
         run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
-                                      callbacks=[progress, ReportEarly(plan.rd.root, plan.names)]
+                                      callbacks=[progress, ReportEarly(plan.rd.root, plan.names),
+                                                 NoRetryOnInputError(plan.cfg.resources.max_failures)]
                                       + ([StorageSync(plan)] if plan.storage else []),
                                       stop=stop, verbose=0),
     ), False

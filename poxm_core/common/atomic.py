@@ -37,15 +37,19 @@ def tmp_name(path: str | os.PathLike) -> Path:
 @contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield the temporary path beside `path` (its folder created); publish it as `path` when the block
-    succeeds; remove it and leave `path` untouched when the block raises."""
+    succeeds; remove it and leave `path` untouched when the block raises. An OSError that names no file
+    (a write that hit a full disk or a file-size limit) is given `path` as its file, so that it can be
+    reported in one line naming what was being written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_name(path)
     try:
         yield tmp
         publish(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)
         raise
 
 

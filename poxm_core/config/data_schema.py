@@ -31,6 +31,22 @@ class SyntheticConfig(_Strict):
     mean_labels: float | None = Field(None, gt=0, description="mean true labels per instance")
     scale: float = Field(1.0, gt=0, le=1.0, description="shrink a preset's N (not D, L) by this factor")
 
+    @field_validator("n_train", "n_test", "n_features", "n_labels")
+    @classmethod
+    def _fits(cls, v: int | None, info) -> int | None:
+        """A size no machine can generate is refused with the config (before Ray starts), not found by a
+        prepare task that runs out of memory inside Ray."""
+        if v is not None and v > MAX_SYNTHETIC_SIZE:
+            what = "rows" if info.field_name in ("n_train", "n_test") else info.field_name.removeprefix("n_")
+            raise ValueError(f"{v} {what} is more than poxm generates (at most {MAX_SYNTHETIC_SIZE:,}: the data is "
+                             "generated in memory, e.g. rows x model.dim x 4 bytes of embeddings)")
+        return v
+
+
+# The largest synthetic size (rows, features, labels): 2^31 - 1, beyond any machine's memory for the
+# rows (at dim 256 their embeddings alone would be 2 TiB) and the index range of the sparse matrices.
+MAX_SYNTHETIC_SIZE = 2**31 - 1
+
 
 # Statistics a variant may be matched to instead of declaring T (`match`, docs/data.md, "Variants
 # matched to a logging quality"; solved by poxm_core.prepare.match on training rows only).

@@ -9,9 +9,10 @@ is copied between nodes); for generated data, the generator's config and the see
 
 Each directory is written under a temporary name in the same folder and renamed
 (poxm_core.common.atomic.publish) once complete, with a manifest.json (key, hash, creator, stats, build
-seconds, and `content_sha256`: the SHA-256 over its files' names and contents, which a copy of the
-directory on another node is checked against): a directory without its manifest never appears, and a
-crash leaves no partial artifact under a final name.
+seconds, `files`: each file's SHA-256, and `content_sha256`: the SHA-256 over its files' names and
+contents, which a copy of the directory on another node is checked against): a directory without its
+manifest never appears, and a crash leaves no partial artifact under a final name. A level is checked
+against its manifest when a trial loads it (`verify_level`): a changed file is refused in one line.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from poxm_core.common.atomic import publish
+from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import SweepConfig, config_hash, default_data_root
 from poxm_core.data import PRESETS, propensity_params, spec_for
 from poxm_core.data.registry import declared_files, locate_files
@@ -59,12 +61,44 @@ def file_sha256(path: Path) -> str:
     return _SHA_MEMO[memo]
 
 
-def dir_sha256(d: Path) -> str:
+def file_hashes(d: Path) -> dict[str, str]:
+    """{relative name: SHA-256 of its content} of every file under `d` except manifest.json."""
+    d = Path(d)
+    return {p.relative_to(d).as_posix(): file_sha256(p)
+            for p in sorted(q for q in d.rglob("*") if q.is_file() and q.name != "manifest.json")}
+
+
+def dir_sha256(d: Path, hashes: dict[str, str] | None = None) -> str:
     """SHA-256 over the (relative name, content hash) of every file under `d` except manifest.json."""
     h = hashlib.sha256()
-    for p in sorted(q for q in Path(d).rglob("*") if q.is_file() and q.name != "manifest.json"):
-        h.update(f"{p.relative_to(d).as_posix()}\0{file_sha256(p)}\n".encode())
+    for name, sha in sorted((file_hashes(d) if hashes is None else hashes).items()):
+        h.update(f"{name}\0{sha}\n".encode())
     return h.hexdigest()
+
+
+def verify_level(d: Path) -> None:
+    """A cache level directory as its manifest describes it, before anything in it is loaded: each file's
+    SHA-256 against the manifest's `files` (an older manifest without them: the whole directory against
+    `content_sha256`). A file changed, missing or added since the level was built (edited, damaged, a
+    partial copy) is an input error naming it: the run is refused, and deleting the cache (the levels
+    built from a changed one are not to be trusted either) makes the next run build it again
+    (docs/orchestration.md, "What poxm trusts")."""
+    d = Path(d)
+    man = read_manifest(d)
+    fix = f"the prepare cache changed after it was built; delete the cache {d.parent.parent} and run again to rebuild it"
+    have = file_hashes(d)
+    want = man.get("files")
+    if isinstance(want, dict):
+        for name in sorted(set(want) | set(have)):
+            if name not in have:
+                raise PoxmInputError(f"{d / name}: missing from its cache level ({fix})")
+            if name not in want:
+                raise PoxmInputError(f"{d / name}: not in its cache manifest ({fix})")
+            if have[name] != want[name]:
+                raise PoxmInputError(f"{d / name}: content differs from its cache manifest (sha256 {have[name][:12]}, "
+                                     f"recorded {str(want[name])[:12]}; {fix})")
+    elif man.get("content_sha256") and dir_sha256(d, have) != man["content_sha256"]:
+        raise PoxmInputError(f"{d}: content differs from its cache manifest's content_sha256 ({fix})")
 
 
 @dataclass(frozen=True)
@@ -191,7 +225,7 @@ def build_level(cache_dir: Path, level: str, key: dict, h: str, fn: Callable[[Pa
         stats = fn(tmp)
         manifest = {"level": level, "hash": h, "key": key, "created_by": _created_by(),
                     "seconds": round(time.perf_counter() - t0, 3), "stats": stats,
-                    "content_sha256": dir_sha256(tmp)}
+                    "files": (files := file_hashes(tmp)), "content_sha256": dir_sha256(tmp, files)}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=_json_default))
         try:
             publish(tmp, final)
@@ -216,7 +250,15 @@ def _json_default(o):
 
 
 def read_manifest(d: Path) -> dict:
-    return json.loads((Path(d) / "manifest.json").read_text())
+    f = Path(d) / "manifest.json"
+    try:
+        man = json.loads(f.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PoxmInputError(f"{f}: not a cache manifest ({exc.__class__.__name__}); delete {Path(d)} and run "
+                             "again to rebuild it") from None
+    if not isinstance(man, dict):
+        raise PoxmInputError(f"{f}: not a cache manifest; delete {Path(d)} and run again to rebuild it")
+    return man
 
 
 def variant_record(cache_dir: Path, vdir: Path) -> dict:

@@ -42,7 +42,7 @@ from poxm_core.metrics.ranking import covering_curve, greedy_metrics, stochastic
 from poxm_core.model.core import encode, resolve_device
 from poxm_core.model.logging_model import alpha_sample, train_logging_model
 from poxm_core.model.topk import chunked_topk
-from poxm_core.prepare.cache import build_level, cache_keys, is_complete, level_dir, read_manifest
+from poxm_core.prepare.cache import build_level, cache_keys, is_complete, level_dir, read_manifest, verify_level
 from poxm_core.prepare.match import MatchProblem, build_reference, solve_temperature
 from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
@@ -289,6 +289,8 @@ def load_variant(cache_dir: Path | str, vdir: Path | str, mmap: bool = False) ->
     cache_dir, vdir = Path(cache_dir), Path(vdir)
     man = read_manifest(vdir)
     parents = {k: cache_dir / p for k, p in man["key"]["parents"].items()}
+    for d in (*parents.values(), vdir):    # each file against its manifest before any is read (one line if not)
+        verify_level(d)
     if "logged" in man["key"]:
         return _load_logged(vdir, man, parents)
     mode = "r" if mmap else None
