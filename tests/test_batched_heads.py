@@ -102,8 +102,8 @@ def _compare(a, b, rtol, atol) -> None:
 def test_batched_equals_sequential_per_method_float64(method):
     name, _, sampled = method.partition("-")
     methods = {"logging": {}, "dm": GRID["dm"], name: SAMPLED[name] if sampled else GRID[name]}
-    seq, lseq, _ = _train(methods, False, f64=True)
-    bat, lbat, data = _train(methods, True, f64=True)
+    seq, lseq, _ = _train(methods, False, epochs=1, f64=True)      # one epoch: 8 steps of every head
+    bat, lbat, data = _train(methods, True, epochs=1, f64=True)
     assert name in " ".join(engine_heads(data)["batched"]) and not engine_heads(data)["sequential"]
     _compare(seq, bat, rtol=1e-10, atol=1e-12)
     for x, y in zip(lseq, lbat):
@@ -132,8 +132,8 @@ def test_batched_equals_sequential_every_method_float32():
 
 def test_linear_policy_batched_equals_sequential():
     methods = {"logging": {}, "dm": GRID["dm"], "poxm": GRID["poxm"], "banditnet": GRID["banditnet"]}
-    seq, _, _ = _train(methods, False, f64=True, policy="linear")
-    bat, _, data = _train(methods, True, f64=True, policy="linear")
+    seq, _, _ = _train(methods, False, epochs=1, f64=True, policy="linear")
+    bat, _, data = _train(methods, True, epochs=1, f64=True, policy="linear")
     assert len(engine_heads(data)["batched"]) == 7
     _compare(seq, bat, rtol=1e-10, atol=1e-12)
 
@@ -198,12 +198,14 @@ def test_static_batched_step_equals_eager(tmp_path, monkeypatch):
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("cut", [0, 5])
-def test_static_loop_draws_the_sampled_negatives_of_the_plain_steps(tmp_path, monkeypatch, cut):
+@pytest.mark.parametrize("cut, epochs", [(5, 1), pytest.param(0, 3, marks=pytest.mark.slow),
+                                         pytest.param(5, 3, marks=pytest.mark.slow)])
+def test_static_loop_draws_the_sampled_negatives_of_the_plain_steps(tmp_path, monkeypatch, cut, epochs):
     """The sync-free loop draws each sampled-softmax head's negatives for the whole epoch at its start;
     the trial's numbers equal the plain sequential trial's (same negatives step by step, including the
     eager last batch, and the generators' states carried into the next epoch). cut: rows cut from the fit log
-    (96 rows, batches of 16: 0 leaves no shorter last batch, 5 one of 11)."""
+    (96 rows, batches of 16: 0 leaves no shorter last batch, 5 one of 11). One epoch in the fast tier, three
+    (the generators' states carried over) in the slow one."""
     import numpy as np
 
     import poxm_core.training.epoch as epoch_mod
@@ -214,7 +216,7 @@ def test_static_loop_draws_the_sampled_negatives_of_the_plain_steps(tmp_path, mo
         prep = dataclasses.replace(PREP, log_train=PREP.log_train.subset(np.arange(PREP.log_train.instance.shape[0] - cut)))
     methods = {"logging": {}, "dm": GRID["dm"], "poxm": GRID["poxm"], **SAMPLED}
     spec = pick_trial(tiny_config(methods))
-    eager = run_trial(tiny_config(methods, epochs=3), spec, prep, tmp_path / "eager", progress=False)
+    eager = run_trial(tiny_config(methods, epochs=epochs), spec, prep, tmp_path / "eager", progress=False)
     calls = []
     orig = epoch_mod.GraphedSteps.run_epoch
 
@@ -223,9 +225,9 @@ def test_static_loop_draws_the_sampled_negatives_of_the_plain_steps(tmp_path, mo
         return orig(self, *a)
     monkeypatch.setattr(epoch_mod, "_graphable", lambda *a: True)
     monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
-    static = run_trial(tiny_config(methods, epochs=3, batched_heads=True), spec, prep, tmp_path / "static",
+    static = run_trial(tiny_config(methods, epochs=epochs, batched_heads=True), spec, prep, tmp_path / "static",
                        progress=False)
-    assert calls == [["banditnet", "dm", "pm_banditnet", "poxm"]] * 3
+    assert calls == [["banditnet", "dm", "pm_banditnet", "poxm"]] * epochs
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 import poxm_core.training.epoch as epoch_mod
@@ -63,10 +64,11 @@ def _final(df: pd.DataFrame) -> pd.Series:
     return fin.set_index(["method", "p", "lam", "split", "metric"])["value"].sort_index()
 
 
-def test_static_trial_equals_eager_trial(tmp_path, monkeypatch):
+@pytest.mark.parametrize("epochs", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_static_trial_equals_eager_trial(tmp_path, monkeypatch, epochs):
     prep = tiny_prepared(n_tr=120)
     cfg = tiny_config({"dm": {"lr": 0.01}, "poxm": {"p": [4, 8], "lam": [0.5], "lr": 0.01},
-                       "wpoxm": {"p": [4], "lam": [0.5], "lr": 0.01}}, epochs=2)
+                       "wpoxm": {"p": [4], "lam": [0.5], "lr": 0.01}}, epochs=epochs)
     spec = pick_trial(cfg)
     eager = run_trial(cfg, spec, prep, tmp_path / "eager", progress=False)
     calls = []
@@ -78,7 +80,7 @@ def test_static_trial_equals_eager_trial(tmp_path, monkeypatch):
     monkeypatch.setattr(epoch_mod, "_graphable", lambda *a: True)
     monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
     static = run_trial(cfg, spec, prep, tmp_path / "static", progress=False)
-    assert len(calls) == 2
+    assert len(calls) == epochs
     a, b = _final(eager), _final(static)
     assert list(a.index) == list(b.index)
     np.testing.assert_allclose(b.to_numpy(), a.to_numpy(), rtol=1e-4, atol=1e-6)

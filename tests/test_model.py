@@ -110,7 +110,7 @@ def test_logging_model_learns_and_is_deterministic():
 def test_micro_batches_give_the_same_model(monkeypatch):
     """Splitting a batch into micro-batches (memory bound for large L) accumulates the same gradient."""
     X, Y, _ = _separable(n=120)
-    mcfg = ModelConfig(dim=8, epochs=2, lr=1e-2, batch_size=16)
+    mcfg = ModelConfig(dim=8, epochs=1, lr=1e-2, batch_size=16)
     ref = train_logging_model(X, Y, mcfg, alpha=1.0, seed=0, progress=False).head_arrays()[0]
     monkeypatch.setattr(logging_model, "micro_batch_rows", lambda L, mb: 3)
     got = train_logging_model(X, Y, mcfg, alpha=1.0, seed=0, progress=False).head_arrays()[0]

@@ -42,8 +42,8 @@ def plugin():
 
 def test_plugin_method_trains_batched_and_equals_its_sequential_run(plugin):
     methods = {"logging": {}, "dm": GRID["dm"], "test_rwl": {"p": [4, 8], "lam": [0.5, 1.0], "lr": 0.05}}
-    seq, lseq, _ = _train(methods, False, f64=True)
-    bat, lbat, data = _train(methods, True, f64=True)
+    seq, lseq, _ = _train(methods, False, epochs=1, f64=True)
+    bat, lbat, data = _train(methods, True, epochs=1, f64=True)
     batched = engine_heads(data)["batched"]
     assert sum(k.startswith("test_rwl/") for k in batched) == 4 and not engine_heads(data)["sequential"]
     _compare(seq, bat, rtol=1e-10, atol=1e-12)

@@ -39,6 +39,7 @@ def test_rows_and_checkpoints_equal_the_schedule_without_it(tmp_path, monkeypatc
             assert torch.equal(a["heads"][k]["W"], b["heads"][k]["W"])
 
 
+@pytest.mark.slow
 def test_a_restart_from_a_checkpoint_written_meanwhile_equals_uninterrupted(tmp_path, monkeypatch):
     """With the overlap, epoch 2's checkpoint and report come after epoch 3 has trained: the checkpoint
     must still hold epoch 2's parameters and rows."""
@@ -57,6 +58,7 @@ def test_a_restart_from_a_checkpoint_written_meanwhile_equals_uninterrupted(tmp_
     pd.testing.assert_frame_equal(full, again)
 
 
+@pytest.mark.slow
 def test_checkpoint_every_with_the_overlap(tmp_path, monkeypatch):
     cfg = tiny_config(SMALL, epochs=4, checkpoint_every=2)
     spec = spec_of(cfg, "poxm")
