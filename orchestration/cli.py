@@ -265,7 +265,7 @@ def headline(run_dir: Path) -> str | None:
         return None
     from orchestration.stages.selection import RunSelection
     sel = RunSelection.from_frame(pd.read_csv(f)).honest()
-    if sel.empty or "test_R@5" not in sel:
+    if sel.empty or "test_R@5" not in sel or sel["test_R@5"].isna().all():     # a logged sweep has no R@5
         return None
     t = sel.pivot_table(index=["dataset", "method"], columns="variant", values="test_R@5", aggfunc="mean") * 100
     order = method_list(sorted(sel["method"].astype(str).unique()))
@@ -309,6 +309,9 @@ def _print_claims(report) -> None:
 
 def _outcome(out) -> int:
     table = headline(out.run_dir)
+    if table is None and out.report is not None:      # a logged sweep: the off-policy estimates instead
+        from orchestration.report.logged import terminal_headline
+        table = terminal_headline(Path(out.report))
     if table:
         print("\n" + table + "\n")
     _print_claims(out.report)

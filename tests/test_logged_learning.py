@@ -129,6 +129,30 @@ def test_poxm_run_obd_writes_the_report_table(tmp_path):
     assert {"test_IS_mean", "target_IS_mean", "test_IS_ci_halfwidth"} <= set(table.columns)
     index = (run / "report" / "index.md").read_text()
     assert "off-policy estimates of the learned policies" in index and "R@5" not in index
+    # the terminal's end-of-run lines are the report's estimates, not an empty R@5 table
+    assert "off-policy IS estimates" in r.stdout and "Empty DataFrame" not in r.stdout and "R@5" not in r.stdout
+
+
+def test_end_of_run_lines_of_a_logged_sweep(tmp_path):
+    from orchestration.cli import headline
+    from orchestration.report.logged import terminal_headline
+
+    (tmp_path / "results").mkdir()
+    pd.DataFrame([{"dataset": "d", "variant": "U", "method": "poxm", "seed": 0, "selection": "is", "criterion": "IS",
+                   "test_R@5": np.nan}]).to_csv(tmp_path / "results" / "selection.csv", index=False)
+    assert headline(tmp_path) is None                                   # no label metric: no R@5 table
+    assert terminal_headline(tmp_path / "report") is None               # no report yet
+    (tmp_path / "report" / "tables").mkdir(parents=True)
+    pd.DataFrame([{"variant": "U", "method": "poxm", "n_seeds": 2, "test_IS_mean": 0.004, "test_IS_ci_halfwidth": 0.002,
+                   "target_IS_mean": 0.001, "target_IS_ci_halfwidth": 0.0005, "val_IS_mean": 0.003},
+                  {"variant": "on-policy", "method": "test", "test_IS_mean": 0.002, "test_IS_ci_halfwidth": 0.001},
+                  {"variant": "on-policy", "method": "target", "target_IS_mean": 0.0042,
+                   "target_IS_ci_halfwidth": 0.0013}]).to_csv(tmp_path / "report" / "tables" / "ope_d.csv", index=False)
+    text = terminal_headline(tmp_path / "report")
+    assert text.startswith("d: off-policy IS estimates") and "selected by IS" in text and "mean of 2 seed(s)" in text
+    lines = text.splitlines()
+    assert lines[2].split()[-4:] == ["0.400", "0.200", "0.100", "0.050"]      # x100, as the report
+    assert lines[3].split()[-4:] == ["0.200", "0.100", "0.420", "0.130"]
 
 
 @needs_obd
@@ -139,4 +163,5 @@ def test_poxm_prepare_summarises_a_logged_dataset(tmp_path):
     rows = prepare_all(cfg, tmp_path / "cache", progress=False)
     assert [(r["variant"], r["selector"]) for r in rows] == [("U", "logging"), ("R", "reward")]
     assert "logged feedback, N_train=7500, N_test=2500" in format_shapes(cfg, tmp_path / "cache")
-    assert "click_rate_test" in format_table(rows)
+    table = format_table(rows)
+    assert "click_rate_test" in table and table.startswith("logged feedback:") and "logging model P@k" not in table

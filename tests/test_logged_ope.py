@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from poxm_core.bandit.logged_ope import (cell_reward_model, crossfit_reward, evaluate_against_truth,
+from poxm_core.bandit.logged_ope import (FOLDS_STREAM, cell_reward_model, crossfit_reward, evaluate_against_truth,
                                          position_marginals, row_weights, selector)
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.seeds import rng
 from poxm_core.config.schema import default_data_root
 from poxm_core.data.logged import LoggedFeedback, read_obd
 
@@ -60,7 +61,7 @@ def test_crossfit_reward_uses_the_other_fold_only():
     log = _log([0, 0, 1, 1], [0, 0, 0, 0], [1, 0, 1, 1], [0.5] * 4, n_actions=2, slate_size=1)
     pi = np.array([[0.25], [0.75]])
     dm, rl = crossfit_reward(log, pi, folds=2, seed=0, prior_rows=1)
-    fold = np.random.default_rng(0).permutation(4) % 2
+    fold = rng(0, *FOLDS_STREAM).permutation(4) % 2          # the folds' own stream
     for i in range(4):
         fit = fold != fold[i]
         rhat = cell_reward_model(log.action[fit], log.position[fit], log.reward[fit], 2, 1, prior_rows=1)

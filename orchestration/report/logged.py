@@ -23,7 +23,7 @@ from orchestration.report.index import render_html, render_markdown
 from orchestration.stages.selection import RunSelection, selected_rows, selection_label
 from poxm_core.common.atomic import write_text
 
-__all__ = ["is_logged", "write_logged_report", "EVAL_SPLITS", "SHOWN"]
+__all__ = ["is_logged", "write_logged_report", "terminal_headline", "EVAL_SPLITS", "SHOWN"]
 
 EVAL_SPLITS = ("test", "target")
 SHOWN = ("IS", "SNIS", "DR")      # the estimates in the main table (every estimator is in ope_seeds)
@@ -200,3 +200,36 @@ def write_logged_report(run_dir: Path, out: Path, chosen: RunSelection, rows: pd
     blocks.append(("links", [("selection.csv", "../results/selection.csv")]))
     write_text(out / "index.md", render_markdown(blocks))
     write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
+
+
+def terminal_headline(report_dir: Path | None) -> str | None:
+    """The end-of-run lines of a logged sweep (`poxm run`/`resume`), from the report's ope_<d>.csv: per
+    dataset, variant and method, the IS estimate (x 100, mean over seeds) on each held-out log with the
+    mean 95 % half-width, then each log's own click rate. None when the report has no such table."""
+    if report_dir is None:
+        return None
+    blocks = []
+    for f in sorted((Path(report_dir) / "tables").glob("ope_*.csv")):
+        if f.name.startswith("ope_seeds_"):
+            continue
+        df = pd.read_csv(f)
+        splits = [s for s in EVAL_SPLITS if f"{s}_IS_mean" in df]
+        if df.empty or not splits:
+            continue
+        crit = next((c[len("val_"):-len("_mean")] for c in df.columns if c.startswith("val_") and c.endswith("_mean")), "")
+        learned = df[df["variant"] != "on-policy"]
+        onp = df[df["variant"] == "on-policy"].set_index("method")
+        index, lines = [], []
+        for r in learned.itertuples(index=False):
+            index.append(f"{r.variant}  {T.method_name(str(r.method))}")
+            lines.append([x for s in splits for x in (_pct(getattr(r, f"{s}_IS_mean")),
+                                                      _pct(getattr(r, f"{s}_IS_ci_halfwidth")))])
+        index.append("the log's own click rate")
+        lines.append([x for s in splits for x in ((_pct(onp.at[s, f"{s}_IS_mean"]), _pct(onp.at[s, f"{s}_IS_ci_halfwidth"]))
+                                                  if s in onp.index else ("—", "—"))])
+        table = pd.DataFrame(lines, index=index, columns=[x for s in splits for x in (f"{s} IS", "±95 %")])
+        n = int(learned["n_seeds"].max()) if learned["n_seeds"].notna().any() else 0
+        blocks.append(f"{f.stem[len('ope_'):]}: off-policy IS estimates (click rate x100, ±95 %: mean half-width) of the "
+                      f"heads selected by {crit or 'the criterion'} on validation (mean of {n} seed(s)):\n"
+                      + table.to_string())
+    return "\n\n".join(blocks) or None

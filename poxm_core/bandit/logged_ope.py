@@ -26,15 +26,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.seeds import rng as seeded_rng
 from poxm_core.data.logged import LoggedFeedback
 from poxm_core.estimators.registry import ESTIMATORS
 
 __all__ = ["position_marginals", "selector", "row_weights", "cell_reward_model", "crossfit_reward",
-           "OPEResult", "evaluate_against_truth", "NOT_VALUE_ESTIMATES"]
+           "OPEResult", "evaluate_against_truth", "NOT_VALUE_ESTIMATES", "FOLDS_STREAM", "BOOTSTRAP_STREAM"]
 
 # Registered estimators that are not estimates of a policy value, hence not compared with the truth:
 # the SNIS lower bound is biased low by design (a pessimistic selection criterion, docs/estimators.md).
 NOT_VALUE_ESTIMATES = ("snis_lb",)
+# The random streams (poxm_core.common.seeds): the reward model's folds, and the bootstrap resamples of the
+# evaluation log (one stream for every estimator of a call: they are compared on the same resamples).
+FOLDS_STREAM = ("logged-ope", "reward-model-folds")
+BOOTSTRAP_STREAM = ("logged-ope", "bootstrap-resamples")
 _AUX_WE_GIVE = {"dm_term", "rhat_logged"}
 
 
@@ -98,8 +103,9 @@ def cell_reward_model(action: np.ndarray, position: np.ndarray, reward: np.ndarr
 def crossfit_reward(log: LoggedFeedback, pi: np.ndarray, folds: int = 2, seed: int = 0,
                     prior_rows: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
     """(dm_term, rhat_logged), each (n,): for a row of fold f, the reward model fitted on the other
-    folds (so a row's own reward never enters its rhat), dm_i = sum_a pi(a | k_i) rhat(a, k_i)."""
-    fold = np.random.default_rng(seed).permutation(log.n) % folds
+    folds (so a row's own reward never enters its rhat), dm_i = sum_a pi(a | k_i) rhat(a, k_i). A row's fold:
+    a permutation of the rows drawn from the stream (seed, *FOLDS_STREAM), modulo `folds`."""
+    fold = seeded_rng(seed, *FOLDS_STREAM).permutation(log.n) % folds
     dm = np.empty(log.n)
     rl = np.empty(log.n)
     for f in range(folds):
@@ -147,11 +153,11 @@ class OPEResult:
 def _boot_rel_error(point, w, r, aux, truth, n_boot, seed) -> float:
     if not truth:
         return float("nan")
-    rng = np.random.default_rng(seed)
+    gen = seeded_rng(seed, *BOOTSTRAP_STREAM)
     n = w.shape[0]
     errs = np.empty(n_boot)
     for b in range(n_boot):
-        idx = rng.integers(0, n, size=n)
+        idx = gen.integers(0, n, size=n)
         errs[b] = abs(point(w[idx], r[idx], **{k: v[idx] for k, v in aux.items()}) - truth) / truth
     return float(errs.mean())
 

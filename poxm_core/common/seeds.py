@@ -11,7 +11,9 @@ names of what draws from it, e.g. (seed, "batches", epoch) or (seed, head key, "
 Naming a stream by its path makes draws independent of what else runs (a head trained alone or in a
 group, a resumed trial, threads evaluating heads in any order all draw the same numbers). The trainer
 and the evaluation use it: batches, negatives, head initialisation, test and validation slates (and,
-on a GPU, the Monte-Carlo slate noise: (seed, "mc-slates", block index) on the device).
+on a GPU, the Monte-Carlo slate noise: (seed, "mc-slates", block index) on the device), and so do the
+logged-feedback streams: a log's fixed test part (split_seed, "logged-data", "test-split"), the folds of the
+OPE reward model and the bootstrap resamples of `poxm ope` (seed, "logged-ope", ...).
 
 STREAMS THAT STAY (their numbers are in cached prepare artifacts and published results, so a
 different derivation would change them; new code must not copy them):

@@ -22,22 +22,24 @@ import scipy.sparse as sp
 from poxm_core.bandit.log import BanditLog
 from poxm_core.bandit.logged_ope import cell_reward_model, position_marginals
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.common.seeds import rng
 from poxm_core.data.logged import LoggedFeedback
 from poxm_core.prepare.prepared import VariantPolicy
 
 __all__ = ["split_rows", "log_features", "order_actions", "candidates_of", "bandit_log", "PART_ARRAYS", "part_arrays",
-           "slot_marginals"]
+           "slot_marginals", "TEST_SPLIT_STREAM"]
 
 PART_ARRAYS = ("action", "position", "reward", "propensity")
+TEST_SPLIT_STREAM = ("logged-data", "test-split")     # the stream of the fixed test part (poxm_core.common.seeds)
 
 
 def split_rows(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(training rows, test rows), sorted int64: a seeded permutation's first round(n * test_fraction) rows
-    are the test part (at least one row on each side)."""
+    """(training rows, test rows), sorted int64: the first round(n * test_fraction) rows of a permutation
+    drawn from the stream (seed, *TEST_SPLIT_STREAM) are the test part (at least one row on each side)."""
     if n < 2:
         raise PoxmInputError(f"logged data: expected at least 2 rows to cut a test part, got {n}")
     n_test = min(max(int(round(n * test_fraction)), 1), n - 1)
-    perm = np.random.default_rng(seed).permutation(n)
+    perm = rng(seed, *TEST_SPLIT_STREAM).permutation(n)
     return np.sort(perm[n_test:]).astype(np.int64), np.sort(perm[:n_test]).astype(np.int64)
 
 

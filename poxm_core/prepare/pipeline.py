@@ -330,15 +330,16 @@ _LOGGED_PARTS = ("train", "test", "target")
 def logged_keys(cfg: SweepConfig, dataset: str, seed: int) -> tuple[tuple[dict, str], dict[str, tuple[dict, str]]]:
     """(data level (key, hash), {variant: (key, hash)}) of a logged dataset: the data level by the files'
     contents and the logged entry (reader, split); a variant by it, the seed, val_fraction, its selector."""
-    from poxm_core.common.seeds import stable_seed  # noqa: F401  (documented scheme; the split seeds are the config's)
     from poxm_core.config.schema import config_hash
     from poxm_core.data.logged import logged_files
     from poxm_core.prepare.cache import VERSIONS, file_sha256
+    from poxm_core.prepare.logged import TEST_SPLIT_STREAM
     dcfg = cfg.dataset(dataset)
     root = Path(cfg.data_root) if cfg.data_root else default_data_root()
     dkey = {"level": "data", "version": VERSIONS["data"],
             "identity": {"name": dcfg.name, "logged": dcfg.logged.model_dump(mode="json"),
-                         "files": [file_sha256(f) for f in logged_files(dcfg.logged, root)]}}
+                         "files": [file_sha256(f) for f in logged_files(dcfg.logged, root)],
+                         "test_split": list(TEST_SPLIT_STREAM)}}     # the split's stream: a new one is a new cache entry
     dh = config_hash(dkey)
     out = {}
     for v in dcfg.variants:

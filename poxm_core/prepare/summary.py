@@ -86,7 +86,12 @@ def format_table(rows: list[dict]) -> str:
     df = pd.DataFrame(rows).drop(columns=["variant_hash"])
     metric_cols = [c for c in df.columns if "@" in c or c in ("target", "ratio") or c.startswith("click_rate_")]
     df[metric_cols] = df[metric_cols] * 100
-    head = "logging model P@k (greedy), logging policy R/nDCR/PSR@k (stochastic) and covering on test, x100"
+    if "selector" in df.columns:     # logged feedback: no logging model, no labels (summary_row)
+        head = ("logged feedback: K actions in C(x) ordered by the selector, fit / validation rows, each log's click "
+                "rate (click_rate_<log>) and the share of the target log's clicks inside Phi^p "
+                "(phi_share_target@p), x100")
+    else:
+        head = "logging model P@k (greedy), logging policy R/nDCR/PSR@k (stochastic) and covering on test, x100"
     if "ratio" in df.columns:
         head += ("\nmatched variants: T solved so that rho's R@5 / the reference's P@5 (ref_P@5) on n_heldout "
                  "training rows reaches target; ratio = what it reached, x100")
