@@ -168,12 +168,13 @@ def test_worker_logger_dedupes_epochs_and_finishes(store):
     log.log_final(rows, {("poxm", 5, 0.9): heads["poxm/p=5/lam=0.9"], ("poxm", 10, 0.9): r10}, seconds=30.0)
     got = c.get_run(r10)
     assert got.info.status == "FINISHED"
-    # test metrics once at step 0 (MLflow charts a metric with no step >= 1 as one bar per run)
-    assert [(h.step, h.value) for h in c.get_metric_history(r10, "test/R_at_5")] == [(0, pytest.approx(1.0))]
+    # test metrics once at step 0 (MLflow charts a metric with no step >= 1 as one bar per run), ×100
+    assert [(h.step, h.value) for h in c.get_metric_history(r10, "test/R_at_5")] == [(0, pytest.approx(100.0))]
     assert [h.step for h in c.get_metric_history(r10, "val/DR")] == [3]          # validation keeps its epoch
-    # the trial's 30 s shared by its 2 heads
+    # without the trainer's timing, the trial's 30 s shared by its 2 heads; the UI's Duration is that share
     assert (got.data.tags["trial_seconds"], got.data.tags["trial_heads"], got.data.tags["head_seconds"]) == ("30.0", "2", "15.0")
-    assert got.data.metrics["test/R_at_5"] == pytest.approx(1.0) and got.data.metrics["test/R_at_5_se"] == pytest.approx(0.01)
+    assert got.info.end_time - got.info.start_time == 15000
+    assert got.data.metrics["test/R_at_5"] == pytest.approx(100.0) and "test/R_at_5_se" not in got.data.metrics
     assert got.data.metrics["val/DR"] == pytest.approx(0.2) and "val/DR_se" not in got.data.metrics
     # the final SNIS at epoch 3 was logged per epoch already: not a second point at step 3
     assert [(h.step, h.value) for h in c.get_metric_history(r10, "val/SNIS")] == [(1, 1.5), (2, 2.5), (3, 3.5)]
@@ -192,11 +193,14 @@ def test_close_points_leaves_nothing_running(store):
     runs = tracking.SweepRuns(uri, exp, parent, ids)
     counts = tracking.close_points(runs, {keys[1]: "FAILED"})
     assert counts == {"FINISHED": 1, "FAILED": 1, "KILLED": 1}
-    claims = {f"claims/IS/d/poxm_vs_logging/T0.25/{i}/diff": float(i) for i in range(1200)}   # > 1000: two batches
-    tracking.finish_parent(runs, ok=False, metrics={"wall_s": 3.0, "bad": math.nan, **claims}, artifacts=[])
+    table = pd.DataFrame([{"what": "wall_s", "value": 3.0}])
+    tracking.finish_parent(runs, ok=False, tables={"tables/sweep.json": table}, artifacts=[], note_extra="**Results**")
+    tracking.set_note(c, parent, "**Results** again")              # replaces what the first call added
     st = {r.info.run_id: r.info.status for r in c.search_runs([exp])}
     assert st[parent] == "FAILED" and "RUNNING" not in st.values() and "SCHEDULED" not in st.values()
-    assert len(c.get_run(parent).data.metrics) == 1201 and "bad" not in c.get_run(parent).data.metrics
+    assert c.get_run(parent).data.metrics == {}                     # summaries are tables, not one-bar metrics
+    assert "tables/sweep.json" in {a.path for a in c.list_artifacts(parent, "tables")}
+    assert c.get_run(parent).data.tags["mlflow.note.content"].count("**Results**") == 1
 
 
 @pytest.mark.slow
@@ -215,10 +219,20 @@ def test_tag_selected(store):
     assert (tag(GRID[0]), tag(GRID[1]), tag(GRID[2])) == (None, "oracle,snis", "snis")
 
 
-def test_parent_results_and_timing_names(tmp_path):
-    """The parent run's headline: the selected point's test R@5/nDCR@5/PSR@5, mean over seeds; timings
-    as sweep/... (after result/ and claims/ in a sorted list)."""
-    from orchestration.stages.track import result_metrics, timing_metrics
+def test_head_costs_are_each_runs_own():
+    """A trial's compute split among its heads: training among those that train, the rest among all."""
+    pts = [("logging", None, None), ("poxm", 10, 0.9), ("dm", None, None)]
+    got = tracking.head_costs(pts, 40.0, {"setup_s": 4.0, "train_s": 30.0, "eval_s": 6.0})
+    assert got[("logging", None, None)] == pytest.approx(10.0 / 3)            # trains nothing
+    assert got[("poxm", 10, 0.9)] == pytest.approx(10.0 / 3 + 15.0) == got[("dm", None, None)]
+    assert sum(got.values()) == pytest.approx(40.0)
+    assert set(tracking.head_costs(pts, 9.0, None).values()) == {3.0}         # no parts timed: an even share
+
+
+def test_parent_results_and_timing_tables(tmp_path):
+    """The parent run's headline as a table (not one-bar metrics): the selected point's test R@5 / PSR@5
+    ×100 (the report's scale), mean over seeds, with the seeds and the (p, λ) chosen; timings one row each."""
+    from orchestration.stages.track import result_table, summary_tables, sweep_table
     res = tmp_path / "results"
     res.mkdir()
     sel = [{"dataset": "d", "variant": "A", "method": "poxm", "seed": s, "selection": sl, "criterion": "IS",
@@ -232,8 +246,47 @@ def test_parent_results_and_timing_names(tmp_path):
     rows.append(make_row(dataset="d", variant="A", method="dm", p=None, lam=None, seed=0, split="test", metric="R@5",
                          value=0.25, stderr=math.nan, epoch=2, final=True))
     to_frame(rows).to_csv(res / "rows.csv", index=False)
-    got = result_metrics(tmp_path)
-    # seed 0 chose p=5 (0.5), seed 1 p=10 (1 + 1.0): mean 1.25; the oracle row and val rows play no part
-    assert got == {"result/d/A/poxm/test_R_at_5": pytest.approx(1.25), "result/d/A/poxm/test_PSR_at_5": pytest.approx(1.25),
-                   "result/d/A/dm/test_R_at_5": pytest.approx(0.25)}
-    assert timing_metrics({"wall_s": 3.0, "finished_at": 1e9, "ok": True, "note": "x"}) == {"sweep/wall_s": 3.0}
+    got = result_table(tmp_path).set_index("method")
+    # seed 0 chose p=5 (0.5), seed 1 p=10 (1 + 1.0): mean 1.25 -> 125 (×100); the oracle and val rows play no part
+    assert got.loc["poxm", "test R@5 ×100"] == pytest.approx(125.0) and got.loc["poxm", "test PSR@5 ×100"] == pytest.approx(125.0)
+    assert (got.loc["poxm", "seeds"], got.loc["poxm", "p"], got.loc["poxm", "λ"]) == (2, "5/10", "0.9")
+    assert got.loc["dm", "test R@5 ×100"] == pytest.approx(25.0) and got.loc["dm", "p"] == "—"
+    assert sweep_table({"wall_s": 3.0, "finished_at": 1e9, "ok": True, "note": "x"}).to_dict("records") == [
+        {"what": "wall_s", "value": 3.0}]
+    assert set(summary_tables(tmp_path, None, {"wall_s": 3.0})) == {"tables/results.json", "tables/sweep.json"}
+
+
+def test_claim_table_words_and_no_interval_below_min_seeds(tmp_path):
+    """The claims on the parent run: verdicts in words, and no interval where there are too few seeds."""
+    from orchestration.report.claims import CLAIM_COLUMNS
+    from orchestration.stages.track import claim_table, headline_note
+    (tmp_path / "tables").mkdir()
+    base = {c: math.nan for c in CLAIM_COLUMNS}
+    rows = [dict(base, criterion="IS", paper_criterion=False, dataset="d", variant="A", claim="poxm_vs_dm",
+                 claim_text="POXM > DM", source="paper", metric="R@5", diff=1.5, ci_lo=0.5, ci_hi=2.5, verdict=v,
+                 n=n, seeds="0 1", signs=f"{n}/{n}") for v, n in (("too few seeds", 2), ("holds", 5))]
+    pd.DataFrame(rows).to_csv(tmp_path / "tables" / "claims.csv", index=False)
+    t = claim_table(tmp_path)
+    assert list(t["verdict"]) == ["too few seeds", "holds"]
+    assert t["95 % CI low"].isna().tolist() == [True, False]
+    assert "too few seeds" in headline_note(tmp_path / "none", tmp_path)
+
+
+
+def test_ui_view_opens_on_the_grid_points():
+    """`poxm ui`'s page sets the runs page's first view when the browser has none: the sweep unfolded,
+    the columns that tell grid points apart and the metrics that matter, names wide enough."""
+    import json as _json
+
+    from orchestration.tracking import ui
+    st = ui.view_state("parent-id", "SNIS", datasets=2)
+    assert st["runsExpanded"] == {"parent-id": True} and st["runsHiddenMode"] == "SHOW_ALL"
+    assert st["selectedColumns"][:6] == ["params.`dataset`", "params.`method`", "params.`variant`", "params.`p`",
+                                         "params.`lam`", "params.`seed`"]
+    assert {"metrics.`val/SNIS`", "metrics.`test/R_at_5`"} <= set(st["selectedColumns"])
+    assert st["columnWidths"][st["columnOrder"][0]] >= 300       # widths apply to the columns in columnOrder
+    js = ui.view_script("7", st)
+    key = ui.VIEW_KEY.format(exp_id="7")
+    assert f"if(!s.getItem({_json.dumps(key)}))" in js             # a user's own view is kept
+    page = ui.with_mode_script(b"<html><head><title>x</title></head></html>", js).decode()
+    assert page.index(ui.MODE_SCRIPT) < page.index(js) < page.index("<title>")

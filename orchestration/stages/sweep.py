@@ -309,8 +309,9 @@ def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
         c = tracking.client(tracking.stored_uri(rd.root, ml))
         c.log_artifacts(ml["parent_run_id"], str(report), "report")
         c.log_artifacts(ml["parent_run_id"], str(rd.results), "results")
-        from orchestration.stages.track import claim_metrics, result_metrics
-        tracking.log_metrics(c, ml["parent_run_id"], {**result_metrics(rd.root), **claim_metrics(report)})
+        from orchestration.stages.track import headline_note, summary_tables
+        tracking.log_tables(c, ml["parent_run_id"], summary_tables(rd.root, report))
+        tracking.set_note(c, ml["parent_run_id"], headline_note(rd.root, report))
     return report
 
 

@@ -123,7 +123,7 @@ class PointsStage:
 def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errored: list, summary: dict,
                    report: Path | None) -> None:
     """Point runs FINISHED / FAILED / KILLED, the selected points tagged, the parent run's summary
-    metrics and artifacts logged and the parent ended."""
+    tables, note and artifacts logged and the parent ended."""
     rd = plan.rd
     status = {tracking.point_key(g): "FINISHED" if g["trial"] in done else ("FAILED" if g["trial"] in errored
                                                                             else "KILLED")
@@ -135,53 +135,112 @@ def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errore
         chosen = RunSelection.from_frame(pd.read_csv(rd.selection_csv)).selection     # the run's criterion, oracle
         tracking.tag_selected(runs, chosen.to_dict("records"))
     ok = not errored and len(done) == len(plan.specs)
-    tracking.finish_parent(
-        runs, ok, {**result_metrics(rd.root), **claim_metrics(report), **timing_metrics(summary)},
-        [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
-        + ([(report, "report")] if report is not None else []))
+    tracking.finish_parent(runs, ok, summary_tables(rd.root, report, summary),
+                           [(rd.config, "sweep"), (rd.sweep, "sweep"), (rd.results, "results")]
+                           + ([(report, "report")] if report is not None else []),
+                           note_extra=headline_note(rd.root, report))
 
 
-TIMING = "sweep/"      # counts and timings of the sweep: after "claims/" and "result/" in a sorted list
 HEADLINE = ("R@5", "nDCR@5", "PSR@5")
 
 
-def timing_metrics(summary: dict) -> dict[str, float]:
-    """The sweep summary's numbers (wall time, trial compute, trial counts, ...) as 'sweep/<key>'."""
-    return {f"{TIMING}{k}": v for k, v in summary.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "finished_at"}
+def summary_tables(run_root: Path, report: Path | None, summary: dict | None = None) -> dict:
+    """The parent run's summaries as tables the UI renders (MlflowClient.log_table; the run's
+    Artifacts tab): 'tables/results.json' (the headline results), 'tables/claims.json' (the claims,
+    verdicts in words), 'tables/sweep.json' (counts and timings). Empty tables are left out."""
+    out = {"tables/results.json": result_table(run_root), "tables/claims.json": claim_table(report)}
+    if summary:
+        out["tables/sweep.json"] = sweep_table(summary)
+    return {k: v for k, v in out.items() if v is not None and len(v)}
 
 
-def result_metrics(run_root: Path) -> dict[str, float]:
-    """The headline results on the parent run: for each dataset, variant and method, the test R@5,
-    nDCR@5 and PSR@5 of the (p, λ) the sweep's criterion chose on validation, mean over seeds:
-    'result/<dataset>/<variant>/<method>/test_R_at_5' (from results/selection.csv and rows.csv)."""
+def sweep_table(summary: dict):
+    """The sweep summary's numbers (wall time, trial compute, trial counts, ...): one row each."""
     import pandas as pd
-    from poxm_core.common.results import mlflow_name
+    return pd.DataFrame([{"what": k, "value": v} for k, v in summary.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "finished_at"])
+
+
+def result_table(run_root: Path):
+    """The headline results: for each dataset, variant and method, the test R@5, nDCR@5 and PSR@5 ×100
+    (the report's scale) of the (p, λ) the sweep's criterion chose on validation, mean over seeds, with
+    the seeds and the (p, λ) chosen (from results/selection.csv and rows.csv); None without them."""
+    import pandas as pd
     res = Path(run_root) / "results"
     if not (res / "selection.csv").is_file() or not (res / "rows.csv").is_file():
-        return {}
+        return None
     from orchestration.stages.selection import RunSelection
     sel = RunSelection.from_frame(pd.read_csv(res / "selection.csv")).honest().copy()
     rows = pd.read_csv(res / "rows.csv")
     rows = rows[(rows["split"] == "test") & rows["final"].astype(bool) & rows["metric"].isin(HEADLINE)]
     if sel.empty or rows.empty:
-        return {}
+        return None
     keys = ["dataset", "variant", "method", "seed", "p", "lam"]
     for f in (sel, rows):
         f["lam"] = f["lam"].astype(float).fillna(-1.0)
         f["p"] = f["p"].astype(int)
     got = sel[keys].merge(rows[keys + ["metric", "value"]], on=keys)
-    out = {}
-    for (d, v, m, metric), g in got.groupby(["dataset", "variant", "method", "metric"]):
-        out[f"result/{d}/{v}/{m}/test_{mlflow_name(metric)}"] = float(g["value"].mean())
-    return out
+    out = []
+    for (d, v, m), g in got.groupby(["dataset", "variant", "method"], sort=False):
+        pts = g.drop_duplicates(["seed", "p", "lam"])
+        ps = sorted({int(x) for x in pts["p"] if x >= 0})
+        lams = sorted({float(x) for x in pts["lam"] if x >= 0})
+        row = {"dataset": d, "variant": v, "method": m, "seeds": int(pts["seed"].nunique()),
+               "p": "/".join(map(str, ps)) or "—", "λ": "/".join(f"{x:g}" for x in lams) or "—"}
+        for metric in HEADLINE:
+            vals = g[g["metric"] == metric]["value"]
+            row[f"test {metric} ×100"] = round(100 * float(vals.mean()), 2) if len(vals) else None
+        out.append(row)
+    return pd.DataFrame(out)
 
 
-def claim_metrics(report: Path | None) -> dict[str, float]:
-    """The report's claims as parent-run metrics ('claims/<criterion>/<dataset>/<claim>/<variant>/diff' ...)."""
-    from orchestration.report.claims import mlflow_metrics, read_claims
+def claim_table(report: Path | None):
+    """The report's claims, one row per claim, dataset, variant and criterion: Δ and its 95 % interval
+    (×100 as in the report; none below the seed count a verdict needs), the seeds that agree, and the
+    verdict in words ('holds', 'fails', 'undecided', 'too few seeds'); None without claims."""
+    import math
+
+    import pandas as pd
+    from orchestration.report.claims import read_claims
+    from orchestration.report.inference import MIN_SEEDS
     frame = read_claims(report) if report is not None else None
-    return mlflow_metrics(frame) if frame is not None else {}
+    if frame is None or not len(frame):
+        return None
+
+    def num(x):
+        return None if x is None or not math.isfinite(float(x)) else round(float(x), 2)
+
+    out = []
+    for r in frame.itertuples(index=False):
+        enough = int(r.n) >= MIN_SEEDS
+        out.append({"claim": r.claim_text, "dataset": str(r.dataset), "variant": str(r.variant),
+                    "criterion": str(r.criterion), "metric": str(r.metric), "Δ": num(r.diff),
+                    "95 % CI low": num(r.ci_lo) if enough else None, "95 % CI high": num(r.ci_hi) if enough else None,
+                    "seeds > 0": str(r.signs), "seeds": int(r.n), "verdict": str(r.verdict)})
+    return pd.DataFrame(out)
+
+
+def _markdown(frame) -> str:
+    def cell(x):
+        return "—" if x is None or (isinstance(x, float) and x != x) else str(x)
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def headline_note(run_root: Path, report: Path | None) -> str | None:
+    """The results table and the claims' verdicts in words, for the parent run's description."""
+    res, claims = result_table(run_root), claim_table(report)
+    parts = []
+    if res is not None and len(res):
+        parts.append("**Results** (test, ×100, selected (p, λ), mean over seeds):\n\n" + _markdown(res))
+    if claims is not None and len(claims):
+        crit = claims["criterion"].iloc[0]
+        c = claims[claims["criterion"] == crit]
+        parts.append(f"**Claims** ({crit}; Δ ×100; verdict in words):\n\n"
+                     + _markdown(c[["claim", "dataset", "variant", "Δ", "seeds > 0", "verdict"]]))
+    return "\n\n".join(parts) or None
 
 
 def abort_tracking(plan: SweepPlan, runs: tracking.SweepRuns | None, parent: tuple[str, str] | None) -> None:

@@ -203,7 +203,7 @@ def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles,
     if logger is not None:
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
                   zip(m.spec["heads"], (runs.heads[k] for k in m.head_keys))}
-        logger.log_final(df, points, seconds=seconds["run_trial_s"])
+        logger.log_final(df, points, seconds=seconds["run_trial_s"], timing=trainer_timing(out_dir))
     files.publish(out_dir)
     if job.points_file is not None:     # runs created beside the trials: the wait for them (0 if they were there)
         seconds["points_wait_s"] = points_wait_s
@@ -279,6 +279,15 @@ def train_member(cfg, spec, prepared, out_dir: Path, ckpt, on_epoch):
         with ckpt.as_directory() as d:
             return run_trial(cfg, spec, prepared, out_dir, resume_from=Path(d), on_epoch=on_epoch, progress=False)
     return run_trial(cfg, spec, prepared, out_dir, on_epoch=on_epoch, progress=False)
+
+
+def trainer_timing(out_dir: Path) -> dict | None:
+    """The parts of the trial's compute the trainer timed (summary.json's 'timing'), or None."""
+    import json
+    try:
+        return dict(json.loads((Path(out_dir) / "summary.json").read_text())["timing"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def record_attempt(files: TrialFiles, job: WorkerJob, seconds: dict, start: float, resumed: str | None,

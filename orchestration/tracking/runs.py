@@ -5,14 +5,16 @@ Layout (docs/orchestration.md, "MLflow"):
   experiment   tag mlflow.experimentKind=custom_model_development; the store's empty 'Default' deleted
   parent run   name '<name>-<hash>', tags poxm.role=sweep, poxm.sweep, config_hash, git_commit, the
                standard mlflow.source.name / mlflow.user / mlflow.source.git.commit, and a description
-               (mlflow.note.content); params: the resolved config, flattened ('training.epochs',
-               'datasets.0.variants.1.T'); metrics 'result/<dataset>/<variant>/<method>/test_R_at_5' ...,
-               'claims/...', 'sweep/wall_s' ...; artifacts: config.yaml, sweep.json, results/*.csv, report/
+               (mlflow.note.content, with the results and the claims' verdicts at the end); params: the
+               resolved config, flattened ('training.epochs', 'datasets.0.variants.1.T'); no metrics: the
+               summaries are tables (log_table: tables/results.json, claims.json, sweep.json); artifacts:
+               config.yaml, sweep.json, results/*.csv, report/
   point runs   one per grid point (dataset, variant, method, p, lam, seed), tag mlflow.parentRunId,
                named by what differs first: 'A s0 poxm p10 λ.9' (+ dataset if several); params: every grid
                coordinate and training setting; per-epoch metrics (step = epoch): 'train/loss',
-               'val/IS', 'val/sIS', 'val/SNIS', 'val/ESS' (+ '_se'); final metrics: 'test/R_at_5' ...
-               (poxm_core.common.results.mlflow_name: MLflow rejects '@'), 'val/<estimator>' of untrained heads
+               'val/IS', 'val/sIS', 'val/SNIS', 'val/ESS' (+ '_se'); final metrics: 'test/R_at_5' ... ×100
+               (poxm_core.common.results.mlflow_name: MLflow rejects '@'), 'val/<estimator>' of untrained heads;
+               Duration (end - start) = the head's own share of its trial's compute (head_costs)
 
 The driver creates the store, the experiment and every run id before any trial starts (concurrent
 first use of a fresh sqlite store races on its schema migration), finds them by tags when they
@@ -87,6 +89,18 @@ def metric_name(key: str, split: str | None = None) -> str:
     if split is None:
         split = "train" if key in ("loss", "loss_se") else "val"
     return f"{split}/{key}"
+
+
+PERCENT_SPLITS = ("test",)
+
+
+def ui_value(split: str, metric: str, value: float) -> float:
+    """A value as MLflow shows it: the test metrics (R@k, nDCR@k, PSR@k, P@k, ...: rates) ×100, the
+    report's and the terminal's scale, rounded to 4 decimals; validation estimates, ESS and the loss in
+    their own units (an estimate is an expected reward per slate, not a rate)."""
+    if split in PERCENT_SPLITS and "@" in metric:
+        return round(100.0 * float(value), 4)
+    return float(value)
 
 
 def _flat(prefix: str, d: Mapping) -> dict[str, str]:
@@ -269,12 +283,14 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
             f"- protocol: {protocol}; selection criterion: {cfg_dict.get('selection', {}).get('criterion', 'IS')}; "
             f"epochs: {cfg_dict['training']['epochs']}\n\n"
             "Child runs are named `variant seed method p λ` (+ dataset when there are several: "
-            "`A s0 poxm p10 λ.9`). Metrics: `train/loss` and "
-            "`val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch); `test/<metric>` "
-            "(R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) once at the end (step 0: one bar per run). "
-            "This run's metrics: `result/<dataset>/<variant>/<method>/test_R_at_5` ... (the selected (p, λ), "
-            "mean over seeds), `claims/...`, then `sweep/...` (counts, timings). The parameters of this run are the "
-            "resolved config; the report is in its artifacts (`report/`).")
+            "`A s0 poxm p10 λ.9`); their params `method`, `variant`, `p`, `lam`, `seed` and metrics `val/IS` "
+            "(the validation estimate) and `test/R_at_5` are the runs table's columns (`poxm ui` sets them). "
+            "Metrics: `train/loss` and `val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch), "
+            "in their own units; `test/<metric>` (R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) ×100 like the "
+            "report, once at the end. A child's Duration is its own share of its trial's compute (tag "
+            "`head_seconds`). This run's summaries are tables in its artifacts (`tables/results.json`, "
+            "`tables/claims.json` with verdicts in words, `tables/sweep.json`), with the report (`report/`); "
+            "its parameters are the resolved config.")
 
 
 def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapping,
@@ -359,10 +375,32 @@ def log_metrics(c, run_id: str, metrics: Mapping[str, float]) -> int:
     return len(ms)
 
 
-def finish_parent(runs: SweepRuns, ok: bool, metrics: Mapping[str, float], artifacts: Iterable[tuple[Path, str]]) -> None:
-    """Metrics, artifacts (files or folders, with their artifact path) and the end status of the parent run."""
+def log_tables(c, run_id: str, tables: Mapping[str, object]) -> None:
+    """Each {artifact file: DataFrame} as an MLflow table (MlflowClient.log_table: a JSON artifact the
+    run's Artifacts tab shows as a table)."""
+    for name, frame in tables.items():
+        c.log_table(run_id, data=frame, artifact_file=name)
+
+
+def set_note(c, run_id: str, extra: str | None) -> None:
+    """The run's description (mlflow.note.content) with `extra` in place of what an earlier call added."""
+    if not extra:
+        return
+    note = c.get_run(run_id).data.tags.get("mlflow.note.content", "")
+    note = note.split(NOTE_RESULTS)[0].rstrip()
+    c.set_tag(run_id, "mlflow.note.content", f"{note}\n\n{NOTE_RESULTS}\n\n{extra}".lstrip())
+
+
+NOTE_RESULTS = "---"
+
+
+def finish_parent(runs: SweepRuns, ok: bool, tables: Mapping[str, object], artifacts: Iterable[tuple[Path, str]],
+                  note_extra: str | None = None) -> None:
+    """Summary tables, artifacts (files or folders, with their artifact path), the description's results
+    and the end status of the parent run."""
     c = client(runs.uri)
-    log_metrics(c, runs.parent, metrics)
+    log_tables(c, runs.parent, tables)
+    set_note(c, runs.parent, note_extra)
     for path, where in artifacts:
         path = Path(path)
         if path.is_dir():
@@ -389,6 +427,30 @@ def tag_selected(runs: SweepRuns, selection_rows: Iterable[Mapping]) -> None:
 
 # --------------------------------------------------------------------------------------------
 # worker side
+
+def head_costs(points: list[tuple], seconds: float | None, timing: Mapping[str, float] | None) -> dict[tuple, float]:
+    """Each head's own share of its trial's compute `seconds`, {(method, p, lam): seconds}. The heads of
+    a trial train batched together and are not timed one by one; the trainer times the parts
+    (`timing`: setup_s, train_s, eval_s, ...). The training time is shared among the heads that train
+    (the logging policy trains nothing), the rest (set-up, evaluation, checkpoints) among all heads.
+    Without `timing`, an even share of `seconds`."""
+    if seconds is None or not points:
+        return {pt: 0.0 for pt in points}
+    from poxm_core.methods import get_method
+
+    def trains(method: str) -> bool:
+        try:
+            return bool(get_method(method).trains)
+        except Exception:  # noqa: BLE001  an unknown plugin method: counted as training
+            return True
+    n = len(points)
+    train_s = float((timing or {}).get("train_s", 0.0) or 0.0)
+    if not timing or train_s <= 0 or train_s > seconds:
+        return {pt: seconds / n for pt in points}
+    trained = [pt for pt in points if trains(pt[0])] or list(points)
+    shared = (seconds - train_s) / n
+    return {pt: shared + (train_s / len(trained) if pt in trained else 0.0) for pt in points}
+
 
 class PointLogger:
     """Logs one trial's heads to their pre-created runs (rank 0 of the trial's Train workers).
@@ -422,22 +484,24 @@ class PointLogger:
             self.c.log_batch(rid, metrics=ms)
             self.logged[rid] = epoch
 
-    def log_final(self, df, head_runs_by_point: Mapping[tuple, str], seconds: float | None = None) -> None:
-        """Final rows by split: 'test/R_at_5' (+ '_se'), 'val/SNIS' ..., then FINISHED. Test metrics
-        are logged once at step 0, so MLflow's charts draw them as one bar per run (a metric with no
-        value at step >= 1 gets a bar chart); a final validation value keeps its epoch, and one whose
-        per-epoch value was logged already is not logged twice. `seconds` (the trial's compute time)
-        becomes the tags trial_seconds, trial_heads and head_seconds: the heads of a trial train
-        batched together, so head_seconds is the trial's time shared evenly among its heads."""
+    def log_final(self, df, head_runs_by_point: Mapping[tuple, str], seconds: float | None = None,
+                  timing: Mapping[str, float] | None = None) -> None:
+        """Final rows by split: 'test/R_at_5' ... (×100: ui_value), 'val/SNIS' ..., then FINISHED. Test
+        metrics are logged once at step 0, so MLflow's charts draw them as one bar per run; their
+        Monte-Carlo standard errors stay in results/rows.csv (as metrics they would add a chart each before
+        the training curves); a final validation value keeps its epoch, and one whose per-epoch value was
+        logged already is not logged twice. `seconds` (the trial's compute) and `timing` (its parts, the
+        trainer's summary.json) give each run its own cost: head_cost."""
         from mlflow.entities import Metric, RunTag
         now = int(time.time() * 1000)
-        n_heads = max(1, len(head_runs_by_point))
         fin = df[df["final"]]
+        costs = head_costs(list(head_runs_by_point), seconds, timing)
         for pt, rid in head_runs_by_point.items():
             method, p, lam = pt
             sel = fin[(fin["method"] == method) & (fin["p"] == (-1 if p is None else p))]
             sel = sel[sel["lam"].isna()] if lam is None else sel[sel["lam"] == lam]
-            per_epoch = set(self.c.get_run(rid).data.metrics) if self.logged.get(rid, 0) else set()
+            run = self.c.get_run(rid)
+            per_epoch = set(run.data.metrics) if self.logged.get(rid, 0) else set()
             ms = []
             for r in sel.itertuples(index=False):
                 name = metric_name(r.metric, r.split)
@@ -445,16 +509,20 @@ class PointLogger:
                     continue
                 step = 0 if r.split == "test" else int(r.epoch)
                 if math.isfinite(r.value):
-                    ms.append(Metric(name, float(r.value), now, step))
-                if math.isfinite(r.stderr) and r.stderr > 0:
+                    ms.append(Metric(name, ui_value(r.split, r.metric, r.value), now, step))
+                if r.split != "test" and math.isfinite(r.stderr) and r.stderr > 0:
                     ms.append(Metric(name + "_se", float(r.stderr), now, step))
             for i in range(0, len(ms), 1000):
                 self.c.log_batch(rid, metrics=ms[i:i + 1000])
+            end = None
             if seconds is not None:
+                own = costs[pt]
                 self.c.log_batch(rid, tags=[RunTag("trial_seconds", f"{seconds:.1f}"),
-                                            RunTag("trial_heads", str(n_heads)),
-                                            RunTag("head_seconds", f"{seconds / n_heads:.1f}")])
-            self.c.set_terminated(rid, "FINISHED")
+                                            RunTag("trial_heads", str(len(costs))),
+                                            RunTag("head_seconds", f"{own:.1f}")])
+                # the UI's Duration (end - start) is the run's own cost, not its trial's wall time
+                end = int(run.info.start_time + 1000 * own)
+            self.c.set_terminated(rid, "FINISHED", end_time=end)
 
     def fail(self) -> None:
         for rid in self.prefix.values():

@@ -86,16 +86,58 @@ MODE_SCRIPT = (f'<script>try{{if(!localStorage.getItem("{MODE_KEY}"))'
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
-def with_mode_script(html: bytes) -> bytes:
-    """The UI's page with MODE_SCRIPT first in <head> (before MLflow's own scripts read the choice)."""
+def with_mode_script(html: bytes, extra: str = "") -> bytes:
+    """The UI's page with MODE_SCRIPT (and `extra`, e.g. view_script's) first in <head>, before MLflow's
+    own scripts read the choices."""
+    script = (MODE_SCRIPT + extra).encode()
     i = html.find(b"<head>")
-    return html[:i + 6] + MODE_SCRIPT.encode() + html[i + 6:] if i >= 0 else MODE_SCRIPT.encode() + html
+    return html[:i + 6] + script + html[i + 6:] if i >= 0 else script + html
+
+
+# MLflow 3.17's runs page keeps its view (columns, widths, expanded runs, ...) in the browser's local
+# storage under this key, per experiment; the names of its columns are '<type>.`<key>`'.
+VIEW_KEY = 'MLflowLocalStorage-1.1-ExperimentPage-["{exp_id}"]-ReactComponentState'
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+RUN_NAME_WIDTH = 300      # px: 'A s0 pm_banditnet p50 λ.05' in full (MLflow's default, 190, cuts λ off)
+
+
+def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1) -> dict:
+    """The runs page's first view of a sweep: the sweep's run unfolded, the columns that tell its grid
+    points apart (method, variant, p, λ, seed; the dataset when there are several) and the metrics that
+    matter (the validation estimate the selection uses, test R@5 ×100, the run's own cost), the run name
+    wide enough to read in full, and the charts over every run (MLflow's default draws the first 10)."""
+    cols = (["params.`dataset`"] if datasets > 1 else []) + [
+        "params.`method`", "params.`variant`", "params.`p`", "params.`lam`", "params.`seed`",
+        f"metrics.`val/{criterion}`", "metrics.`test/R_at_5`", "tags.`head_seconds`"]
+    return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
+            "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
+            # the UI applies widths only to the columns named in columnOrder
+            "selectedColumns": cols, "columnOrder": [RUN_NAME_COLUMN],
+            "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH},
+            "runsExpanded": {parent: True} if parent else {}, "runsPinned": [], "runsHidden": [],
+            "runsVisibilityMap": {}, "runsHiddenMode": "SHOW_ALL", "viewMaximized": False, "runListHidden": False,
+            "isAccordionReordered": False, "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+            "groupBy": None, "groupsExpanded": {}, "autoRefreshEnabled": True,
+            "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""}}
+
+
+def view_script(exp_id: str, state: dict) -> str:
+    """A script that sets the experiment's runs-page view to `state` when the browser has none for it
+    yet (a user's own choice of columns is kept), and keeps MLflow's assistant panel closed at first."""
+    import json
+    key = json.dumps(VIEW_KEY.format(exp_id=exp_id))
+    return ("<script>try{var s=localStorage;"
+            f"if(!s.getItem({key}))s.setItem({key},{json.dumps(json.dumps(state))});"
+            'if(!s.getItem("mlflow.assistant.panelOpen_v1")){s.setItem("mlflow.assistant.panelOpen_v1","false");'
+            's.setItem("mlflow.assistant.fab.autoOpenedOnFirstLoad_v1","true")}'
+            "}catch(e){}</script>")
 
 
 class _Proxy(http.server.BaseHTTPRequestHandler):
     """Passes requests to the MLflow server (`upstream`), streaming the answers; see the module doc."""
     protocol_version = "HTTP/1.0"       # one request per connection: answers end when the connection does
     upstream: tuple[str, int] = ("127.0.0.1", 0)
+    extra: str = ""                     # view_script's, after MODE_SCRIPT
 
     def log_message(self, *args) -> None:
         pass
@@ -112,7 +154,7 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
             r = conn.getresponse()
             data = r.read() if page and r.status == 200 else None
             if data is not None and "text/html" in (r.getheader("Content-Type") or ""):
-                data = with_mode_script(data)
+                data = with_mode_script(data, self.extra)
             self.send_response_only(r.status, r.reason)
             for k, v in r.getheaders():
                 if k.lower() not in _HOP and not (data is not None and k.lower() == "content-length"):
@@ -133,8 +175,8 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward
 
 
-def start_proxy(host: str, port: int, upstream_port: int) -> http.server.ThreadingHTTPServer:
-    handler = type("Proxy", (_Proxy,), {"upstream": ("127.0.0.1", upstream_port)})
+def start_proxy(host: str, port: int, upstream_port: int, extra: str = "") -> http.server.ThreadingHTTPServer:
+    handler = type("Proxy", (_Proxy,), {"upstream": ("127.0.0.1", upstream_port), "extra": extra})
     server = http.server.ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -161,6 +203,22 @@ def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
             proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+def sweep_view(rd, ml: dict, exp_id: str) -> str:
+    """view_script for the run directory's sweep ('' without an experiment id)."""
+    if not exp_id:
+        return ""
+    criterion, datasets = "IS", 1
+    try:
+        import yaml
+        cfg = yaml.safe_load(rd.config.read_text()) or {}
+        cfg = cfg.get("config", cfg)
+        criterion = str((cfg.get("selection") or {}).get("criterion") or "IS")
+        datasets = len(cfg.get("datasets") or [1])
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        pass
+    return view_script(exp_id, view_state(ml.get("parent_run_id"), criterion, datasets))
 
 
 def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
@@ -211,7 +269,7 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
     try:
         try:
             wait_until_up(proc, f"http://127.0.0.1:{inner}")
-            start_proxy(host, port, inner)
+            start_proxy(host, port, inner, sweep_view(rd, ml, exp_id))
         except (RuntimeError, OSError) as exc:
             stop_group(proc)
             log.seek(0)
