@@ -387,3 +387,15 @@ def test_one_capture_safe_step_and_one_triton_adam_body():
     code = "\n".join(_code_lines("poxm_core.accel.triton_adam"))
     assert code.count("omb1 * (g - m)") == 1 and code.count("tl.sqrt_rn(v)") == 1
     assert code.count("_ADAM_BODY(") >= 4          # the row kernel (W and b), the dense and the touched-rows one
+
+
+def test_run_trial_reads_as_the_protocol():
+    # run_trial reads set-up, phase 1, phase 2, final report, outputs: what follows each epoch (the
+    # validation overlap, checkpoints, the background write of the last one, on_epoch) is the
+    # EpochSchedule's (training/schedule.py), not closures sharing state through `nonlocal`
+    import inspect
+
+    from poxm_core.training import trainer
+    lines = inspect.getsourcelines(trainer.run_trial)[0]
+    assert len(lines) <= 60, len(lines)
+    assert not [line for line in lines if re.search(r"\bnonlocal\b", line)]

@@ -10,11 +10,11 @@ reward model (the DM head) is fitted first, for all its epochs (phase 1), so tha
 DR-POXM use a fitted rhat; the other heads then train side by side (phase 2). After the epoch every head reports its mean training loss and the IS, sIS, SNIS
 estimates and ESS of its test-time policy on the validation log; a checkpoint is written every
 training.checkpoint_every epochs and after the last; then `on_epoch(e, metrics, ckpt_dir)` (ckpt_dir None
-after an epoch without a checkpoint). On a GPU, epoch e's estimates are computed beside epoch e+1's
-training (overlap.py); its rows, its checkpoint (its state as at the end of epoch e) and its on_epoch
-follow once they are in, so the outputs are the same. The last epoch's checkpoint is copied to the host and written on a
-thread while the final evaluation runs (at Amazon-670K's size it is gigabytes), and its on_epoch comes
-once both are done. At the end: test metrics (docs/metrics.md), the final validation
+after an epoch without a checkpoint). When each of those happens is schedule.py's (EpochSchedule): on a
+GPU, epoch e's estimates are computed beside epoch e+1's training (overlap.py); its rows, its checkpoint
+(its state as at the end of epoch e) and its on_epoch follow once they are in, so the outputs are the
+same. The last epoch's checkpoint is copied to the host and written on a thread while the final
+evaluation runs (at Amazon-670K's size it is gigabytes), and its on_epoch comes once both are done. At the end: test metrics (docs/metrics.md), the final validation
 estimates (with DR), the ground-truth value V_true (split 'val_truth', never read by selection),
 written as long-form rows to out_dir/rows.csv with out_dir/summary.json and out_dir/config.yaml.
 
@@ -25,7 +25,8 @@ one (CPU; deterministic kernels there: training.deterministic, auto = CPU only).
 
 Stages, one module each: trial_setup.py (checks, heads, settings hash), batches.py (the data on the
 device), epoch.py (one epoch of a group of heads), reporting.py (validation estimates, test metrics),
-checkpoint.py (state on disk). This module runs them in order and writes the outputs.
+checkpoint.py (state on disk), schedule.py (what follows each epoch's training, and when). This module
+runs them in order: run_trial reads set-up, phase 1, phase 2, final report, outputs.
 summary.json's "timing" splits the wall time into set-up (of it: setup_heads_s, the heads' initial draws,
 and setup_data_s, the data on the device), training, evaluation (of it: eval_final_s, the final report;
 the rest is the per-epoch validation estimates, or the wait for them when they overlap training),
@@ -38,9 +39,8 @@ import json
 import shutil
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -53,24 +53,18 @@ from poxm_core.common.errors import DivergedError, PoxmInputError
 from poxm_core.policy import NetworkStack
 from poxm_core.prepare.prepared import Prepared
 from poxm_core.common.results import COLUMNS, INSTANCES, to_frame
-from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, on_host, save_checkpoint, snapshot
+from poxm_core.training.batches import TrainData
+from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
-from poxm_core.training.overlap import BackgroundValidation, overlap_wanted
+from poxm_core.training.overlap import overlap_wanted
 from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
+from poxm_core.training.schedule import REPORTED, EpochSchedule, OnEpoch, Timing, mark_reported
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import (REWARD_KEY, TrialHead, build_heads, check_spec, deterministic, head_lr,
                                             result_hash, wants_deterministic)
 
 __all__ = ["run_trial", "KS", "REWARD_KEY", "DivergedError", "check_finite"]
-
-OnEpoch = Callable[[int, dict, "Path | None"], None]
-
-
-def _sync(device: torch.device) -> None:
-    """Wait for the device, so that a stage's timing includes its queued GPU work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def check_finite(heads: list[TrialHead], spec: TrialSpec, epoch: int) -> None:
@@ -85,16 +79,6 @@ def check_finite(heads: list[TrialHead], spec: TrialSpec, epoch: int) -> None:
     if bad:
         raise DivergedError(f"trial {spec.name}: parameters of {', '.join(bad)} became non-finite (NaN or inf) "
                             f"in epoch {epoch}; no results are written for this trial")
-
-
-def _state(heads: list[TrialHead], stacks: dict[str, NetworkStack], epoch: int, rows: list[dict], spec: TrialSpec,
-           rhash: str, metrics: dict | None = None) -> dict:
-    """A checkpoint's content; `metrics`: what its epoch hands on_epoch (handed again by a restart that
-    finds it was not: `_report_restored`)."""
-    return {"epoch": epoch, "rows": rows, "spec": spec.to_dict(), "result_hash": rhash,
-            "heads": {h.key: h.policy.state() for h in heads if h.trains},
-            "stacks": {g: st.full_state() for g, st in stacks.items()},
-            **({"metrics": metrics} if metrics is not None else {})}
 
 
 def _restore(path: Path, heads: list[TrialHead], stacks: dict[str, NetworkStack], spec: TrialSpec, rhash: str, epochs: int,
@@ -134,13 +118,6 @@ def _restore_latest(out_dir: Path, heads, stacks, spec: TrialSpec, rhash: str, e
     return 0, [], {}
 
 
-REPORTED = "reported.json"      # in out_dir: the last epoch whose on_epoch returned
-
-
-def _mark_reported(out_dir: Path, epoch: int) -> None:
-    write_text(out_dir / REPORTED, json.dumps({"epoch": epoch}))
-
-
 def _report_restored(out_dir: Path, start: int, restored: dict, on_epoch) -> bool:
     """A trial restarted from its folder's checkpoint of epoch `start` whose on_epoch never returned
     (killed between the checkpoint and its report: the epoch's MLflow metrics, its Ray report) hands
@@ -155,17 +132,101 @@ def _report_restored(out_dir: Path, start: int, restored: dict, on_epoch) -> boo
     if done >= start:
         return False
     on_epoch(start, restored["metrics"], restored["path"])
-    _mark_reported(out_dir, start)
+    mark_reported(out_dir, start)
     return True
 
 
-def _in_background(fn, *args) -> Future:
-    """fn(*args) on a thread of its own; the Future gives its result (or raises its exception)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-    try:
-        return pool.submit(fn, *args)
-    finally:
-        pool.shutdown(wait=False)
+@dataclass
+class _Trial:
+    """What run_trial's phases read (`_begin`): the heads, the epochs each phase trains (from where a
+    checkpoint left off), the rows so far, the data on the device."""
+    spec: TrialSpec
+    out_dir: Path
+    device: torch.device
+    det: bool
+    rhash: str
+    timing: Timing
+    heads: list[TrialHead]
+    stacks: dict[str, NetworkStack]
+    start: int
+    rows: list[dict]
+    reward: TrialHead
+    visible: list[TrialHead]
+    others: list[TrialHead]
+    phase1: range
+    epochs: range
+    data: TrainData
+    ev: EvalInputs
+
+    def state(self, epoch: int, rows: list[dict], metrics: dict | None = None) -> dict:
+        """A checkpoint's content; `metrics`: what its epoch hands on_epoch (handed again by a restart that
+        finds it was not: `_report_restored`)."""
+        return {"epoch": epoch, "rows": rows, "spec": self.spec.to_dict(), "result_hash": self.rhash,
+                "heads": {h.key: h.policy.state() for h in self.heads if h.trains},
+                "stacks": {g: st.full_state() for g, st in self.stacks.items()},
+                **({"metrics": metrics} if metrics is not None else {})}
+
+
+def _begin(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path, resume_from: Path | None,
+           on_epoch: OnEpoch | None) -> _Trial:
+    """run_trial's set-up: the checks, the heads (restored from a checkpoint when there is one; a restored
+    epoch whose on_epoch never returned is handed over now), which epochs each phase trains, the data on
+    the device; its seconds in timing's setup_s (setup_heads_s, setup_data_s)."""
+    from poxm_core.model.core import resolve_device
+
+    if not isinstance(cfg, SweepConfig):
+        raise TypeError(f"cfg: expected a SweepConfig, got {type(cfg).__name__}")
+    if not isinstance(spec, TrialSpec):
+        raise TypeError(f"spec: expected a TrialSpec, got {type(spec).__name__}")
+    check_spec(cfg, spec, prepared)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    timing = Timing(device, report=on_epoch is not None)
+    rhash = result_hash(cfg, spec)
+    E = cfg.training.epochs
+    det = wants_deterministic(cfg, device)
+    with deterministic(det), torch.no_grad():
+        heads, stacks = build_heads(cfg, spec, prepared, device)
+    timing.sync()
+    timing["setup_heads_s"] = time.perf_counter() - timing.t0     # parts of setup_s: the heads' initial draws
+    if resume_from is not None:
+        start, rows, _ = _restore(Path(resume_from), heads, stacks, spec, rhash, E, device)
+    else:
+        start, rows, restored = _restore_latest(out_dir, heads, stacks, spec, rhash, E, device)
+        t = time.perf_counter()
+        if _report_restored(out_dir, start, restored, on_epoch):
+            timing.since("report_s", t)
+    reward = next(h for h in heads if h.key == REWARD_KEY)
+    # A head that needs a fitted reward model (DR-POXM) makes the trial fit the DM head first (phase 1);
+    # otherwise the DM head trains beside the others, as the reward model of the final DR estimates.
+    two_phase = any(h.method.needs_reward_model for h in heads)
+    epochs = range(start + 1, E + 1) if any(h.trains for h in heads) else range(0)
+    phase1 = range(1, E + 1) if two_phase and start == 0 and len(epochs) else range(0)
+    t = time.perf_counter()
+    data = train_data_for(prepared, heads, device)
+    ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X)
+    timing.sync()
+    timing["setup_data_s"] = time.perf_counter() - t     # ... and the data on the device
+    timing["setup_s"] = time.perf_counter() - timing.t0
+    return _Trial(spec, out_dir, device, det, rhash, timing, heads, stacks, start, rows, reward,
+                  visible=[h for h in heads if not h.hidden],
+                  others=[h for h in heads if h is not reward] if two_phase else heads,
+                  phase1=phase1, epochs=epochs, data=data, ev=ev)
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(progress: bool, spec: TrialSpec, total: int):
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=spec.name, unit="epoch", leave=False)
 
 
 def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
@@ -174,172 +235,50 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
 
     Continues from `resume_from` (a checkpoint dir) or else from the latest checkpoint in out_dir.
     Metric keys given to on_epoch: mlflow_name(f"{head.key}/{metric}"), e.g. 'poxm/p_eq_10/lam_eq_0.9/SNIS'.
+    Set-up (`_begin`), phase 1, phase 2, the final report, the outputs; what follows each epoch's training
+    (its validation estimates, checkpoint and on_epoch, and when each happens) is the EpochSchedule's.
     """
-    from poxm_core.model.core import resolve_device
-
-    if not isinstance(cfg, SweepConfig):
-        raise TypeError(f"cfg: expected a SweepConfig, got {type(cfg).__name__}")
-    if not isinstance(spec, TrialSpec):
-        raise TypeError(f"spec: expected a TrialSpec, got {type(spec).__name__}")
-    check_spec(cfg, spec, prepared)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(cfg.device)
-    t0 = time.perf_counter()
-    timing = {"setup_s": 0.0, "train_s": 0.0, "eval_s": 0.0, "checkpoint_s": 0.0,
-              **({"report_s": 0.0} if on_epoch is not None else {})}
-    rhash = result_hash(cfg, spec)
-    E = cfg.training.epochs
-    det = wants_deterministic(cfg, device)
-    with deterministic(det), torch.no_grad():
-        heads, stacks = build_heads(cfg, spec, prepared, device)
-    _sync(device)
-    timing["setup_heads_s"] = time.perf_counter() - t0     # parts of setup_s: the heads' initial draws
-    rows: list[dict] = []
-    start = 0
-    if resume_from is not None:
-        start, rows, _ = _restore(Path(resume_from), heads, stacks, spec, rhash, E, device)
-    else:
-        start, rows, restored = _restore_latest(out_dir, heads, stacks, spec, rhash, E, device)
-        t = time.perf_counter()
-        if _report_restored(out_dir, start, restored, on_epoch):
-            timing["report_s"] += time.perf_counter() - t
-    reward = next(h for h in heads if h.key == REWARD_KEY)
-    visible = [h for h in heads if not h.hidden]
-    # A head that needs a fitted reward model (DR-POXM) makes the trial fit the DM head first (phase 1);
-    # otherwise the DM head trains beside the others, as the reward model of the final DR estimates.
-    two_phase = any(h.method.needs_reward_model for h in heads)
-    others = [h for h in heads if h is not reward] if two_phase else heads
-    epochs = range(start + 1, E + 1) if any(h.trains for h in heads) else range(0)
-    phase1 = range(1, E + 1) if two_phase and start == 0 and len(epochs) else range(0)
-    t = time.perf_counter()
-    data = train_data_for(prepared, heads, device)
-    ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X)
-    _sync(device)
-    timing["setup_data_s"] = time.perf_counter() - t     # ... and the data on the device
-    timing["setup_s"] = time.perf_counter() - t0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(phase1) + len(epochs), desc=spec.name, unit="epoch", leave=False)
-
-    def timed(key: str, fn, *args):
-        t = time.perf_counter()
-        out = fn(*args)
-        _sync(device)
-        timing[key] += time.perf_counter() - t
-        return out
-
-    # GPU: an epoch's validation estimates are computed beside the next epoch's training (overlap.py)
-    bg = BackgroundValidation(device) if overlap_wanted(device, heads) else None
-    pending: dict | None = None     # the epoch whose estimates are being computed: what waits for them
-
-    def report(heads_: list[TrialHead], losses: dict, epoch: int, last: bool) -> tuple[list[dict], dict] | None:
-        """The epoch's rows and metrics now, or None when they are computed beside the next epoch."""
-        nonlocal pending
-        if bg is None or last:
-            return timed("eval_s", epoch_report, spec, heads_, losses, ev, epoch)
-        pending = {"epoch": epoch, "future": bg.start(spec, heads_, losses, ev, epoch)}
-        return None
-
-    def collect() -> tuple[int, list[dict], dict, dict | None]:
-        """The pending epoch's (epoch, rows, metrics, host state to checkpoint or None)."""
-        nonlocal pending
-        t = time.perf_counter()
-        new, metrics = pending["future"].result()
-        timing["eval_s"] += time.perf_counter() - t
-        done, pending = pending, None
-        return done["epoch"], new, metrics, done.get("state")
-
-    def finish_epoch(epoch: int, metrics: dict, state: dict | None) -> None:
-        """A phase-2 epoch's checkpoint (every checkpoint_every epochs) and report, its rows complete."""
-        ckpt_dir = None
-        if epoch % cfg.training.checkpoint_every == 0:
-            if state is None:
-                state = _state(heads, stacks, epoch, rows, spec, rhash, metrics)
-            else:      # copied (on the device) at the end of its epoch; its rows are complete only now
-                state["rows"], state["metrics"] = list(rows), metrics
-            ckpt_dir = timed("checkpoint_s", save_checkpoint, out_dir, epoch, state,
-                             {"trial": spec.name, "result_hash": rhash})
-        if on_epoch is not None:
-            timed("report_s", on_epoch, epoch, metrics, ckpt_dir)
-            _mark_reported(out_dir, epoch)
-
+    t = _begin(cfg, spec, prepared, Path(out_dir), resume_from, on_epoch)
+    timing, E = t.timing, cfg.training.epochs
+    schedule = EpochSchedule(spec, t.ev, t.out_dir, t.rows, t.state, t.rhash, timing=timing, on_epoch=on_epoch,
+                             every=cfg.training.checkpoint_every, overlap=overlap_wanted(t.device, t.heads),
+                             validate=epoch_report, save=save_checkpoint)   # the stages, named here
+    bar = _progress_bar(progress, spec, len(t.phase1) + len(t.epochs))
     try:
-        with deterministic(det):
-            # phase 1: the reward model (DM) alone, all its epochs; its per-epoch metrics join phase 2's
-            early: dict[int, dict[str, float]] = {}
-            writing = None
-            for epoch in phase1:
-                losses = timed("train_s", train_epoch, cfg, spec, prepared, [reward], epoch, device, None, data)
-                check_finite([reward], spec, epoch)
-                if pending is not None:
-                    e, new, early[e], _ = collect()
-                    rows += new
-                done = report([reward] if not reward.hidden else [], losses, epoch, epoch == phase1[-1])
-                if done is not None:
-                    new, early[epoch] = done
-                    rows += new
-                if bar is not None:
-                    bar.update(1)
-            for epoch in epochs:
-                losses = timed("train_s", train_epoch, cfg, spec, prepared, others, epoch, device, reward, data)
-                check_finite(others, spec, epoch)
-                if pending is not None:        # the previous epoch's estimates, computed meanwhile
-                    e, new, metrics, state = collect()
-                    metrics.update(early.get(e, {}))
-                    rows += new
-                    finish_epoch(e, metrics, state)
-                done = report([h for h in visible if h in others], losses, epoch, epoch == E)
-                if bar is not None:
-                    bar.update(1)
-                if done is None:
-                    if epoch % cfg.training.checkpoint_every == 0:     # this epoch's state, as it is now
-                        t = time.perf_counter()
-                        pending["state"] = snapshot(_state(heads, stacks, epoch, [], spec, rhash))
-                        timing["checkpoint_s"] += time.perf_counter() - t
-                    continue
-                new, metrics = done
-                metrics.update(early.get(epoch, {}))
-                rows += new
-                if epoch == E:
-                    # the last checkpoint: copied to the host here, then written on a thread while the final
-                    # evaluation runs (written from the device, its copies slowed the evaluation about as
-                    # much as the overlap saved); on_epoch gets it once it is complete
-                    t = time.perf_counter()
-                    writing = _in_background(save_checkpoint, out_dir, epoch,
-                                             on_host(_state(heads, stacks, epoch, rows, spec, rhash, metrics)),
-                                             {"trial": spec.name, "result_hash": rhash})
-                    timing["checkpoint_s"] += time.perf_counter() - t
-                    last_epoch = (epoch, metrics)
-                    continue
-                finish_epoch(epoch, metrics, None)
+        with deterministic(t.det):
+            # phase 1: the reward model (DM) alone, all its epochs, when a head needs it fitted (DR-POXM)
+            for epoch in t.phase1:
+                losses = timing.timed("train_s", train_epoch, cfg, spec, prepared, [t.reward], epoch, t.device, None,
+                                      t.data)
+                check_finite([t.reward], spec, epoch)
+                schedule.reward_epoch(epoch, [] if t.reward.hidden else [t.reward], losses, last=epoch == t.phase1[-1])
+                bar.update(1)
+            # phase 2: the other heads side by side (the DM head among them unless phase 1 fitted it)
+            for epoch in t.epochs:
+                losses = timing.timed("train_s", train_epoch, cfg, spec, prepared, t.others, epoch, t.device, t.reward,
+                                      t.data)
+                check_finite(t.others, spec, epoch)
+                schedule.epoch(epoch, [h for h in t.visible if h in t.others], losses, last=epoch == E)
+                bar.update(1)
     finally:
-        if bg is not None:
-            bg.close()
-    with deterministic(det):
-        if bar is not None:
-            bar.close()
-        last = max(E, start) if any(h.trains for h in heads) else 0
+        schedule.close()
+    # the final report (test metrics, validation estimates with DR, V_true), the last checkpoint written meanwhile
+    with deterministic(t.det):
+        bar.close()
+        last = max(E, t.start) if any(h.trains for h in t.heads) else 0
         instances: dict = {}
-        try:
+        with schedule.last_checkpoint():
             before = timing["eval_s"]
-            final = timed("eval_s", final_report, cfg, spec, visible, reward, ev, last, instances)
+            final = timing.timed("eval_s", final_report, cfg, spec, t.visible, t.reward, t.ev, last, instances)
             timing["eval_final_s"] = timing["eval_s"] - before     # part of eval_s: the final report
-        finally:
-            if writing is not None:     # waited for even when the evaluation failed: a resume reads it
-                t = time.perf_counter()
-                ckpt_dir = writing.result()
-                timing["checkpoint_s"] += time.perf_counter() - t
-        if writing is not None and on_epoch is not None:
-            timed("report_s", on_epoch, *last_epoch, ckpt_dir)
-            _mark_reported(out_dir, last_epoch[0])
     if cfg.selection.cross_fit:    # selection reads cross-fitted validation estimates (training/crossfit.py)
         timing["cross_fit_s"] = 0.0
-        crossed = timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, out_dir, last, progress)
+        crossed = timing.timed("cross_fit_s", cross_fitted_rows, run_trial, cfg, spec, prepared, t.out_dir, last,
+                               progress)
         final = [r for r in final if r["split"] not in ("val", "val_truth")] + crossed
-    df = to_frame(rows + final)
-    _write_outputs(cfg, spec, out_dir, df, heads, time.perf_counter() - t0, str(device), timing, instances)
+    # the outputs: rows.csv, summary.json, config.yaml (and the per-instance test values)
+    df = to_frame(schedule.rows + final)
+    _write_outputs(cfg, spec, t.out_dir, df, t.heads, time.perf_counter() - timing.t0, str(t.device), timing, instances)
     return df
 
 
