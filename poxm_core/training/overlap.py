@@ -5,7 +5,7 @@ small launches), while an epoch's training mostly waits for the GPU (CUDA-graph 
 trainer therefore freezes what the estimates read at the end of epoch e (`reporting.freeze`: each head's
 view with a copy of its output layer, and its validation features, queued before epoch e+1's work) and
 computes them on a thread of their own, on a CUDA stream of their own, while epoch e+1 trains; it collects
-them after epoch e+1 (the trainer's `collect`). The numbers are those of epoch e's parameters: the same
+them after epoch e+1 (the schedule's `EpochSchedule._collect`). The numbers are those of epoch e's parameters: the same
 function as computed in place.
 
 What else waits for them: epoch e's rows, its checkpoint (its state is cloned where it lives at the end
