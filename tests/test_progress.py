@@ -98,3 +98,39 @@ def test_bar_is_readable_in_80_columns(monkeypatch):
     bar = line[line.index("|") + 1:line.rindex("|")]
     assert len(bar) >= 15, line          # the old postfix left the bar 1 character at 110 columns
     p.on_experiment_end(t)
+
+
+def test_eta_only_falls_and_counts_down_between_reports():
+    p = SweepProgress(total=1, epochs=2, enabled=False)
+    assert p.eta(0, 100, now=0.0) is None                 # nothing done yet in this session: no guess
+    assert p.eta(10, 100, now=10.0) == pytest.approx(90.0)
+    assert p.eta(10, 100, now=40.0) == pytest.approx(60.0)    # no report for 30 s: counts down, does not stay
+    # a slow stretch (the rate falls: 20 of 100 in 100 s would say 400 s): the ETA does not rise
+    assert p.eta(20, 100, now=100.0) == pytest.approx(0.0)
+    assert p.eta(100, 100, now=120.0) == 0.0
+
+
+def test_a_resume_starts_at_the_trials_already_done():
+    p = SweepProgress(total=4, already_done=2, epochs=2, enabled=False, done_before=["a", "b"])
+    t = [_trial("a", "PENDING", 3), _trial("b", "PENDING", 3), _trial("c", "RUNNING", 3), _trial("d", "PENDING", 3)]
+    assert p._counts(t)["done"] == 2
+    assert p.work(t) == (2 * 3 * 3, 4 * 3 * 3)             # their steps done from the first line
+
+
+def test_ray_warnings_go_above_the_bar_not_into_it(monkeypatch):
+    import logging
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+    buf = TTY()
+    monkeypatch.setattr(sys, "stderr", buf)
+    p = SweepProgress(total=1, epochs=2)
+    t = [_trial("a", "RUNNING", 3)]
+    p.on_trial_start(0, t, t[0])
+    logging.getLogger("ray.tune.utils.util").warning("The `x` operation took 0.9 s, which may be a performance bottleneck.")
+    out = buf.getvalue()
+    line = next(x for x in out.replace("\r", "\n").split("\n") if "bottleneck" in x)
+    assert "%|" not in line and line.strip().startswith("warning:")
+    p.on_experiment_end(t)
+    assert not logging.getLogger("ray.tune.utils.util").filters

@@ -5,8 +5,11 @@ evaluates every head on the test set and reports once more ('finished'). So the 
 head-step, a step being one epoch or the final evaluation: a trial with h heads and E epochs has
 h*(E+1) of them; at epoch e it has done h*e, and the last h only when its evaluation is over. The
 bar therefore stays short of 100 % while the last trials evaluate instead of sitting at 100 % with
-ETA 0. tqdm's rate over head-steps done *in this session* gives the ETA (work finished before a
-resume is the bar's `initial`, not counted in the rate). The postfix shows the trial counts; one
+ETA 0. The ETA is the bar's own (`SweepProgress.eta`): the work left at this session's rate (work
+finished before a resume is done from the first line, not counted in the rate), never more than the
+previous ETA less the time since, so it only falls, and it counts down between Tune's reports (Tune's
+`on_step_end`, at most once a second). Ray Tune's slow-operation warnings are written above the bar,
+not into its line. The postfix shows the trial counts; one
 line is written per finished or failed trial. The line fits 80 columns with a bar of ~25 characters
 (no rate, the ETA only, short trial counts: 'trials 3/8 done 2 run 1 err'). A Tune trial is a job: one trial or a pack of trials run one after another (config 'members'); the
 bar and the counts are per trial, from the job's reports ('member', 'member_finished', 'head_epochs').
@@ -29,10 +32,33 @@ def head_epochs_done(status: str, heads: int, epoch: int, epochs: int, finished:
     return heads * min(max(epoch, 0), epochs)
 
 
-BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} eta {remaining}{postfix}"
+# the ETA is the bar's own (SweepProgress.eta: it only falls), in the postfix; not tqdm's {remaining}
+BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {postfix}"
+TICK_S = 1.0          # the ETA counts down between Tune's reports at most this often
+QUIET_LOGGERS = ("ray.tune.utils.util", "ray.tune.execution.tune_controller")
 
 
-BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} eta {remaining}{postfix}"
+def fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    s = int(round(max(0.0, seconds)))
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m:02d}:{s % 60:02d}"
+
+
+class BarLogFilter:
+    """Ray Tune's warnings while the bar is drawn ('... may be a performance bottleneck'): written on a
+    line of their own above the bar (tqdm.write), not into the bar's line."""
+
+    def __init__(self, progress: "SweepProgress"):
+        self.progress = progress
+
+    def filter(self, record) -> bool:
+        bar = self.progress._bar
+        if bar is None or getattr(bar, "disable", True):
+            return True
+        bar.write(f"  {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+        return False
 
 
 class SweepProgress(Callback):
@@ -44,8 +70,13 @@ class SweepProgress(Callback):
     """
 
     def __init__(self, total: int, already_done: int = 0, enabled: bool = True, epochs: int | None = None,
-                 heads: Sequence[int] | None = None):
+                 heads: Sequence[int] | None = None, done_before: Sequence[str] = ()):
         self.total, self.already_done, self.enabled, self.epochs = total, already_done, enabled, epochs
+        self.done_before = set(done_before)       # trials done before this session (a resume): done from the start
+        self._eta: tuple[float, float] | None = None    # (seconds left, when): the ETA only falls
+        self._start: tuple[float, int] | None = None    # (when, work done) as this session's bar started
+        self._tick = 0.0
+        self._log_filter = BarLogFilter(self)
         self.heads = list(heads) if heads is not None else None
         self._bar = None
         self._t0: dict[str, float] = {}
@@ -60,7 +91,26 @@ class SweepProgress(Callback):
     def __getstate__(self):        # pickled into Tune's experiment state: drop the live bar
         d = dict(self.__dict__)
         d["_bar"] = None
+        d["_log_filter"] = None
         return d
+
+    def eta(self, done: int, total: int, now: float | None = None) -> float | None:
+        """Seconds left: the work left at this session's rate (work per second since its bar started),
+        never more than the previous ETA less the time since (so it only falls), None before any work
+        of this session is done."""
+        now = time.time() if now is None else now
+        if self._start is None:
+            self._start = (now, done)
+        t0, d0 = self._start
+        est = (total - done) * (now - t0) / (done - d0) if done > d0 and now > t0 else None
+        if done >= total:
+            est = 0.0
+        if self._eta is not None:
+            left = max(0.0, self._eta[0] - (now - self._eta[1]))
+            est = left if est is None else min(left, est)
+        if est is not None:
+            self._eta = (est, now)
+        return est
 
     @staticmethod
     def _name(trial) -> str:
@@ -85,9 +135,11 @@ class SweepProgress(Callback):
             st, n = t.status, len(self._members(t))
             seen += n
             k = min(self._members_done.get(self._name(t), 0), n)
-            if st == "TERMINATED":
+            before = sum(1 for m in self._members(t) if m in self.done_before)
+            if st == "TERMINATED" or before == n:
                 c["done"] += n
                 continue
+            k = max(k, before)
             c["done"] += k
             if k < n:
                 if st == "RUNNING":
@@ -114,7 +166,9 @@ class SweepProgress(Callback):
         done = 0
         for t, h in zip(trials, seen):
             name = self._name(t)
-            if t.status != "TERMINATED" and name in self._head_epochs:
+            if self.done_before and all(m in self.done_before for m in self._members(t)):
+                done += h * (E + 1)        # done before a resume: done from the bar's first line
+            elif t.status != "TERMINATED" and name in self._head_epochs:
                 # a job's reported head-epochs, plus one evaluation step per head of its finished trials
                 member_heads = (getattr(t, "config", None) or {}).get("trial", {}).get("member_heads") or []
                 evaluated = sum(member_heads[:self._members_done.get(name, 0)])
@@ -132,18 +186,29 @@ class SweepProgress(Callback):
 
             from tqdm.auto import tqdm
             # not a terminal (a log file, CI): no bar and no ANSI codes; the done/ERROR lines still come
+            import logging
             self._bar = tqdm(total=total, initial=done, desc="sweep", unit="step", file=sys.stderr,
                              bar_format=BAR_FORMAT, ncols=min(shutil.get_terminal_size((80, 24)).columns, 120),
                              disable=not sys.stderr.isatty())
+            for name in QUIET_LOGGERS:
+                logging.getLogger(name).addFilter(self._log_filter)
         self._bar.total = total
         if done > self._bar.n:
-            self._bar.update(done - self._bar.n)   # update(), not n=: tqdm's rate (the ETA) follows it
+            self._bar.update(done - self._bar.n)
         c = self._counts(trials)
-        self._bar.set_postfix_str(f"trials {c['done']}/{self.total} done {c['running']} run"
-                                  + (f" {c['errored']} err" if c["errored"] else ""), refresh=False)
+        self._bar.set_postfix_str(f"eta {fmt_eta(self.eta(done, total))} trials {c['done']}/{self.total} done "
+                                  f"{c['running']} run" + (f" {c['errored']} err" if c["errored"] else ""),
+                                  refresh=False)
         self._bar.refresh()
         if note:
             self._bar.write(note, file=sys.stderr)
+
+    def on_step_end(self, iteration, trials, **info):
+        """Between reports: the ETA counts down (at most every TICK_S)."""
+        now = time.time()
+        if self._bar is not None and now - self._tick >= TICK_S:
+            self._tick = now
+            self._refresh(trials)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._t0[self._name(trial)] = time.time()
@@ -191,6 +256,9 @@ class SweepProgress(Callback):
 
     def on_experiment_end(self, trials, **info):
         if self._bar is not None:
+            import logging
             self._refresh(trials)
             self._bar.close()
             self._bar = None
+            for name in QUIET_LOGGERS:
+                logging.getLogger(name).removeFilter(self._log_filter)

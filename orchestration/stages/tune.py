@@ -218,7 +218,8 @@ def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
 
     rd = plan.rd
     before = done_trials(rd.root, plan.names)
-    prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs)
+    prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs,
+                         done_before=sorted(before))
     # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.stages.merge)
     tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan), stop=stop)
     jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
