@@ -271,3 +271,18 @@ def test_published_instances_keep_the_selected_heads_per_dataset(tmp_path):
     assert n == len(back) == 6 and all("|50|" not in k for k in back)
     k = C.instance_key("e", "A", 0, "poxm", 20, 0.9, "R@5")
     assert back[k].dtype == np.float16 and np.allclose(back[k], arrays[k], rtol=1e-3)
+
+
+def test_two_seeds_give_no_verdict_and_no_interval_anywhere():
+    """Below the seeds a verdict needs, neither the report's claims table (cells, legend) nor the
+    terminal's summary names a verdict or shows an interval of two numbers."""
+    import re
+    f = pd.concat([_claims(_rows(poxm_r5=(0.30, 0.40), logging_r5=(0.20, 0.20))),
+                   _claims(_rows(poxm_r5=(0.30, 0.40), logging_r5=(0.20, 0.20)), "SNIS")], ignore_index=True)
+    assert set(f["verdict"]) == {"too few seeds"} and set(f["n"]) == {2}
+    t = C.claims_table(f, ["IS", "SNIS"])
+    text = " ".join(str(x) for row in t.rows for x in row) + " " + " ".join(t.notes)
+    assert not re.search(r"\b(holds|fails)\b", text), text
+    assert "[" not in " ".join(str(row[3]) for row in t.rows)        # Δ alone, no [lo, hi]
+    summary = C.summary_text(f, ["IS", "SNIS"])
+    assert not re.search(r"\b(holds|fails)\b", summary) and "too few seeds" in summary

@@ -217,10 +217,12 @@ def _p_text(p: float) -> str:
 
 
 def cell_text(r) -> str:
-    """'+10.77 [+10.70, +10.85]' (mean paired difference [95 % interval]); one seed: the value alone."""
+    """'+10.77 [+10.70, +10.85]' (mean paired difference [95 % interval]); below MIN_SEEDS seeds the
+    value alone (two seeds cannot say how much a third would differ)."""
     p = r["metric"] == "p"
     s = _num(r["diff"], p)
-    if math.isfinite(r["ci_lo"]) and math.isfinite(r["ci_hi"]):
+    enough = not math.isfinite(float(r.get("n", MIN_SEEDS))) or int(r.get("n", MIN_SEEDS)) >= MIN_SEEDS
+    if enough and math.isfinite(r["ci_lo"]) and math.isfinite(r["ci_hi"]):
         s += f" [{_num(r['ci_lo'], p)}, {_num(r['ci_hi'], p)}]"
     return s
 
@@ -271,11 +273,15 @@ def claims_table(frame: pd.DataFrame, criteria: list[str]) -> Table:
              "and the test-set sampling variance of the seed-averaged per-instance differences (every seed "
              "shares one test set), degrees of freedom by Welch–Satterthwaite; for p, and for runs without "
              "per-instance values, the paired t-interval over seeds. Seeds > 0: seeds whose difference is "
-             f"positive, of those paired. Holm p: the two-sided p-value adjusted (Holm) within each claim over "
-             f"its datasets × variants. Verdict: holds (Holm p < {ALPHA} and Δ > 0), fails (Holm p < {ALPHA} "
-             f"and Δ < 0), undecided (otherwise), {TOO_FEW} (fewer than {MIN_SEEDS} seeds: no verdict, "
-             "not in the Holm family); the unadjusted interval may exclude 0 where the adjusted verdict is "
-             f"undecided. Criteria: {', '.join(criterion_name(c) for c in criteria)}. Test labels choose nothing."]
+             "positive, of those paired. Holm p: the two-sided p-value adjusted (Holm) within each claim over "
+             "its datasets × variants. " + (
+                 f"Verdict: holds (Holm p < {ALPHA} and Δ > 0), fails (Holm p < {ALPHA} and Δ < 0), undecided "
+                 f"(otherwise), {TOO_FEW} (fewer than {MIN_SEEDS} seeds: no verdict and no interval, not in the "
+                 "Holm family); the unadjusted interval may exclude 0 where the adjusted verdict is undecided. "
+                 if len(f) and (f["n"] >= MIN_SEEDS).any() else
+                 f"Verdict: {TOO_FEW} in every row: a verdict and an interval need at least {MIN_SEEDS} seeds "
+                 "(add seeds with `poxm resume RUN_DIR --add-seeds ...`). ")
+             + f"Criteria: {', '.join(criterion_name(c) for c in criteria)}. Test labels choose nothing."]
     if len(f) and (f["interval"] != SEEDS_AND_INSTANCES).any() and (f["metric"] != "p").any():
         notes.append("Some rows have no per-instance test values (a run from before they were kept): their "
                      "interval covers the seeds only and is narrower than it should be.")
@@ -293,9 +299,13 @@ def summary_text(frame: pd.DataFrame, criteria: list[str]) -> str | None:
     if f is None or f.empty:
         return None
     main = criteria[0]
-    head = (f"claims: mean paired difference over seeds (x100; p as is) under {main}; verdicts "
-            + "/".join(criteria) + f" (H holds, F fails, ? undecided, n too few seeds (< {MIN_SEEDS}); "
-            "Holm-adjusted within each claim)")
+    if (f["n"] >= MIN_SEEDS).any():
+        head = (f"claims: mean paired difference over seeds (x100; p as is) under {main}; verdicts "
+                + "/".join(criteria) + f" (H holds, F fails, ? undecided, n too few seeds (< {MIN_SEEDS}); "
+                "Holm-adjusted within each claim)")
+    else:       # no verdict anywhere: say so, and name no verdict the run cannot give
+        head = (f"claims: mean paired difference over seeds (x100; p as is) under {main}; no verdicts: "
+                f"too few seeds (n; {MIN_SEEDS} are needed) under " + "/".join(criteria))
     out = [head]
     order = [c.key for c in CLAIMS] + [P_CLAIM.key]
     for d in sorted(f["dataset"].unique()):
