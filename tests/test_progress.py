@@ -133,4 +133,4 @@ def test_ray_warnings_go_above_the_bar_not_into_it(monkeypatch):
     line = next(x for x in out.replace("\r", "\n").split("\n") if "bottleneck" in x)
     assert "%|" not in line and line.strip().startswith("warning:")
     p.on_experiment_end(t)
-    assert not logging.getLogger("ray.tune.utils.util").filters
+    assert p._log_filter not in logging.getLogger("ray.tune.utils.util").filters
