@@ -21,7 +21,7 @@ from poxm_core.config.schema import default_data_root
 from poxm_core.data.logged import OBD_CAMPAIGNS, read_obd
 from orchestration.report.table_format import Table, to_markdown
 
-__all__ = ["add_ope_parser", "cmd_ope", "obd_ope_frame", "ope_table"]
+__all__ = ["add_ope_parser", "cmd_ope", "obd_ope_frame", "ope_rows", "ope_table"]
 
 DIRECTIONS = (("bts", "random"), ("random", "bts"))   # (target policy, the log it is estimated from)
 
@@ -51,6 +51,19 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
+def ope_rows(eval_log, target_log, *, campaign: str, target: str, log: str, p_list=(10, 20), n_boot: int = 200,
+             seed: int = 0) -> list[dict]:
+    """The rows of one direction: the policy of `target_log` (named `target`) estimated from `eval_log` (named
+    `log`) by every estimator `evaluate_against_truth` applies, beside its on-policy value (the columns of
+    `obd_ope_frame`)."""
+    return [{"campaign": campaign, "target": target, "log": log, "estimator": r.estimator,
+             "value": r.value, "stderr": r.stderr, "ci_low": r.ci_low, "ci_high": r.ci_high,
+             "ess": r.ess, "truth": r.truth, "truth_stderr": r.truth_stderr,
+             "rel_error": r.rel_error, "rel_error_boot": r.rel_error_boot, "covers": r.covers,
+             "z": r.z, "n": eval_log.n}
+            for r in evaluate_against_truth(eval_log, target_log, p_list=p_list, n_boot=n_boot, seed=seed)]
+
+
 def obd_ope_frame(data, campaigns=OBD_CAMPAIGNS, p_list=(10, 20), n_boot: int = 200, seed: int = 0) -> pd.DataFrame:
     """Long-form rows: campaign, target, log, estimator, value, stderr, ci_low, ci_high, ess, truth,
     truth_stderr, rel_error, rel_error_boot, covers, z, n."""
@@ -61,12 +74,8 @@ def obd_ope_frame(data, campaigns=OBD_CAMPAIGNS, p_list=(10, 20), n_boot: int = 
     for c in campaigns:
         logs = {pol: read_obd(data, pol, c) for pol in ("random", "bts")}
         for target, source in DIRECTIONS:
-            for r in evaluate_against_truth(logs[source], logs[target], p_list=p_list, n_boot=n_boot, seed=seed):
-                rows.append({"campaign": c, "target": target, "log": source, "estimator": r.estimator,
-                             "value": r.value, "stderr": r.stderr, "ci_low": r.ci_low, "ci_high": r.ci_high,
-                             "ess": r.ess, "truth": r.truth, "truth_stderr": r.truth_stderr,
-                             "rel_error": r.rel_error, "rel_error_boot": r.rel_error_boot, "covers": r.covers,
-                             "z": r.z, "n": logs[source].n})
+            rows += ope_rows(logs[source], logs[target], campaign=c, target=target, log=source, p_list=p_list,
+                             n_boot=n_boot, seed=seed)
     return pd.DataFrame(rows)
 
 
@@ -74,7 +83,8 @@ def _pct(v: float) -> str:
     return "—" if not math.isfinite(v) else f"{100 * v:.3f}"
 
 
-def ope_table(df: pd.DataFrame) -> Table:
+def ope_table(df: pd.DataFrame, name: str = "ope",
+              title: str = "Off-policy estimates against the on-policy value (Open Bandit Dataset sample)") -> Table:
     """The Markdown table: values in % (click rate per shown action x 100)."""
     cols = ["campaign", "target ← log", "estimator", "estimate %", "95 % interval %", "on-policy % (± se)",
             "rel. error", "boot rel. error", "covers", "z", "ESS"]
@@ -87,8 +97,7 @@ def ope_table(df: pd.DataFrame) -> Table:
                      f"{_pct(r.truth)} (± {_pct(r.truth_stderr)})", f"{r.rel_error:.3f}",
                      f"{r.rel_error_boot:.3f}", cov, "—" if not math.isfinite(r.z) else f"{r.z:+.2f}",
                      "—" if not math.isfinite(r.ess) else f"{r.ess:,.0f}"])
-    return Table(name="ope", title="Off-policy estimates against the on-policy value (Open Bandit Dataset sample)",
-                 columns=cols, rows=rows, frame=df,
+    return Table(name=name, title=title, columns=cols, rows=rows, frame=df,
                  notes=["Interval: each estimator's own normal interval over per-row terms (CLT; SNIS by the "
                         "delta method). DM has none (its error is the reward model's, not the rows' spread).",
                         "z: (estimate - on-policy) / sqrt(se² + se_on-policy²); the on-policy value is itself a "

@@ -1,6 +1,7 @@
 """Off-policy learning from a real log (docs/data.md, "Learning from a log"): the config's logged dataset
 kind, the prepare branch's mapping onto `Prepared` on the OBD sample (read from the data root), a trial's
-test values as off-policy estimates, and (slow) `poxm run configs/obd.yaml` writing its report table."""
+test values as off-policy estimates, the report's table of the estimators against the truth, and (slow)
+`poxm run configs/obd.yaml` writing its report tables."""
 from __future__ import annotations
 
 import subprocess
@@ -129,8 +130,47 @@ def test_poxm_run_obd_writes_the_report_table(tmp_path):
     assert {"test_IS_mean", "target_IS_mean", "test_IS_ci_halfwidth"} <= set(table.columns)
     index = (run / "report" / "index.md").read_text()
     assert "off-policy estimates of the learned policies" in index and "R@5" not in index
+    # the estimators against the truth on the config's logs (campaign all, both directions: the config has a target)
+    truth = pd.read_csv(run / "report" / "tables" / "ope_truth_obd-random.csv")
+    assert {"campaign", "target", "log", "estimator", "value", "ci_low", "ci_high", "truth", "rel_error",
+            "covers"} <= set(truth.columns)
+    assert set(zip(truth.campaign, truth.target, truth.log, truth.estimator)) >= {
+        ("all", "bts", "random", "IS"), ("all", "random", "bts", "IS")}
+    assert (run / "report" / "tables" / "ope_truth_obd-random.md").is_file()
+    assert (run / "report" / "tables" / "ope_truth_obd-random.tex").is_file()
+    assert "the estimators against the truth" in index and "| all | bts ← random | IS |" in index
+    for col in ("estimate %", "95 % interval %", "on-policy % (± se)", "rel. error", "covers"):
+        assert col in index
     # the terminal's end-of-run lines are the report's estimates, not an empty R@5 table
     assert "off-policy IS estimates" in r.stdout and "Empty DataFrame" not in r.stdout and "R@5" not in r.stdout
+
+
+@needs_obd
+def test_truth_table_of_a_logged_dataset_on_the_obd_sample():
+    from orchestration.ope import obd_ope_frame
+    from orchestration.report.logged import truth_table
+    from orchestration.report.table_format import to_latex, to_markdown
+
+    lg = {"source": "obd", "policy": "random", "campaign": "men", "target": "bts"}
+    t = truth_table("d", lg, default_data_root(), n_boot=3)
+    assert t.name == "ope_truth_d"
+    assert t.columns[:8] == ["campaign", "target ← log", "estimator", "estimate %", "95 % interval %",
+                             "on-policy % (± se)", "rel. error", "boot rel. error"] and "covers" in t.columns
+    df = t.frame
+    assert list(dict.fromkeys(zip(df.target, df.log))) == [("bts", "random"), ("random", "bts")]
+    assert {"IS", "SNIS", "DR", "DM", "sIS p=10", "sIS p=20"} <= set(df.estimator) and set(df.campaign) == {"men"}
+    # the numbers are poxm ope's (one library function, same seed and resamples)
+    ref = obd_ope_frame(OBD, ("men",), n_boot=3)
+    pd.testing.assert_frame_equal(df.reset_index(drop=True), ref, check_like=True)
+    is_row = df[(df.target == "bts") & (df.estimator == "IS")].iloc[0]
+    assert is_row.truth == pytest.approx(0.0069) and is_row.ci_low < is_row.value < is_row.ci_high
+    assert is_row.rel_error == pytest.approx(abs(is_row.value - is_row.truth) / is_row.truth)
+    assert "| men | bts ← random | IS |" in to_markdown(t) and r"$\leftarrow$" in to_latex(t)
+    # target: none -> only the other policy estimated from the log learned from (still read for its truth)
+    one = truth_table("d", {**lg, "target": "none"}, default_data_root(), n_boot=3).frame
+    assert set(zip(one.target, one.log)) == {("bts", "random")}
+    # a table log without a target: no truth to check against
+    assert truth_table("d", {"source": "table", "path": "x.csv", "columns": {"context": ["x"]}}, OBD) is None
 
 
 def test_end_of_run_lines_of_a_logged_sweep(tmp_path):

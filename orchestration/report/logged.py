@@ -9,6 +9,10 @@ on the validation log, beside each log's own on-policy click rate. Per dataset:
                   seeds), the mean 95 % interval half-width of the IS estimate, and the logs' own click rates
   ope_seeds_<d>   every seed's estimate with its standard error and interval (CSV beside it)
   phi_<d>         the share of each held-out log's clicks inside Phi^p, per variant (what a top-p keeps)
+  ope_truth_<d>   the estimators checked against the truth on the dataset's logs (`truth_table`): the target
+                  log's policy estimated from the log learned from (and the reverse where the config has a
+                  target log) by every estimator of `poxm ope` (`poxm_core.bandit.logged_ope`), beside its
+                  on-policy value; read from the data root at report time
 """
 from __future__ import annotations
 
@@ -22,8 +26,11 @@ from orchestration.report import tables as T
 from orchestration.report.index import render_html, render_markdown
 from orchestration.stages.selection import RunSelection, selected_rows, selection_label
 from poxm_core.common.atomic import write_text
+from poxm_core.common.errors import PoxmInputError
+from poxm_core.config.schema import default_data_root
 
-__all__ = ["is_logged", "write_logged_report", "terminal_headline", "EVAL_SPLITS", "SHOWN"]
+__all__ = ["is_logged", "write_logged_report", "terminal_headline", "truth_frame", "truth_table", "EVAL_SPLITS",
+           "SHOWN"]
 
 EVAL_SPLITS = ("test", "target")
 SHOWN = ("IS", "SNIS", "DR")      # the estimates in the main table (every estimator is in ope_seeds)
@@ -154,6 +161,62 @@ def phi_table(d: str, prepare: pd.DataFrame, n_actions: float) -> T.Table | None
                           "the fit rows). Averaged over seeds."])
 
 
+TRUTH_P = (10, 20)       # sIS's p in the truth table, as `poxm ope`'s default
+TRUTH_N_BOOT = 200       # bootstrap resamples of its mean relative error, as `poxm ope`'s default
+
+
+def truth_frame(logged: dict, data_root, *, p_list=TRUTH_P, n_boot: int = TRUTH_N_BOOT,
+                seed: int = 0) -> pd.DataFrame | None:
+    """The estimators against the truth on the logs of one logged dataset (its config's `logged` entry), the rows of
+    `poxm ope` (`orchestration.ope.ope_rows`, i.e. `evaluate_against_truth`): the other policy's value estimated
+    from the log learned from, then, where the config has a target log, the log's own policy estimated from the
+    target log. OBD: the other policy is the target (default: the other one of random / bts; with `target: none`
+    still the other policy's log of the campaign, read only for its truth). A table without a target: None (no
+    truth to check against). Reads the logs from `data_root` (as prepare does); raises PoxmInputError."""
+    from orchestration.ope import ope_rows
+    from poxm_core.config.data_schema import LoggedConfig
+    from poxm_core.data.logged import read_logged
+
+    try:
+        lcfg = LoggedConfig.model_validate(logged)
+    except Exception as exc:   # an old run's config: the report still builds, without this table
+        raise PoxmInputError(f"datasets[].logged: {exc}".splitlines()[0]) from None
+    if lcfg.source == "obd":
+        policy, has_target = lcfg.obd_policy, lcfg.obd_target is not None
+        other = lcfg.obd_target or ("bts" if policy == "random" else "random")
+        log, target = read_logged(lcfg.model_copy(update={"target": other}), Path(data_root))
+        campaign, names = lcfg.campaign or "all", (policy, other)
+    else:
+        if lcfg.target is None:
+            return None
+        log, target = read_logged(lcfg, Path(data_root))
+        campaign, names, has_target = "—", (Path(lcfg.path).name, Path(lcfg.target).name), True
+    rows = ope_rows(log, target, campaign=campaign, target=names[1], log=names[0], p_list=p_list, n_boot=n_boot,
+                    seed=seed)
+    if has_target:
+        rows += ope_rows(target, log, campaign=campaign, target=names[0], log=names[1], p_list=p_list,
+                         n_boot=n_boot, seed=seed)
+    return pd.DataFrame(rows)
+
+
+def truth_table(d: str, logged: dict, data_root, **kw) -> T.Table | None:
+    """`ope_truth_<d>`: `truth_frame` as `poxm ope`'s table (`orchestration.ope.ope_table`): per direction and
+    estimator the estimate, its interval, the on-policy value, the relative error and whether the interval
+    covers it. None where `truth_frame` is None."""
+    from orchestration.ope import ope_table
+
+    df = truth_frame(logged, data_root, **kw)
+    if df is None:
+        return None
+    t = ope_table(df, name=f"ope_truth_{d}", title=f"{d}: the estimators against the truth on its logs")
+    t.notes = [("Each log whole (every row, not the sweep's test part), as `poxm ope`: the policy of the log on the "
+                "left of ← is estimated from the log on the right, context-free (its position marginals), and "
+                "compared with its own click rate in its own log (on-policy); rel. error = |estimate − on-policy| / "
+                "on-policy; covers: whether the 95 % interval holds the on-policy value. Values × 100. No learned "
+                "policy here: this is how far each estimator can be trusted on these logs.")] + t.notes
+    return t
+
+
 def write_logged_report(run_dir: Path, out: Path, chosen: RunSelection, rows: pd.DataFrame, prepare: pd.DataFrame,
                         config: dict, coverage: list[str], shown_dir: str, protocol: str | None) -> None:
     tdir = out / "tables"
@@ -186,6 +249,14 @@ def write_logged_report(run_dir: Path, out: Path, chosen: RunSelection, rows: pd
         phi = phi_table(d, prepare, _prepare_value(prepare, d, "data/L"))
         if phi is not None:
             blocks += [("h3", f"{d}: what Φ^p keeps")] + table(phi)
+        blocks += [("h3", f"{d}: the estimators against the truth")]
+        try:
+            truth = truth_table(d, lg, config.get("data_root") or default_data_root())
+        except (PoxmInputError, OSError) as exc:
+            truth, why = None, f"Not computed: {exc}"
+        else:
+            why = "No target log: nothing to check the estimators against." if truth is None else ""
+        blocks += table(truth) if truth is not None else [("p", why)]
         paths = T.write_table(seeds, tdir)
         blocks.append(("links", [("every seed's estimates (CSV)", str(paths["csv"].relative_to(out)))]))
     blocks += [("h2", "Run"),
@@ -210,7 +281,7 @@ def terminal_headline(report_dir: Path | None) -> str | None:
         return None
     blocks = []
     for f in sorted((Path(report_dir) / "tables").glob("ope_*.csv")):
-        if f.name.startswith("ope_seeds_"):
+        if f.name.startswith(("ope_seeds_", "ope_truth_")):
             continue
         df = pd.read_csv(f)
         splits = [s for s in EVAL_SPLITS if f"{s}_IS_mean" in df]

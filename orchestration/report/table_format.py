@@ -64,7 +64,7 @@ def _styled(t: "Table", i: int, row: list[str], escape, bold: str, italic: str) 
 _TEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 _TEX_UNI = {"±": r"$\pm$", "—": "--", "−": "$-$", "λ": r"$\lambda$", "ρ": r"$\rho$",
-            DAGGER: r"$^\dagger$", "×": r"$\times$", "“": "``", "”": "''", "Δ": r"$\Delta$"}
+            DAGGER: r"$^\dagger$", "×": r"$\times$", "“": "``", "”": "''", "Δ": r"$\Delta$", "←": r"$\leftarrow$"}
 
 
 def tex_escape(s: str) -> str:
