@@ -137,6 +137,16 @@ CONFIG_CASES = [
     ("alpha-second-variant", TWO_VARIANTS, [], ["c.yaml:9:", "datasets.0.variants.1.alpha", "(0, 1]"]),
     ("alpha-by-override", TWO_VARIANTS, ["datasets.0.variants.1.alpha=1", "datasets.0.variants.0.alpha=7"],
      ["override 'datasets.0.variants.0.alpha=7'", "datasets.0.variants.0.alpha"]),
+    # issue 40, item 8: an unknown key at its line with the nearest key; an override blamed, not the file;
+    # one key notation (datasets.0.variants.1.x); one 'got'
+    ("unknown-key-line", TWO_VARIANTS.replace("        alpha: 1.5", "        alpah: 1.5"), [],
+     ["c.yaml:9:", "unknown config key 'datasets.0.variants.1.alpah'", "(did you mean 'datasets.0.variants.1.alpha'?)"]),
+    ("unknown-key-override", GOOD, ["training.epoch=3"],
+     ["override 'training.epoch=3': unknown config key 'training.epoch' (did you mean 'training.epochs'?)"]),
+    ("beta-override-got-once", GOOD, ["datasets.0.variants.0.beta=-5"],
+     ["override 'datasets.0.variants.0.beta=-5': config key 'datasets.0.variants.0.beta'", "0, got -5"]),
+    ("duplicate-key-in-list", "name: d\ndatasets:\n  - name: a\n    name: b\n", [],
+     ["c.yaml:4:", "duplicate config key 'datasets.0.name'"]),
     ("duplicate-key", "name: d\ntraining:\n  epochs: 2\n  epochs: 3\n", [],
      ["c.yaml:4:", "duplicate config key 'training.epochs'", "line 3"]),
     ("epochs-true", dict(GOOD, training={"epochs": True}), [], ["c.yaml:", "training.epochs", "boolean", "epochs: 20"]),
@@ -175,7 +185,8 @@ def test_bad_config(tmp_path, capsys, case, text, extra, needles, command):
         pytest.skip("prepare does not train heads: p is checked by run/train")
     runs = tmp_path / "runs"
     rc, _, err = cli(capsys, command, cfg, f"runs_dir={runs}", *extra)
-    assert_one_line(rc, err, *needles)
+    line = assert_one_line(rc, err, *needles)
+    assert line.count(" got ") <= 1 and "[0]" not in line, line     # one 'got'; keys as datasets.0.x
     assert not runs.exists(), "nothing may be left behind"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
 

@@ -63,6 +63,58 @@ def test_value_error_names_file_and_line(tmp_path):
     assert str(exc.value).startswith(f"{p}:{line}: config key 'datasets.0.variants.0.alpha'")
 
 
+def test_unknown_key_names_file_line_and_nearest_key(tmp_path):
+    text = yaml.safe_dump(BASE, sort_keys=False).replace("beta: 0.0", "betta: 0.0")
+    p = _write(tmp_path, text)
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "betta" in l)
+    with pytest.raises(PoxmInputError) as exc:
+        load_config(p)
+    assert str(exc.value) == (f"{p}:{line}: unknown config key 'datasets.0.variants.0.betta' "
+                              "(did you mean 'datasets.0.variants.0.beta'?)")
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("training.epoch=3", "unknown config key 'training.epoch' (did you mean 'training.epochs'?)"),
+    ("trainig.epochs=3", "unknown config key 'trainig' (did you mean 'training'?)"),
+    ("datasets.0.variants.0.gamma=1", "unknown config key 'datasets.0.variants.0.gamma'"),
+    ("training={epoch: 3}", "unknown config key 'training.epoch'"),
+    ("datasets.0.variants.0.beta=-5", "config key 'datasets.0.variants.0.beta'"),
+    ("seeds=[1,1]", "seeds must be a non-empty list of distinct ints"),
+])
+def test_an_override_is_blamed_not_the_file(tmp_path, override, needle):
+    p = _write(tmp_path, yaml.safe_dump(BASE, sort_keys=False))
+    with pytest.raises(PoxmInputError) as exc:
+        load_config(p, overrides=["training.epochs=2", override])
+    msg = str(exc.value)
+    assert msg.startswith(f"override '{override}': "), msg
+    assert needle in msg and str(p) not in msg
+
+
+def test_one_key_notation_in_messages(tmp_path):
+    """Every message writes a key path the way an override names it: datasets.0.variants.1.T, never [0]."""
+    text = "name: t\ndatasets:\n  - name: a\n    name: b\n"
+    with pytest.raises(PoxmInputError, match=r"c\.yaml:4: duplicate config key 'datasets\.0\.name'"):
+        load_config(_write(tmp_path, text))
+    for ov in ("datasets.0.variants.0.gamma=1", "datasets.0.bogus=1", "datasets.0.variants.0.T=-1"):
+        with pytest.raises(PoxmInputError) as exc:
+            load_config(data=BASE, overrides=[ov])
+        assert "[" not in str(exc.value).split(": ", 1)[1].split(" (valid")[0], str(exc.value)
+
+
+@pytest.mark.parametrize("override, got", [
+    ("datasets.0.variants.0.beta=-5", "got -5"), ("datasets.0.variants.0.T=-5", "got -5"),
+    ("datasets.0.variants.0.alpha=0", "got 0"), ("training.epochs=-5", "(got -5)"),
+    ("device=tpu", "(got 'tpu')"), ("resources.num_workers=2", None), ("resources.trials_per_job=0", None),
+])
+def test_the_value_given_is_quoted_once(override, got):
+    """'got -5', not 'got -5.0 (got -5)': one 'got', with the value as given; none where it is already shown."""
+    with pytest.raises(PoxmInputError) as exc:
+        load_config(data=BASE, overrides=[override])
+    msg = str(exc.value)
+    assert msg.count("got") == (1 if got else 0), msg
+    assert got is None or msg.endswith(got), msg
+
+
 def test_missing_file_and_non_mapping(tmp_path):
     with pytest.raises(PoxmInputError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")

@@ -29,9 +29,9 @@ def _cfg(tmp_path, **logged):
 
 
 @pytest.mark.parametrize("entry, needle", [
-    ({"logged": {"source": "obd", "campain": "all"}}, "unknown config key 'datasets[0].logged.campain' (did you mean 'datasets[0].logged.campaign'?)"),
+    ({"logged": {"source": "obd", "campain": "all"}}, "unknown config key 'datasets.0.logged.campain' (did you mean 'datasets.0.logged.campaign'?)"),
     ({"logged": {"source": "table", "path": "x.csv", "columns": {"acton": "a", "context": ["x"]}}},
-     "unknown config key 'datasets[0].logged.columns.acton' (did you mean 'datasets[0].logged.columns.action'?)"),
+     "unknown config key 'datasets.0.logged.columns.acton' (did you mean 'datasets.0.logged.columns.action'?)"),
     ({"logged": {"source": "obd"}, "variants": [{"name": "U", "T": 2}]}, "variants take only 'name' and 'selector'"),
     ({"logged": {"source": "obd", "columns": {"context": ["x"]}}}, "'columns' is for source: table"),
     ({"logged": {"source": "table", "path": "x.csv"}}, "source: table needs 'columns'"),

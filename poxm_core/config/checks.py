@@ -58,7 +58,7 @@ def yaml_root(text: str, source: str):
                 stack.append((v, path))
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
-                stack.append((v, f"{where}[{i}]"))
+                stack.append((v, f"{where}.{i}" if where else str(i)))
     return root
 
 
@@ -94,10 +94,12 @@ class Locator:
                 break
         return line
 
-    def __call__(self, loc: tuple) -> str:
+    def __call__(self, loc: tuple, given: bool = False) -> str:
+        """given=True: `loc` is a key as given (an unknown one), so an override under it (trainig.epochs=3
+        for 'trainig') is what gave it."""
         parts = [str(x) for x in loc]
         for path, ov in reversed(self.overrides):
-            if parts[:len(path)] == path:
+            if parts[:len(path)] == path or (given and parts and path[:len(parts)] == parts):
                 return f"override '{ov}'"
         line = self.line(tuple(loc)) if self.root is not None else None
         return f"{self.source}:{line}" if line else self.source

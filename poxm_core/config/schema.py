@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
@@ -275,16 +276,18 @@ def _resolve_relative(data: dict, base: Path) -> dict:
 # --------------------------------------------------------------------------------------------
 # strict loading
 
-def _check_keys(model: type[BaseModel], data: Any, where: str, source: str) -> None:
-    """Walk `data` against `model` and raise on the first unknown key, naming the nearest one."""
+def _check_keys(model: type[BaseModel], data: Any, loc: tuple, where) -> None:
+    """Walk `data` against `model` and raise on the first unknown key, naming the nearest one, at the
+    key's YAML line or the override that gave it (`where`: a checks.Locator)."""
+    from poxm_core.config.checks import dotted
     if not isinstance(data, dict):
         return
     fields = model.model_fields
     for key, val in data.items():
-        path = f"{where}.{key}" if where else str(key)
+        kloc = loc + (key,)
         if key not in fields and model.model_config.get("extra") != "allow":   # MethodConfig: a method's own options
-            prefix = f"{where}." if where else ""
-            raise PoxmInputError(f"{source}: unknown config key '{path}'"
+            prefix = f"{dotted(loc)}." if loc else ""
+            raise PoxmInputError(f"{where(kloc, given=True)}: unknown config key '{dotted(kloc)}'"
                                  + nearest(str(key), fields).replace("'", f"'{prefix}", 1))
         if key not in fields:
             continue
@@ -293,12 +296,12 @@ def _check_keys(model: type[BaseModel], data: Any, where: str, source: str) -> N
             if isinstance(val, dict) and sub is not None:
                 if _is_dict_of(ann):
                     for k2, v2 in val.items():
-                        _check_keys(sub, v2, f"{path}.{k2}", source)
+                        _check_keys(sub, v2, kloc + (k2,), where)
                 else:
-                    _check_keys(sub, val, path, source)
+                    _check_keys(sub, val, kloc, where)
             elif isinstance(val, list):
                 for i, item in enumerate(val):
-                    _check_keys(sub, item, f"{path}[{i}]", source)
+                    _check_keys(sub, item, kloc + (i,), where)
 
 
 def _submodels(ann: Any) -> list[type[BaseModel]]:
@@ -381,8 +384,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     data = apply_overrides(data, overrides or [])
     if path is not None and isinstance(data, dict):
         data = _resolve_relative(data, Path(path).parent)
-    _check_keys(SweepConfig, data, "", source)
     where = Locator(source, root, overrides)
+    _check_keys(SweepConfig, data, (), where)
     check_values(SweepConfig, data, where)          # booleans as numbers, empty grids, names leaving runs_dir
     try:
         return SweepConfig.model_validate(data)
@@ -391,8 +394,20 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
-        got_s = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
-        raise PoxmInputError(f"{where(err['loc'])}: config key '{loc}': {msg}{got_s}") from None
+        if not isinstance(got, (dict, list)):
+            # One 'got', the value as given (a validator's ', got -5.0' of the coerced value becomes ', got -5');
+            # none where the message already shows it (num_workers=2: ...).
+            last = r"(,?) got ('[^']*'|\S+)$"
+            if re.search(last, msg):
+                msg = re.sub(last, lambda m: f"{m.group(1)} got {got!r}", msg)
+            elif f"={got!r}" not in msg and f"={got}" not in msg:
+                msg += f" (got {got!r})"
+        key = f"config key '{loc}': " if loc else ""
+        at = tuple(err["loc"])
+        first = msg.split(" ", 1)[0].rstrip(":")
+        if not at and first in SweepConfig.model_fields:   # a whole-config check naming its key ('seeds must ...')
+            at = (first,)
+        raise PoxmInputError(f"{where(at)}: {key}{msg}") from None
 
 
 def resolved_dict(cfg: BaseModel) -> dict:
