@@ -338,14 +338,24 @@ def cmd_ui(a) -> int:
     return serve(a.run_dir, a.host, a.port, check_port=_check_port_free)
 
 
+def _report_headline(run_dir: Path, report: Path | None) -> str | None:
+    """The headline `poxm run` prints at its end (`headline`; a logged sweep: its off-policy estimates)."""
+    table = headline(run_dir)
+    if table is None and report is not None:
+        from orchestration.report.logged import terminal_headline
+        table = terminal_headline(Path(report))
+    return table
+
+
 def cmd_report(a) -> int:
     from orchestration.stages import merge
     from orchestration.stages.sweep import plan_from_run_dir, report_only
+    run_dir = Path(a.run_dir[0])
     if len(a.run_dir) > 1 or a.out is not None or merge.is_merged(a.run_dir[0]):
         if len(a.run_dir) == 1 and a.out is None:
-            _, path = merge.remerge(a.run_dir[0])
+            run_dir, path = merge.remerge(a.run_dir[0])
         else:
-            _, path = merge.merge_report(a.run_dir, a.out)
+            run_dir, path = merge.merge_report(a.run_dir, a.out)
     else:
         plan = plan_from_run_dir(a.run_dir[0])
         if not a.no_mlflow:     # the store the report is logged to: checked before anything is rebuilt
@@ -353,6 +363,9 @@ def cmd_report(a) -> int:
             from orchestration.tracking.store import checked_uri
             _note_store(checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {})), plan.rd.root)
         path = report_only(plan, log_mlflow=not a.no_mlflow)
+    table = _report_headline(Path(run_dir), path) if path else None
+    if table:   # the table `poxm run` ends with, from the same function
+        print("\n" + table + "\n")
     _print_claims(path)
     print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
     return 0

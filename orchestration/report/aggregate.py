@@ -11,6 +11,8 @@ only the mean is shown. Beside it, `bootstrap_ci`: the percentile bootstrap 95 %
 mean over seeds (seeds resampled with replacement, as rliable does for runs), seeded so that a
 report rebuilds identically. With few seeds it is narrow by construction (3 seeds have only 10
 distinct resamples): read it as a description of the seeds at hand, not a coverage guarantee.
+Below ``inference.MIN_SEEDS`` (3) seeds a cell shows no interval (two seeds' interval is their
+min–max), the rule the claims follow.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+
+from orchestration.report.inference import MIN_SEEDS
 
 CELL_KEYS = ["dataset", "variant", "method", "metric"]
 N_BOOT = 10_000
@@ -47,15 +51,21 @@ class Cell:
             return "missing" if self.n_expected > 0 else "not_run"
         return "partial" if self.n < self.n_expected else "ok"
 
+    @property
+    def has_interval(self) -> bool:
+        """Whether the cell shows its interval: only from MIN_SEEDS seeds on (the claims' rule); below,
+        the bootstrap interval of two seeds is in effect their min–max, no statement about a third."""
+        return self.n >= MIN_SEEDS and math.isfinite(self.ci_lo) and math.isfinite(self.ci_hi)
+
     def text(self, scale: float = 100.0, digits: int = 2) -> str:
-        """'52.38 ± 1.20 [51.10, 53.40]' (mean ± std [bootstrap 95 % interval]), '... (n=2/3)',
-        '52.38' (one seed), or '—'."""
+        """'52.38 ± 1.20 [51.10, 53.40]' (mean ± std [bootstrap 95 % interval], from MIN_SEEDS seeds on),
+        '52.38 ± 1.20' (two seeds), '... (n=2/3)', '52.38' (one seed), or '—'."""
         if self.n == 0 or not math.isfinite(self.mean):
             return MISSING
         s = f"{scale * self.mean:.{digits}f}"
         if self.n > 1 and math.isfinite(self.std):
             s += f" ± {scale * self.std:.{digits}f}"
-        if self.n > 1 and math.isfinite(self.ci_lo) and math.isfinite(self.ci_hi):
+        if self.has_interval:
             s += f" [{scale * self.ci_lo:.{digits}f}, {scale * self.ci_hi:.{digits}f}]"
         if self.status == "partial":
             s += f" (n={self.n}/{self.n_expected})"

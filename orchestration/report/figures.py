@@ -5,7 +5,7 @@
                         expected R@5 per variant
   robustness_<d>        paper Fig. 2: the logging policy's expected R@5 per variant; POXM test R@5 per p;
                         the validation criterion (IS by default) per p that selection used; the
-                        selected p is starred
+                        selected p is ringed by a hollow star (its grid point visible inside)
   estimators_<d>_<v>    beyond the paper (accuracy_figure.py): every validation estimator vs the true
                         deployed value, bias, spread and RMSE as p varies
   sharpness_<d>         beyond the paper: test R@5 of the selected policy of logging, dm, banditnet,
@@ -215,8 +215,10 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
                       color=color[v], marker="o", label=f"variant {v}")
             if v in chosen and chosen[v] in set(d["p"]):
                 y = scale * d.loc[d["p"] == chosen[v], f"{col}_mean"].iloc[0]
-                ax.plot([chosen[v]], [y], marker="*", markersize=16, color=color[v], markeredgecolor="k",
-                        linestyle="none", label=None if starred else f"{criterion}-selected p")
+                # a hollow star around the point, not a filled one over it: the grid point stays visible
+                ax.plot([chosen[v]], [y], marker="*", markersize=20, markerfacecolor="none", markeredgecolor="k",
+                        markeredgewidth=1.3, linestyle="none", zorder=3,
+                        label=None if starred else f"{criterion}-selected p")
                 starred = True
         if not per_p.empty:
             p_axis(ax, per_p["p"])
@@ -233,7 +235,7 @@ def robustness_figure(rows: pd.DataFrame, selection: pd.DataFrame, prepare: pd.D
     name = f"robustness_{dataset}"
     caption = (f"{dataset} (paper Fig. 2). Left: ρ's expected test R@5 per variant. Middle: {method} test R@5 "
                f"against p, λ chosen at each p by validation {criterion}. Right: that validation {criterion}. "
-               f"Star: the p selection chose (most seeds). "
+               f"Hollow star: the p selection chose (most seeds), drawn around that point. "
                + spread_note(list(per_p["R5_n"]) + list(per_p["val_n"]) + list(r5["n"]), "seeds", "±1 std"))
     return Figure(name, f"Robustness — {dataset}", caption, save(fig, out_dir, name))
 

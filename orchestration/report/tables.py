@@ -13,7 +13,8 @@
   logging_<d>        logging-policy statistics of prepare.csv per variant
 
 Values are x100, mean ± sample std [bootstrap 95 % interval] over seeds at the criterion-selected
-points. Bold: best mean per column among the *trained* bandit-feedback methods only; every such
+points (the interval from 3 seeds on, the std from 2; one seed: the value, and captions say so). Only
+the methods the sweep ran (or expects) are rows. Bold: best mean per column among the *trained* bandit-feedback methods only; every such
 method tied at the displayed precision is bold (ties: all). The logging policy (a reference, not a
 learner) and the supervised skyline (full labels; italic, as in the paper) are never bold, so a
 logging policy level with a trained method does not make or break a bold.
@@ -28,6 +29,7 @@ import pandas as pd
 
 from orchestration.report import paper
 from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid, lam_set, p_set
+from orchestration.report.inference import MIN_SEEDS
 from orchestration.report.table_format import (DAGGER, Table, tex_escape, to_latex,  # noqa: F401
                                                to_markdown, write_table)
 from orchestration.stages.selection import (DEFAULT_CRITERION, ORACLE_METRIC, PAPER_CRITERION, POINT, SELECT_SPLIT,
@@ -52,8 +54,25 @@ def criterion_title(criterion: str) -> str:
 
 
 def method_list(present: list[str]) -> list[str]:
-    """The fixed paper order, then any other registered method that has results, sorted."""
-    return METHOD_ORDER + sorted(set(present) - set(METHOD_ORDER))
+    """The methods in `present` (those the sweep ran or expects), in the paper's order, then any other
+    registered method, sorted. A method of the paper that the sweep never ran is not listed: a table or
+    figure shows only the methods of its run."""
+    have = set(present)
+    return [m for m in METHOD_ORDER if m in have] + sorted(have - set(METHOD_ORDER))
+
+
+def seeds_wording(n_seeds: int, intervals: bool = True) -> str:
+    """How a caption names the spread of its cells, true at the number of seeds they hold (the most
+    seeds of any cell): 'at one seed (the value itself: no std, no interval)', 'mean ± std over 2 seeds
+    (no interval below 3 seeds)', or 'mean ± std [bootstrap 95 % interval of the mean] over 5 seeds'
+    (without the interval when the table shows none: `intervals` False)."""
+    if n_seeds <= 1:
+        return "at one seed (the value itself: no std, no interval)"
+    if not intervals:
+        return f"mean ± std over {n_seeds} seeds"
+    if n_seeds < MIN_SEEDS:
+        return f"mean ± std over {n_seeds} seeds (no interval below {MIN_SEEDS} seeds)"
+    return f"mean ± std [bootstrap 95 % interval of the mean] over {n_seeds} seeds"
 
 
 def method_name(m: str) -> str:
@@ -136,8 +155,10 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
                "method_name": name.rstrip(DAGGER), "greedy_twin": m in twinned}
         for k in metrics:
             c = cells[(m, k)]
-            rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_ci_lo": 100 * c.ci_lo,
-                        f"{k}_ci_hi": 100 * c.ci_hi, f"{k}_n": c.n,
+            # the CSV carries the interval where the table shows it (MIN_SEEDS seeds on), nowhere else
+            lo, hi = (c.ci_lo, c.ci_hi) if c.has_interval else (math.nan, math.nan)
+            rec.update({f"{k}_mean": 100 * c.mean, f"{k}_std": 100 * c.std, f"{k}_ci_lo": 100 * lo,
+                        f"{k}_ci_hi": 100 * hi, f"{k}_n": c.n,
                         f"{k}_n_expected": c.n_expected, f"{k}_status": c.status,
                         f"{k}_best": (m, k) in best})
         rec.update({"p": p_txt, "lam": lam_txt})
@@ -148,7 +169,7 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
     if show_paper and kind == "results":
         sections[0] = f"This run ({criterion}-selected p, λ)"
         sections[len(rows)] = "Paper, Table 2 (Lopez et al., AAAI 2021)"
-        for m in methods:
+        for m in METHOD_ORDER:   # the paper's Table 2 whole (its numbers, never rows of "—")
             vals = paper.paper_row(dataset, m)
             if vals is None:
                 continue
@@ -163,9 +184,10 @@ def metric_table(kind: str, dataset: str, variant: str, stats: pd.DataFrame, exp
         notes.append(f"Paper block: {paper.SOURCE}; AttentionXML is the paper's supervised skyline.")
     title_kind = ("Stochastic policies: expected reward metrics" if kind == "results"
                   else "Greedy top-k metrics")
-    notes.insert(0, f"Values ×100, mean ± std [bootstrap 95 % interval of the mean] over seeds at the (p, λ) "
-                    f"selected by the validation-log {criterion} estimate; one seed: the value alone. p and λ: "
-                    "the values selected over seeds. Bold: best mean among the trained bandit-feedback methods "
+    n_seeds = max((cells[(m, k)].n for m in methods for k in metrics), default=0)
+    notes.insert(0, f"Values ×100, {seeds_wording(n_seeds)}, at the (p, λ) "
+                    f"selected by the validation-log {criterion} estimate. p and λ: "
+                    f"the value{'s' if n_seeds > 1 else ''} selected{' over seeds' if n_seeds > 1 else ''}. Bold: best mean among the trained bandit-feedback methods "
                     "(all of them when tied at this precision); the logging policy is never bold, the "
                     "supervised skyline (full labels) is italic. “—”: no result, or p/λ not used by the "
                     "method; (n=a/b): a of b expected seeds.")
@@ -183,7 +205,7 @@ HEADLINE_METRIC = "R@5"
 
 def headline_table(dataset: str, variants: list[str], stats: pd.DataFrame, expected: pd.DataFrame,
                    criterion: str = DEFAULT_CRITERION, params: dict | None = None) -> Table:
-    """The report's headline: test R@5 (x100, mean ± std over seeds) per method (rows) and variant
+    """The report's headline: test R@5 (x100, mean ± std over seeds; one seed: the value) per method (rows) and variant
     (columns) at the (p, λ) the run's criterion selected, the same cells as the results tables.
     A greedy method without stochastic rows shows P@5 (= R@5 for a deterministic slate), marked †.
     Bold: best trained bandit-feedback method per variant (as in the results tables)."""
@@ -218,8 +240,11 @@ def headline_table(dataset: str, variants: list[str], stats: pd.DataFrame, expec
     prm = params or {}
     described = [f"{v} (α {prm[(dataset, v)].get('alpha')}, β {prm[(dataset, v)].get('beta')}, "
                  f"T {prm[(dataset, v)].get('T')})" for v in variants if isinstance(prm.get((dataset, v)), dict)]
-    notes = [f"Test R@5 ×100, mean ± std over seeds, at the (p, λ) selected by the validation-log {criterion} "
-             "estimate (intervals: the results tables below). Bold: best trained bandit-feedback method per "
+    n_seeds = max((c.n for c in cells.values()), default=0)
+    where = (" (intervals: the results tables below)" if n_seeds >= MIN_SEEDS
+             else f" (no interval below {MIN_SEEDS} seeds)" if n_seeds > 1 else "")
+    notes = [f"Test R@5 ×100, {seeds_wording(n_seeds, intervals=False)}, at the (p, λ) selected by the "
+             f"validation-log {criterion} estimate{where}. Bold: best trained bandit-feedback method per "
              "variant; the supervised skylines (full labels) are italic. “—”: no result."]
     if twinned:
         notes.append(f"{DAGGER} greedy policy: P@5, equal to R@5 for a deterministic slate.")
@@ -254,11 +279,13 @@ def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
     if expected is not None:
         e = expected[(expected["dataset"] == dataset) & (expected["variant"] == variant)]
         n_expected = e.groupby("method")["seed"].nunique().to_dict()
+    n_seeds = 0
     for m in methods:
         s = parts.get((m, label), multi.iloc[:0]).set_index("seed")
         o = parts.get((m, "oracle"), multi.iloc[:0]).set_index("seed")
         seeds = sorted(set(s.index) | set(o.index))
         n = len(seeds)
+        n_seeds = max(n_seeds, n)
         if expected is not None:
             n = max(n, int(n_expected.get(m, 0)))
         common = sorted(set(s.index) & set(o.index))
@@ -268,7 +295,7 @@ def selection_table(dataset: str, variant: str, selection: pd.DataFrame,
                _mean_std_text(o["test_R@5"].to_numpy(dtype=float), n), _mean_std_text(gap, n)]
         rows.append(row)
         recs.append(dict(zip(["dataset", "variant", "method"] + columns[1:], [dataset, variant, m] + row[1:])))
-    notes = [f"Test R@5 ×100, mean ± std over seeds. {c}: (p, λ) chosen by the validation-log {c} "
+    notes = [f"Test R@5 ×100, {seeds_wording(n_seeds, intervals=False)}. {c}: (p, λ) chosen by the validation-log {c} "
              "estimate (what the results tables use). Oracle: chosen by test R@5 — uses test labels, "
              "shown only to measure the cost of honest selection. Per-seed choices: selection.csv."]
     if not rows:
