@@ -57,7 +57,7 @@ def test_flat_params_and_standard_tags():
 
 
 @pytest.mark.slow
-def test_run_dir_store_is_recorded_relatively_and_relocated(tmp_path):
+def test_run_dir_store_is_recorded_relatively_and_relocated(tmp_path, monkeypatch):
     """A copied run directory opens (and logs artifacts to) its own copy of the store."""
     import shutil
     orig = tmp_path / "orig"
@@ -76,6 +76,11 @@ def test_run_dir_store_is_recorded_relatively_and_relocated(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     c.log_artifact(rid, str(tmp_path / "a.txt"), "report")
     assert (copy / "mlartifacts").is_dir() and not (orig / "mlartifacts").exists()
+    # another store than the run's own: used only when the user gives the same one, else one line
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(PoxmInputError, match="mlflow_runs.json: records the MLflow store http://h:1"):
+        tracking.stored_uri(copy, {"tracking_uri": "http://h:1"})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://h:1")
     assert tracking.stored_uri(copy, {"tracking_uri": "http://h:1"}) == "http://h:1"
     assert tracking.stored_uri(copy, {}) is None
 
