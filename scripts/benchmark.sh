@@ -7,7 +7,7 @@
 #   docs/results/robustness-5seeds/, <dataset>-cpu/, -warm/, -legacy/   the earlier runs, each rerun from
 #                                 its own committed config.yaml (the settings they ran with)
 # then copies each sweep's report into docs/results/<name>/. The run ids of the committed folders are
-# pinned in tests/test_config.py.
+# pinned in tests/poxm_core/config/test_config.py.
 # A sweep that already finished is not recomputed (`poxm run` continues the same run directory), so
 # running this again only rebuilds the reports.
 set -euo pipefail

@@ -2,7 +2,7 @@
 """Golden values: a tiny committed fixture and the numbers today's code computes on it.
 
     .venv/bin/python scripts/make_golden.py            # rewrite tests/golden/{fixture.npz, expected.json}
-    .venv/bin/python scripts/make_golden.py --check    # recompute and compare (what tests/test_golden.py does)
+    .venv/bin/python scripts/make_golden.py --check    # recompute and compare (what tests/poxm_core/training/test_golden.py does)
 
 Why: the trainer, the estimators and the metrics are otherwise checked by hand values on toy inputs
 and by self-consistency (resume = uninterrupted, grouped = alone). A change that moves every number

@@ -5,7 +5,7 @@
 #   ./scripts/test.sh --all        everything, the slow tier included (Ray, MLflow servers, `poxm` subprocesses,
 #                                  longer training runs: 105 tests; not re-measured since it grew: plan on half an hour)
 #   ./scripts/test.sh --slow       the slow tier only
-# Other arguments go to pytest, e.g. `./scripts/test.sh tests/test_cli.py` or `./scripts/test.sh --all -k resume`.
+# Other arguments go to pytest, e.g. `./scripts/test.sh tests/orchestration/test_cli.py` or `./scripts/test.sh --all -k resume`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tier=(-m "not slow")

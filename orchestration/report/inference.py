@@ -18,7 +18,7 @@ plain estimate, and the interval uses their sum:
 
 Both terms carry the per-(seed, instance) interaction once more than Var(d) does (each estimates it
 as σ²/(nm)), so the interval errs on the wide side by that amount; its coverage is checked by
-simulation with a known truth in tests/test_inference.py. Without per-instance values (a claim on
+simulation with a known truth in tests/orchestration/report/test_inference.py. Without per-instance values (a claim on
 the selected p, or rows from before they were kept) the seed term alone gives the paired t-interval
 over seeds (df = n − 1), labelled as such.
 

@@ -168,12 +168,12 @@ TRUTH_N_BOOT = 200       # bootstrap resamples of its mean relative error, as `p
 def truth_frame(logged: dict, data_root, *, p_list=TRUTH_P, n_boot: int = TRUTH_N_BOOT,
                 seed: int = 0) -> pd.DataFrame | None:
     """The estimators against the truth on the logs of one logged dataset (its config's `logged` entry), the rows of
-    `poxm ope` (`orchestration.ope.ope_rows`, i.e. `evaluate_against_truth`): the other policy's value estimated
+    `poxm ope` (`orchestration.report.ope_truth.ope_rows`, i.e. `evaluate_against_truth`): the other policy's value estimated
     from the log learned from, then, where the config has a target log, the log's own policy estimated from the
     target log. OBD: the other policy is the target (default: the other one of random / bts; with `target: none`
     still the other policy's log of the campaign, read only for its truth). A table without a target: None (no
     truth to check against). Reads the logs from `data_root` (as prepare does); raises PoxmInputError."""
-    from orchestration.ope import ope_rows
+    from orchestration.report.ope_truth import ope_rows
     from poxm_core.config.data_schema import LoggedConfig
     from poxm_core.data.logged import read_logged
 
@@ -200,10 +200,10 @@ def truth_frame(logged: dict, data_root, *, p_list=TRUTH_P, n_boot: int = TRUTH_
 
 
 def truth_table(d: str, logged: dict, data_root, **kw) -> T.Table | None:
-    """`ope_truth_<d>`: `truth_frame` as `poxm ope`'s table (`orchestration.ope.ope_table`): per direction and
+    """`ope_truth_<d>`: `truth_frame` as `poxm ope`'s table (`orchestration.report.ope_truth.ope_table`): per direction and
     estimator the estimate, its interval, the on-policy value, the relative error and whether the interval
     covers it. None where `truth_frame` is None."""
-    from orchestration.ope import ope_table
+    from orchestration.report.ope_truth import ope_table
 
     df = truth_frame(logged, data_root, **kw)
     if df is None:

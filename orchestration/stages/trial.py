@@ -390,7 +390,7 @@ def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:
       where the state API does not answer (SweepInputs.state_api).
 
     `_create_default_callbacks` is Ray Train's private method (Ray pinned in pyproject.toml);
-    tests/test_pg_cleaner.py checks it is still there and what it returns."""
+    tests/orchestration/stages/test_pg_cleaner.py checks it is still there and what it returns."""
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
     unused = (() if pg_cleaner else (PlacementGroupCleanerCallback,)) + (() if trainer.datasets else (DatasetsCallback,))

@@ -14,7 +14,7 @@ Quadrature: composite Gauss-Legendre in x = log t over [t_lo, t_hi] per row, pan
 `panel_width` wide in x. The neglected tails are bounded: before t_lo at least two arrivals are
 needed (probability <= t_lo^2 / 2, the total rate is 1), after t_hi some label among the
 min(k, m+) largest has not arrived (probability <= k e^{-pi_(k) t_hi}). The default (8 nodes per
-panel of width 1) is accurate to ~1e-12 against enumeration (tests/test_plackett_luce.py).
+panel of width 1) is accurate to ~1e-12 against enumeration (tests/poxm_core/estimators/test_plackett_luce.py).
 
 Peaked rows. In x = log t every factor e^{-pi_j t} switches from 1 to 0 over a few units around
 x = log(1/pi_j), whatever pi_j, so panels of width 1 resolve a label of probability 1e-300 as well as
@@ -143,7 +143,7 @@ def elements_per_row(m: int, r: int, kmax: int, nodes: int = 300) -> int:
 
 # ---- the same quadrature in torch (float64), for evaluation on a GPU -----------------------------------
 # Same nodes, same recurrences, same order of products as `position_sums`: on the same rows the results
-# agree with the NumPy ones to round-off (tests/test_plackett_luce.py), and a trial's exact slate metrics
+# agree with the NumPy ones to round-off (tests/poxm_core/estimators/test_plackett_luce.py), and a trial's exact slate metrics
 # no longer wait on the host (docs/performance.md: most of a GPU trial's evaluation was this loop in NumPy).
 
 def _nodes_torch(probs, kmax: int, panel_width: float, order: int):

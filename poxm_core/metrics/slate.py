@@ -60,7 +60,7 @@ def _gumbel(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     random_gumbel), and `rng.random` yields exactly those u. Computed vectorised (several times faster;
     `random` fills and the logs run without the GIL, so chunks evaluated by threads overlap); equal to
     rng.gumbel up to the last bit of NumPy's vectorised log (1 ulp on a fraction of the values,
-    tests/test_fast_paths.py). A draw u = 0, which random_gumbel rejects and redraws (probability
+    tests/poxm_core/training/test_fast_paths.py). A draw u = 0, which random_gumbel rejects and redraws (probability
     2^-53 a value), falls back to rng.gumbel itself."""
     state = rng.bit_generator.state
     u = rng.random(int(np.prod(shape)))

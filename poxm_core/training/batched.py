@@ -26,7 +26,7 @@ so the same step can be written over a head dimension:
   Adams, the "lazy" row Adam of `policy.heads.RowAdam` (untouched rows bit-identical).
 
 So each head sees the same batches in the same order and takes the same steps as in the sequential
-loop; only the float summation order of a few reductions differs (tests/test_batched_heads.py checks
+loop; only the float summation order of a few reductions differs (tests/poxm_core/training/test_batched_heads.py checks
 the parameters against the sequential engine's after several steps, every supported method).
 
 Every trained method is supported, a plugin's included, on policies 'network' (heads of one

@@ -1,0 +1,117 @@
+"""scripts/publish_results.py: a published folder (final rows, logging statistics, config) rebuilt into a
+report, completed with trials trained later by `poxm train`, or reduced to one dataset; refusals are
+one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from orchestration.report.claims import claims_markdown, read_claims
+from poxm_core.training.command import pick_trial
+from poxm_core.training.trainer import run_trial
+from tests.trial_fixtures import tiny_config, tiny_prepared
+
+pytestmark = pytest.mark.slow        # trains four tiny trials and builds three reports: about 16 s
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("publish_results", ROOT / "scripts" / "publish_results.py")
+pub = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pub)
+
+METHODS = {"logging": {}, "dm": {"lr": 0.01}, "poxm": {"p": [4, 8], "lam": [0.5], "lr": 0.01}}
+
+
+def _trial(tmp: Path, seed: int, **training) -> Path:
+    cfg = tiny_config(METHODS, epochs=1, seed=seed, **training)
+    cfg = cfg.model_copy(update={"seeds": [0, 1, 2]})
+    out = tmp / f"trial-s{seed}"
+    run_trial(cfg, pick_trial(cfg, seed=seed), tiny_prepared(seed=seed), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A published folder holding seed 0 of a 3-seed config, and trials of seeds 1 and 2 trained later."""
+    tmp = tmp_path_factory.mktemp("pub")
+    t0, t1, t2 = (_trial(tmp, s) for s in (0, 1, 2))
+    src = tmp / "published"
+    src.mkdir()
+    saved = yaml.safe_load((t0 / "config.yaml").read_text())["config"]
+    (src / "config.yaml").write_text(yaml.safe_dump(saved))
+    rows = pd.read_csv(t0 / "rows.csv")
+    rows[rows["final"]].to_csv(src / "rows.csv.gz", index=False)
+    pd.DataFrame({"dataset": ["tiny"] * 3, "variant": ["A"] * 3, "seed": [0, 1, 2], "metric": ["covering@1"] * 3,
+                  "value": [0.5, 0.5, 0.5]}).to_csv(src / "prepare.csv", index=False)
+    return tmp, src, t1, t2
+
+
+def test_added_trials_join_the_report(folder):
+    tmp, src, t1, t2 = folder
+    out = tmp / "done"
+    assert pub.main([str(src), "--add", str(t1), str(t2), "--out", str(out)]) == 0
+    rows = pd.read_csv(out / "rows.csv.gz")
+    assert sorted(rows["seed"].unique()) == [0, 1, 2] and rows["final"].all()
+    # the report is the one `poxm report` builds: claims over the 3 seeds, the folder's config kept as it was
+    claims = pd.read_csv(out / "tables" / "claims.csv")
+    assert set(claims["n"]) == {3}
+    assert (out / "config.yaml").read_text() == (src / "config.yaml").read_text()
+    index = (out / "index.md").read_text()
+    assert "Rebuilt from the published final rows" in index and not (out / "index.html").exists()
+    assert "[selection.csv](selection.csv)" in index       # the run's one selection file, beside index.md
+    # the selection read validation rows only: the chosen POXM head per seed is the best val/IS one
+    sel = pd.read_csv(out / "selection.csv")
+    val = rows[(rows["split"] == "val") & (rows["metric"] == "IS") & (rows["method"] == "poxm")]
+    best = val.loc[val.groupby("seed")["value"].idxmax()].set_index("seed")["p"]
+    chosen = sel[(sel["method"] == "poxm") & (sel["selection"] == "is")].set_index("seed")["p"]
+    assert chosen.sort_index().tolist() == best.sort_index().tolist()
+
+
+def test_refusals_write_nothing(folder, capsys):
+    tmp, src, t1, _ = folder
+    out = tmp / "refused"
+    # a trial of a seed the folder holds
+    t0 = tmp / "trial-s0"
+    assert pub.main([str(src), "--add", str(t0), "--out", str(out)]) == 2
+    assert "tiny/A/0 is already in the published rows" in capsys.readouterr().err
+    # a trial of another config (fewer Monte-Carlo slates)
+    other = _trial(tmp / "other", 1, mc_slates=4)
+    assert pub.main([str(src), "--add", str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training.mc_slates differs from the published config" in err[0]
+    # an unknown dataset, and a folder that is not a published one
+    assert pub.main([str(src), "--dataset", "bibtex", "--out", str(out)]) == 2
+    assert "--dataset bibtex: not in the published config (datasets: tiny)" in capsys.readouterr().err
+    assert pub.main([str(t1), "--out", str(out)]) == 2
+    assert "not a published results folder (no rows.csv.gz)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_one_dataset_keeps_its_rows_and_config(folder):
+    tmp, src, t1, _ = folder
+    out = tmp / "tiny-only"
+    assert pub.main([str(src), "--add", str(t1), "--dataset", "tiny", "--out", str(out)]) == 0
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    assert cfg["name"] == "tiny" and [d["name"] for d in cfg["datasets"]] == ["tiny"]
+    src_cfg = yaml.safe_load((src / "config.yaml").read_text())
+    assert {k: v for k, v in cfg.items() if k != "name"} == {k: v for k, v in src_cfg.items() if k != "name"}
+    summary = claims_markdown([read_claims(out)])
+    assert summary.splitlines()[0].startswith("| claim (IS; H holds, F fails, ? undecided, n too few seeds; Holm) | dataset | A |")
+    assert "| POXM > logging policy | tiny (2) |" in summary
+
+
+def test_rebuilt_in_place(folder):
+    tmp, src, t1, _ = folder
+    here = tmp / "in-place"
+    shutil.copytree(src, here)
+    assert pub.main([str(here), "--add", str(t1), "--out", str(here)]) == 0
+    assert sorted(pd.read_csv(here / "rows.csv.gz")["seed"].unique()) == [0, 1]
+    assert (here / "index.md").is_file() and not [p for p in tmp.iterdir() if p.name.startswith(".in-place")]
+    # the source is now the completed folder: adding the same trial again is refused, nothing changes
+    before = (here / "rows.csv.gz").read_bytes()
+    assert pub.main([str(here), "--add", str(t1), "--out", str(here)]) == 2
+    assert (here / "rows.csv.gz").read_bytes() == before
