@@ -3,7 +3,7 @@
 The server is `mlflow server` with one uvicorn worker, no job execution (MLflow 3 otherwise starts a
 huey job runner and its workers), no access log, logging at warning level. It runs in its own process
 group, which is taken down as a whole on Ctrl-C or SIGTERM (SIGTERM, then SIGKILL after half a second:
-uvicorn's own graceful shutdown takes ~20 s). `poxm ui` waits until the server answers /health, then
+uvicorn's own graceful shutdown is far slower; docs/performance.md). `poxm ui` waits until the server answers /health, then
 prints one line, the URL of the experiment's runs table in model-training mode
 (`#/experiments/<id>/runs?workflowType=machine_learning`; MLflow 3.17's UI routes). The server's
 own output (its security banner, warnings) goes to a temporary log, shown only if it fails.
