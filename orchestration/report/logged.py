@@ -180,7 +180,7 @@ def truth_frame(logged: dict, data_root, *, p_list=TRUTH_P, n_boot: int = TRUTH_
     try:
         lcfg = LoggedConfig.model_validate(logged)
     except Exception as exc:   # an old run's config: the report still builds, without this table
-        raise PoxmInputError(f"datasets[].logged: {exc}".splitlines()[0]) from None
+        raise PoxmInputError(f"datasets.<i>.logged: {exc}".splitlines()[0]) from None
     if lcfg.source == "obd":
         policy, has_target = lcfg.obd_policy, lcfg.obd_target is not None
         other = lcfg.obd_target or ("bts" if policy == "random" else "random")

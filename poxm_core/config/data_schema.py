@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator, PrivateAttr
 
 from poxm_core.common.errors import nearest
 
@@ -205,6 +205,12 @@ class DatasetConfig(_Strict):
     """One dataset of the sweep and its logging variants: a registry dataset (by name), or one declared
     here by `format` + `train` [+ `test` | `split`] (docs/data.md, "Your own data")."""
     name: str = Field(description="registry name (bibtex, delicious, eurlex-4k, wiki10-31k, amazon-670k, synthetic, or one a plugin registers), or any name with `format`")
+    _index: int | None = PrivateAttr(None)     # its place in the sweep's `datasets` list (set by SweepConfig)
+
+    @property
+    def key(self) -> str:
+        """This dataset's config key in the notation of overrides and messages: `datasets.<index>`."""
+        return f"datasets.{self._index}" if self._index is not None else f"datasets.{self.name}"
     path: str | None = Field(None, description="folder or file of user-supplied data; default: <data_root>/<registry folder>")
     format: Literal["xc", "split", "svmlight", "npz", "text"] | None = Field(None, exclude_if=_unset, description="a dataset declared in the config: xc (XC BoW file), split (X_Xf + X_Y files), svmlight (multilabel), npz (X and Y in one .npz, or [X.npz, Y.npz] written by scipy.sparse.save_npz), text (texts + label names)")
     folder: str | None = Field(None, exclude_if=_unset, description="a dataset declared by `format`: the folder holding its files, relative to the data root unless absolute; `train`/`test` are then names inside it")
@@ -250,7 +256,7 @@ class DatasetConfig(_Strict):
             return self
         for v in self.variants:
             if v.selector is not None:
-                raise ValueError(f"variant '{v.name}': 'selector' is for a logged dataset (datasets[].logged)")
+                raise ValueError(f"variant '{v.name}': 'selector' is for a logged dataset (datasets.<i>.logged)")
         if self.format is None:
             for key in ("folder", "train", "test", "split", "propensity"):
                 if getattr(self, key) is not None:

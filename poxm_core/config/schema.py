@@ -216,6 +216,8 @@ class SweepConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> "SweepConfig":
+        for i, d in enumerate(self.datasets):
+            d._index = i                  # messages name a dataset's keys as datasets.<i>.<key>
         names = [d.name for d in self.datasets]
         if len(set(names)) != len(names):
             raise ValueError(f"dataset names must be unique, got {names}")
@@ -223,7 +225,7 @@ class SweepConfig(_Strict):
             raise ValueError(f"seeds must be a non-empty list of distinct ints, got {self.seeds}")
         kinds = {d.logged is not None for d in self.datasets}
         if len(kinds) > 1:   # their reports differ (test metrics on labels vs off-policy estimates on a held-out log)
-            raise ValueError("datasets: a sweep holds either logged datasets (datasets[].logged) or XMC datasets, "
+            raise ValueError("datasets: a sweep holds either logged datasets (datasets.<i>.logged) or XMC datasets, "
                              "not both; run them as two sweeps")
         return self
 

@@ -372,7 +372,7 @@ def logged_files(lcfg, data_root: Path) -> list[Path]:
     files += [where(x, Path(data_root)) for x in (lcfg.action_features, lcfg.target) if x is not None]
     for f in files:
         if not f.is_file():
-            raise PoxmInputError(f"{f}: logged table not found (datasets[].logged; relative paths are under the data "
+            raise PoxmInputError(f"{f}: logged table not found (datasets.<i>.logged; relative paths are under the data "
                                  f"root {data_root})")
     return files
 

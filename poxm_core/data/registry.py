@@ -113,7 +113,7 @@ def spec_for(dcfg: "DatasetConfig") -> DatasetSpec:
     if getattr(dcfg, "format", None) is None:
         return get_spec(dcfg.name)
     if dcfg.name in DATASETS:
-        raise PoxmInputError(f"datasets[name={dcfg.name}]: '{dcfg.name}' is a registered dataset; give the dataset "
+        raise PoxmInputError(f"{dcfg.key}: '{dcfg.name}' is a registered dataset; give the dataset "
                              "declared by 'format' another name, or drop 'format' to use the registered one")
     A = 0.55 if dcfg.propensity_A is None else float(dcfg.propensity_A)
     B = 1.5 if dcfg.propensity_B is None else float(dcfg.propensity_B)
@@ -122,7 +122,7 @@ def spec_for(dcfg: "DatasetConfig") -> DatasetSpec:
 
 
 def _not_xmc(dcfg, data_root, seed):
-    raise PoxmInputError(f"dataset '{dcfg.name}' is logged feedback (datasets[].logged): it has no labels to load "
+    raise PoxmInputError(f"dataset '{dcfg.name}' is logged feedback ({dcfg.key}.logged): it has no labels to load "
                          "as XMC data; the prepare stage reads it (poxm_core.prepare.logged)")
 
 
@@ -238,7 +238,7 @@ def declared_files(dcfg: "DatasetConfig", data_root: Path | str | None = None) -
                 data_root = default_data_root()
             base = Path(data_root) / base
         if not base.is_dir():
-            raise PoxmInputError(f"{base}: folder not found (datasets[name={dcfg.name}].folder, under the data "
+            raise PoxmInputError(f"{base}: folder not found ({dcfg.key}.folder, under the data "
                                  "root: $POXM_DATA_ROOT or the config's data_root)")
     files = []
     for key in ("train", "test"):
@@ -246,7 +246,7 @@ def declared_files(dcfg: "DatasetConfig", data_root: Path | str | None = None) -
         for f in ([] if v is None else v if isinstance(v, list) else [v]):
             p = Path(f).expanduser() if base is None else base / f
             if not p.is_file():
-                raise PoxmInputError(f"{p}: file not found (datasets[name={dcfg.name}].{key})")
+                raise PoxmInputError(f"{p}: file not found ({dcfg.key}.{key})")
             files.append(p)
     return files
 
@@ -277,7 +277,7 @@ def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
     fmt = dcfg.format
     if fmt == "text":
         if dcfg.split is not None:
-            raise PoxmInputError(f"datasets[name={dcfg.name}]: format text needs a test file pair (split is not "
+            raise PoxmInputError(f"{dcfg.key}: format text needs a test file pair (split is not "
                                  "supported: the TF-IDF vocabulary is fit on the training texts)")
         t = read_text_tfidf(*files)
         parts = [(t.X_train, t.Y_train), (t.X_test, t.Y_test)]
@@ -322,7 +322,7 @@ def _load_synthetic(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCDat
     from poxm_core.data.synthetic import synthetic_from_config
 
     if dcfg.synthetic is None:
-        raise PoxmInputError("datasets[name=synthetic].synthetic: required for the synthetic dataset "
+        raise PoxmInputError(f"{dcfg.key}.synthetic: required for the synthetic dataset "
                              "(e.g. synthetic: {preset: eurlex, scale: 0.1})")
     return synthetic_from_config(dcfg.synthetic, seed)
 

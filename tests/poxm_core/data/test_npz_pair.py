@@ -202,9 +202,9 @@ def test_missing_folder_or_file_is_one_line(tmp_path):
     from poxm_core.data.registry import declared_files
     (tmp_path / "sets").mkdir()
     cfg = load_config(_config(tmp_path, {"folder": "sets", "train": ["X.npz", "Y.npz"], "split": {}}))
-    with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/nope/sets: folder not found \(datasets\[name=mine\]\.folder"):
+    with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/nope/sets: folder not found \(datasets\.0\.folder"):
         declared_files(cfg.datasets[0], tmp_path / "nope")
-    with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/sets/X\.npz: file not found \(datasets\[name=mine\]\.train\)$"):
+    with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/sets/X\.npz: file not found \(datasets\.0\.train\)$"):
         declared_files(cfg.datasets[0], tmp_path)
     (tmp_path / "sets" / "X.npz").write_bytes(b"")
     with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/sets/Y\.npz: file not found"):
@@ -217,11 +217,11 @@ def test_missing_folder_or_file_fails_at_plan_time(tmp_path):
     (tmp_path / "sets").mkdir()
     cfg = load_config(_config(tmp_path, {"folder": "nope", "train": ["X.npz", "Y.npz"], "split": {}}),
                       [f"data_root={tmp_path}"])
-    with pytest.raises(PoxmInputError, match=r"nope: folder not found \(datasets\[name=mine\]\.folder"):
+    with pytest.raises(PoxmInputError, match=r"nope: folder not found \(datasets\.0\.folder"):
         plan_sweep(cfg, tmp_path / "runs")
     cfg = load_config(_config(tmp_path, {"folder": "sets", "train": ["X.npz", "Y.npz"], "split": {}}),
                       [f"data_root={tmp_path}"])
-    with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/sets/X\.npz: file not found \(datasets\[name=mine\]\.train\)$"):
+    with pytest.raises(PoxmInputError, match=rf"^{tmp_path}/sets/X\.npz: file not found \(datasets\.0\.train\)$"):
         plan_sweep(cfg, tmp_path / "runs")
 
 

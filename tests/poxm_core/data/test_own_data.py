@@ -138,7 +138,7 @@ def test_missing_file_fails_at_plan_time(files, tmp_path):
     from orchestration.stages.sweep import plan_sweep
     d, _, _ = files
     cfg = load_config(cfg_file(d, [ds("mine", "xc", "data/nope.txt", "data/mine_test.txt")]))
-    with pytest.raises(PoxmInputError, match=r"nope.txt: file not found \(datasets\[name=mine\]\.train\)"):
+    with pytest.raises(PoxmInputError, match=r"nope.txt: file not found \(datasets\.0\.train\)"):
         plan_sweep(cfg, tmp_path)
 
 
