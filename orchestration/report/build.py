@@ -36,6 +36,7 @@ from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, e
                                             expected_from_rows, seed_stats)
 from orchestration.report.figure_pool import FigurePool
 from orchestration.report.index import render_html, render_markdown
+from orchestration.report.inference import MIN_SEEDS
 from orchestration.report.gap_share import gap_shares, gap_table
 from orchestration.report.grid_edges import grid_edges, grid_edges_table
 from orchestration.report.stability import stability, stability_table
@@ -477,10 +478,13 @@ def _claims_blocks(frame: pd.DataFrame, criteria: list[str], tdir: Path, out: Pa
                       "variants A and C, in this run's results).")]
     t = _stamp_table(C.claims_table(frame, criteria), protocol)
     paths = T.write_table(t, tdir)
+    n = pd.to_numeric(frame["n"], errors="coerce").max() if "n" in frame else float("nan")
+    enough = bool(n >= MIN_SEEDS)            # below it no cell has an interval or a verdict (claims.py)
+    how = ("a 95 % interval that covers seed variation and test-set sampling, the seeds that agree, and a "
+           "verdict from a test corrected for multiplicity within each claim (Holm)" if enough else
+           f"the seeds that agree; no interval and no verdict below {MIN_SEEDS} seeds")
     return [("p", f"What this benchmark says about each claim of the paper (and rows of ours), per dataset and "
-                  f"variant: the mean paired difference over seeds at the selected heads, a 95 % interval that "
-                  f"covers seed variation and test-set sampling, the seeds that agree, and a verdict from a "
-                  f"test corrected for multiplicity within each claim (Holm), under {names}."),
+                  f"variant: the mean paired difference over seeds at the selected heads, {how}, under {names}."),
             ("table", t), ("links", [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()])]
 
 

@@ -71,7 +71,9 @@ def gap_table(frame: pd.DataFrame) -> Table:
     sky = sorted(set(frame["skyline"])) if len(frame) else []
     notes = ["Share of the gap between the logging policy and the supervised skyline closed by each method, on "
              "test R@5 at the selected heads (×100: 0 = the logging policy, 100 = the skyline; negative = below "
-             "the logging policy), mean over seeds [min, max]. Skyline: "
+             "the logging policy), "
+             + ("mean over seeds [min, max]" if len(frame) and int(frame["n"].max()) > 1 else "at one seed")
+             + ". Skyline: "
              + (", ".join(sky) if sky else "—") + " (skyline_e2e is the paper's, trained end to end)."]
     if len(frame) and not math.isfinite(float(frame["share"].mean())):
         notes.append("Some cells are undefined (a skyline no better than the logging policy).")

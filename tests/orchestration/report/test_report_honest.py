@@ -116,3 +116,29 @@ def test_poxm_report_prints_the_headline_poxm_run_prints(tmp_path, monkeypatch, 
     assert cli.cmd_report(argparse.Namespace(run_dir=[str(tmp_path)], out=None, no_mlflow=True)) == 0
     out = capsys.readouterr().out
     assert cli.headline(tmp_path) in out and "POXM" in out
+
+
+def test_gap_share_caption_at_one_seed_promises_no_range():
+    from orchestration.report.gap_share import GAP_COLUMNS, gap_table
+
+    def frame(n):
+        row = {c: None for c in GAP_COLUMNS}
+        row.update(dataset="d", variant="A", method="poxm", share=0.5, share_min=0.4, share_max=0.6, n=n,
+                   skyline="skyline_e2e")
+        return pd.DataFrame([row])
+    assert "at one seed" in gap_table(frame(1)).notes[0] and "[min, max]" not in gap_table(frame(1)).notes[0]
+    assert "[min, max]" in gap_table(frame(3)).notes[0]
+
+
+def test_claims_sentence_below_three_seeds_promises_no_interval(tmp_path):
+    from orchestration.report.build import _claims_blocks
+    from orchestration.report.claims import CLAIM_COLUMNS
+
+    def blocks(n):
+        row = {c: None for c in CLAIM_COLUMNS}
+        row.update(criterion="IS", dataset="d", variant="A", claim="poxm_vs_logging", claim_text="POXM > logging",
+                   source="paper", metric="R@5", diff=1.0, n=n, ci_lo=0.5, ci_hi=1.5, p_holm=0.01,
+                   verdict="too few seeds" if n < 3 else "holds", signs=f"{n}/{n}")
+        return _claims_blocks(pd.DataFrame([row]), ["IS"], tmp_path, tmp_path, None)[0][1]
+    assert "no interval and no verdict below 3 seeds" in blocks(2) and "95 % interval" not in blocks(2)
+    assert "95 % interval" in blocks(10)
