@@ -1,11 +1,15 @@
-"""The sweep's progress view: a Tune callback on the driver with one tqdm bar in head-steps.
+"""The sweep's progress view: a Tune callback on the driver with one tqdm bar in head-epochs.
 
 A trial trains several heads (grid points) together and reports once per epoch through Tune, then
 evaluates every head on the test set and reports once more ('finished'). So the unit of work is the
-head-step, a step being one epoch or the final evaluation: a trial with h heads and E epochs has
-h*(E+1) of them; at epoch e it has done h*e, and the last h only when its evaluation is over. The
-bar therefore stays short of 100 % while the last trials evaluate instead of sitting at 100 % with
-ETA 0. The ETA is the bar's own (`SweepProgress.eta`): the work left at this session's rate (work
+head-epoch, and the final evaluation of a head counts as many epochs as it costs (`eval_steps`): a
+trial with h heads and E epochs has h*(E+w) of them; at epoch e it has done h*e, and the last h*w only
+when its evaluation is over. w is learned from the run: a trial's time from its last epoch to its
+'member_finished' report over its time per epoch (from the driver's clock at its epoch reports), the
+mean over the trials measured so far; until one is measured, w = E (the evaluation as long as the
+training). The bar therefore stays short of 100 % while the
+trials evaluate, in proportion to what that costs, instead of sitting at 100 % with ETA 0. The ETA is
+the bar's own (`SweepProgress.eta`): the work left at this session's rate (work
 finished before a resume is done from the first line, not counted in the rate), never more than the
 previous ETA less the time since, so it only falls, and it counts down between Tune's reports (Tune's
 `on_step_end`, at most once a second). Ray Tune's slow-operation warnings are written above the bar,
@@ -24,12 +28,32 @@ from typing import Sequence
 from ray.tune import Callback
 
 
-def head_epochs_done(status: str, heads: int, epoch: int, epochs: int, finished: bool = False) -> int:
-    """Head-steps a trial has done (a step: an epoch, or the final evaluation): all heads*(epochs+1)
-    once it terminated or reported 'finished', else heads x its last epoch."""
+def head_epochs_done(status: str, heads: int, epoch: int, epochs: int, finished: bool = False,
+                     eval_steps: float = 1.0) -> float:
+    """Head-epochs a trial has done, its final evaluation counting `eval_steps` epochs a head: all
+    heads*(epochs+eval_steps) once it terminated or reported 'finished', else heads x its last epoch."""
     if status == "TERMINATED" or finished:
-        return heads * (epochs + 1)
+        return heads * (epochs + eval_steps)
     return heads * min(max(epoch, 0), epochs)
+
+
+def eval_epochs(start: float, first: tuple[float, int] | None, last: tuple[float, int] | None,
+                finished: float, epochs: int) -> float | None:
+    """What a trial's final evaluation cost, in epochs: the time from its last epoch's end to its
+    'finished' report over its time per epoch. first/last: (when, epoch) of its first and last epoch
+    report (the last epoch itself is not reported: report_pace.py). The time per epoch is that
+    between the two reports, or with one report since the trial's start (start-up included: a lower
+    bound of the cost). None without an epoch report."""
+    if last is None or last[1] <= 0:
+        return None
+    if first is not None and last[1] > first[1] and last[0] > first[0]:
+        per_epoch = (last[0] - first[0]) / (last[1] - first[1])
+    else:
+        per_epoch = (last[0] - start) / last[1]
+    if per_epoch <= 0:
+        return None
+    evaluation = finished - last[0] - max(0, epochs - last[1]) * per_epoch
+    return max(0.0, evaluation / per_epoch)
 
 
 # the ETA is the bar's own (SweepProgress.eta: it only falls), in the postfix; not tqdm's {remaining}
@@ -62,15 +86,18 @@ class BarLogFilter:
 
 
 class SweepProgress(Callback):
-    """tqdm bar over the sweep's head-steps (epochs and the final evaluation of each head).
+    """tqdm bar over the sweep's head-epochs (the epochs and the final evaluation, weighted, of each head).
 
     total: trials in the sweep; already_done: trials finished before a resume (they count as done);
     epochs: epochs per trial; heads: heads of each trial, in any order (when None, read from each
-    trial's config['trial']['heads'] as Tune materialises it, the unseen ones taken as the mean).
+    trial's config['trial']['heads'] as Tune materialises it, the unseen ones taken as the mean);
+    eval_steps: what a head's final evaluation counts, in epochs, until a trial has measured it (None:
+    `epochs`, the evaluation as long as the training).
     """
 
     def __init__(self, total: int, already_done: int = 0, enabled: bool = True, epochs: int | None = None,
-                 heads: Sequence[int] | None = None, done_before: Sequence[str] = ()):
+                 heads: Sequence[int] | None = None, done_before: Sequence[str] = (),
+                 eval_steps: float | None = None):
         self.total, self.already_done, self.enabled, self.epochs = total, already_done, enabled, epochs
         self.done_before = set(done_before)       # trials done before this session (a resume): done from the start
         self._eta: tuple[float, float] | None = None    # (seconds left, when): the ETA only falls
@@ -87,6 +114,10 @@ class SweepProgress(Callback):
         self._head_epochs: dict[str, int] = {}    # job -> head-epochs it reported
         self._said: set[str] = set()              # trials with a 'done' line
         self._finished: set[str] = set()          # jobs that reported 'finished' (evaluation over)
+        self.prior_eval_steps = float(max(1, int(epochs or 0)) if eval_steps is None else eval_steps)
+        self._eval_measured: list[float] = []     # the final evaluations measured, in epochs (eval_epochs)
+        self._reports: dict[str, list] = {}       # job -> [first, last] (when, epoch) of its trial's epoch reports
+        self.clock = time.time
 
     def __getstate__(self):        # pickled into Tune's experiment state: drop the live bar
         d = dict(self.__dict__)
@@ -94,15 +125,23 @@ class SweepProgress(Callback):
         d["_log_filter"] = None
         return d
 
-    def eta(self, done: int, total: int, now: float | None = None) -> float | None:
-        """Seconds left: the work left at this session's rate (work per second since its bar started),
-        never more than the previous ETA less the time since (so it only falls), None before any work
-        of this session is done."""
-        now = time.time() if now is None else now
+    @property
+    def eval_steps(self) -> float:
+        """A head's final evaluation, in epochs: the mean of the trials' measured ones, else the prior."""
+        m = self._eval_measured
+        return sum(m) / len(m) if m else self.prior_eval_steps
+
+    def eta(self, done: float, total: float, now: float | None = None) -> float | None:
+        """Seconds left: the work left at this session's rate (the share of the sweep done per second
+        since its bar started: the total changes as the evaluation's weight is learned), never more
+        than the previous ETA less the time since (so it only falls), None before any work of this
+        session is done."""
+        now = self.clock() if now is None else now
+        f = done / total if total > 0 else 1.0
         if self._start is None:
-            self._start = (now, done)
-        t0, d0 = self._start
-        est = (total - done) * (now - t0) / (done - d0) if done > d0 and now > t0 else None
+            self._start = (now, f)
+        t0, f0 = self._start
+        est = (1.0 - f) * (now - t0) / (f - f0) if f > f0 and now > t0 else None
         if done >= total:
             est = 0.0
         if self._eta is not None:
@@ -153,28 +192,30 @@ class SweepProgress(Callback):
         c["pending"] += max(0, self.total - seen)
         return c
 
-    def work(self, trials) -> tuple[int, int]:
-        """(head-steps done, head-steps in the sweep); a head's steps: its epochs + its evaluation."""
+    def work(self, trials) -> tuple[float, float]:
+        """(head-epochs done, head-epochs in the sweep); a head's: its epochs + its evaluation's weight."""
         E = max(0, int(self.epochs or 0))
+        S = E + self.eval_steps
         seen = [self._heads_of(t) for t in trials]
         n_seen = sum(len(self._members(t)) for t in trials)
         if self.heads is not None:
-            total = sum(self.heads) * (E + 1)
+            total = sum(self.heads) * S
         else:
             mean = sum(seen) / n_seen if n_seen else 1.0
-            total = int(round((sum(seen) + mean * max(0, self.total - n_seen)) * (E + 1)))
+            total = (sum(seen) + mean * max(0, self.total - n_seen)) * S
         done = 0
         for t, h in zip(trials, seen):
             name = self._name(t)
             if self.done_before and all(m in self.done_before for m in self._members(t)):
-                done += h * (E + 1)        # done before a resume: done from the bar's first line
+                done += h * S        # done before a resume: done from the bar's first line
             elif t.status != "TERMINATED" and name in self._head_epochs:
-                # a job's reported head-epochs, plus one evaluation step per head of its finished trials
+                # a job's reported head-epochs, plus an evaluation per head of its finished trials
                 member_heads = (getattr(t, "config", None) or {}).get("trial", {}).get("member_heads") or []
-                evaluated = sum(member_heads[:self._members_done.get(name, 0)])
-                done += min(self._head_epochs[name] + evaluated, h * (E + 1))
+                evaluated = sum(member_heads[:self._members_done.get(name, 0)]) * self.eval_steps
+                done += min(self._head_epochs[name] + evaluated, h * S)
             else:
-                done += head_epochs_done(t.status, h, self._epoch.get(name, 0), E, name in self._finished)
+                done += head_epochs_done(t.status, h, self._epoch.get(name, 0), E, name in self._finished,
+                                         self.eval_steps)
         return min(done, total), max(total, 1)
 
     def _refresh(self, trials, note: str | None = None) -> None:
@@ -187,14 +228,14 @@ class SweepProgress(Callback):
             from tqdm.auto import tqdm
             # not a terminal (a log file, CI): no bar and no ANSI codes; the done/ERROR lines still come
             import logging
-            self._bar = tqdm(total=total, initial=done, desc="sweep", unit="step", file=sys.stderr,
+            self._bar = tqdm(total=round(total), initial=round(done), desc="sweep", unit="step", file=sys.stderr,
                              bar_format=BAR_FORMAT, ncols=min(shutil.get_terminal_size((80, 24)).columns, 120),
                              disable=not sys.stderr.isatty())
             for name in QUIET_LOGGERS:
                 logging.getLogger(name).addFilter(self._log_filter)
-        self._bar.total = total
-        if done > self._bar.n:
-            self._bar.update(done - self._bar.n)
+        # the bar in whole head-epochs; n set, not added to: a learned evaluation weight moves done too
+        self._bar.total = max(1, round(total))
+        self._bar.n = min(round(done), self._bar.total)
         c = self._counts(trials)
         self._bar.set_postfix_str(f"eta {fmt_eta(self.eta(done, total))} trials {c['done']}/{self.total} done "
                                   f"{c['running']} run" + (f" {c['errored']} err" if c["errored"] else ""),
@@ -205,13 +246,14 @@ class SweepProgress(Callback):
 
     def on_step_end(self, iteration, trials, **info):
         """Between reports: the ETA counts down (at most every TICK_S)."""
-        now = time.time()
+        now = self.clock()
         if self._bar is not None and now - self._tick >= TICK_S:
             self._tick = now
             self._refresh(trials)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self._t0[self._name(trial)] = time.time()
+        self._t0[self._name(trial)] = self.clock()
+        self._reports.pop(self._name(trial), None)
         self._refresh(trials)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -223,6 +265,10 @@ class SweepProgress(Callback):
                 pass
         if "epoch" in result:
             self._epoch[job] = int(result["epoch"])
+            if not result.get("member_finished") and not result.get("finished"):
+                seen = self._reports.setdefault(job, [None, None])
+                seen[1] = (self.clock(), int(result["epoch"]))
+                seen[0] = seen[0] or seen[1]
         if "head_epochs" in result:
             self._head_epochs[job] = int(result["head_epochs"])
         if result.get("finished"):
@@ -231,7 +277,11 @@ class SweepProgress(Callback):
         if result.get("member_finished"):
             i = self._member.get(job, 0)
             self._members_done[job] = max(self._members_done.get(job, 0), i + 1)
-            now = time.time()
+            now = self.clock()
+            first, last = self._reports.pop(job, [None, None])
+            w = eval_epochs(self._t0.get(job, now), first, last, now, max(0, int(self.epochs or 0)))
+            if w is not None:
+                self._eval_measured.append(w)
             note = self._done_line(names[i], now - self._t0.get(job, now))
             self._t0[job] = now          # the job's next trial starts now
         self._refresh(trials, note)
@@ -244,7 +294,7 @@ class SweepProgress(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         job = self._name(trial)
-        took = time.time() - self._t0.get(job, time.time())
+        took = self.clock() - self._t0.get(job, self.clock())
         lines = [x for x in (self._done_line(n, took) for n in self._members(trial)) if x]
         self._refresh(trials, "\n".join(lines) or None)
 

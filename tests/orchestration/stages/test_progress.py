@@ -1,5 +1,5 @@
-"""The sweep bar counts head-steps (epochs + the final evaluation), fits 80 columns and writes no ANSI
-codes off a terminal."""
+"""The sweep bar counts head-epochs (epochs + the final evaluation at what it costs, in epochs), fits 80
+columns and writes no ANSI codes off a terminal."""
 from __future__ import annotations
 
 import io
@@ -26,12 +26,12 @@ def test_head_epochs_done_hand_values():
 
 
 def test_work_counts_heads_times_steps_and_estimates_unseen_trials():
-    p = SweepProgress(total=3, epochs=10)
+    p = SweepProgress(total=3, epochs=10, eval_steps=1)      # an evaluation as long as one epoch
     trials = [_trial("a", "TERMINATED", 4), _trial("b", "RUNNING", 2)]
     p._epoch["b"] = 3
     # seen 4 + 2 heads, one unseen trial taken as the mean (3): 9 heads x 11 steps
     assert p.work(trials) == (44 + 6, 99)
-    exact = SweepProgress(total=3, epochs=10, heads=[4, 2, 1])
+    exact = SweepProgress(total=3, epochs=10, heads=[4, 2, 1], eval_steps=1)
     exact._epoch["b"] = 3
     assert exact.work(trials) == (50, 77)
 
@@ -40,9 +40,72 @@ def test_bar_is_not_full_while_the_last_trial_evaluates():
     p = SweepProgress(total=1, epochs=2, enabled=False)
     t = [_trial("a", "RUNNING", 3)]
     p.on_trial_result(0, t, t[0], {"epoch": 2})          # last epoch reported; the test evaluation follows
-    assert p.work(t) == (6, 9)
+    assert p.work(t) == (6, 12)          # until measured, the evaluation counts as many epochs as training
     p.on_trial_result(0, t, t[0], {"epoch": 2, "finished": 1})
-    assert p.work(t) == (9, 9)
+    assert p.work(t) == (12, 12)
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _train(p, t, clock, start, epoch_s, eval_s, epochs=5):
+    """One trial of one head: epochs of epoch_s reported but the last (report_pace), then its evaluation.
+    The ETA after each report."""
+    clock.t = start
+    p.on_trial_start(0, t, t[0])
+    p.eta(*p.work(t))                    # the bar's first line (on_trial_start's refresh): the rate's start
+    etas = []
+    for e in range(1, epochs):
+        clock.t = start + e * epoch_s
+        p.on_trial_result(0, t, t[0], {"epoch": e, "member": 0})
+        etas.append(p.eta(*p.work(t)))
+    clock.t = start + epochs * epoch_s + eval_s
+    p.on_trial_result(0, t, t[0], {"member_finished": 1, "member": 0, "finished": 1})
+    etas.append(p.eta(*p.work(t)))
+    return etas
+
+
+def test_the_final_evaluation_counts_what_it_costs():
+    # the quickstart: the final evaluation takes about as long as the 5 epochs. At the end of training
+    # the bar is half way, not 5/6 (83 %, the evaluation as one step) with an ETA near 0
+    p = SweepProgress(total=1, epochs=5, enabled=False)
+    t = [_trial("a", "RUNNING", 1)]
+    p.on_trial_result(0, t, t[0], {"epoch": 5})
+    done, total = p.work(t)
+    assert done / total == pytest.approx(0.5)
+
+
+def test_the_evaluation_weight_is_learned_from_the_first_trial():
+    clock = _Clock()
+    p = SweepProgress(total=2, epochs=5, enabled=False, eval_steps=1)    # a prior 5 times too low
+    p.clock = clock
+    a, b = _trial("a", "RUNNING", 1), _trial("b", "PENDING", 1)
+    _train(p, [a, b], clock, 0.0, epoch_s=10.0, eval_s=50.0)
+    assert p.eval_steps == pytest.approx(5.0)      # (100 s - 40 s - one unreported 10 s epoch) / 10 s
+    a.status, b.status = "TERMINATED", "RUNNING"
+    clock.t = 140.0
+    p.on_trial_result(0, [b, a], b, {"epoch": 4, "member": 0})
+    done, total = p.work([a, b])
+    assert (done, total) == (pytest.approx(14.0), pytest.approx(20.0))     # not 10/12 with one step
+
+
+def test_eta_counts_the_evaluation_and_only_falls():
+    clock = _Clock()
+    p = SweepProgress(total=2, epochs=5, enabled=False)
+    p.clock = clock
+    a, b = _trial("a", "RUNNING", 1), _trial("b", "PENDING", 1)
+    etas = _train(p, [a, b], clock, 0.0, epoch_s=10.0, eval_s=50.0)    # the evaluation as long as training
+    a.status, b.status = "TERMINATED", "RUNNING"
+    etas += _train(p, [b, a], clock, 100.0, epoch_s=10.0, eval_s=50.0)
+    assert all(x >= y for x, y in zip(etas, etas[1:])), etas
+    # b's last reported epoch (t = 140 s): one epoch and the 50 s evaluation are left (not 28 s: one step)
+    assert etas[-2] == pytest.approx(60.0)
+    assert etas[-1] == 0.0
 
 
 class _NotATTY(io.StringIO):
@@ -76,9 +139,9 @@ def test_bar_on_a_terminal_shows_head_epochs(monkeypatch, heads):
     t = [_trial("a", "RUNNING", 3), _trial("b", "PENDING", 1)]
     p.on_trial_start(0, t, t[0])
     p.on_trial_result(0, t, t[0], {"epoch": 1})
-    assert p._bar.n == 3 and p._bar.total == 12   # 3 heads x epoch 1 of 4 x (2 epochs + evaluation)
+    assert p._bar.n == 3 and p._bar.total == 16   # 3 heads x epoch 1 of 4 x (2 epochs + an evaluation of 2)
     out = buf.getvalue()
-    assert "3/12" in out and "trials 0/2 done 1 run" in out and "eta " in out
+    assert "3/16" in out and "trials 0/2 done 1 run" in out and "eta " in out
     p.on_experiment_end(t)
 
 
@@ -114,7 +177,7 @@ def test_a_resume_starts_at_the_trials_already_done():
     p = SweepProgress(total=4, already_done=2, epochs=2, enabled=False, done_before=["a", "b"])
     t = [_trial("a", "PENDING", 3), _trial("b", "PENDING", 3), _trial("c", "RUNNING", 3), _trial("d", "PENDING", 3)]
     assert p._counts(t)["done"] == 2
-    assert p.work(t) == (2 * 3 * 3, 4 * 3 * 3)             # their steps done from the first line
+    assert p.work(t) == (2 * 3 * 4, 4 * 3 * 4)             # their head-epochs done from the first line
 
 
 def test_ray_warnings_go_above_the_bar_not_into_it(monkeypatch):
