@@ -138,7 +138,7 @@ def test_progress_counts_trials_inside_jobs(monkeypatch):
             return False
     buf = NotATTY()
     monkeypatch.setattr(sys, "stderr", buf)
-    p = SweepProgress(total=5, epochs=2)
+    p = SweepProgress(total=5, epochs=2, eval_steps=1)     # a head's evaluation as one epoch: counts, not costs
     jobs = [_job("pack000-a", "RUNNING", ["a", "b", "c"], 6), _job("d", "PENDING", ["d"], 2)]   # 'e' not materialised
     p.on_trial_start(0, jobs, jobs[0])
     p.on_trial_result(0, jobs, jobs[0], {"epoch": 1, "member": 0, "head_epochs": 2})
