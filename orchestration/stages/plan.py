@@ -77,7 +77,10 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
         elif spec.reader is None and check_data:
             locate_files(spec, Path(d.path) if d.path else root / spec.folder)
     for name, mc in cfg.methods.items():
-        get_method(name).validate(mc)
+        try:
+            get_method(name).validate(mc)
+        except PoxmInputError as exc:     # named at its file line (or override), like the config's own checks
+            raise cfg.located(exc) from None
     specs = trial_specs(cfg, cfg.group_by)
     _check_p(cfg, specs)
     store = sweep_storage(cfg.resources.storage_path, rd.root.name)

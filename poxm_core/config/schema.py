@@ -15,8 +15,8 @@ from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from poxm_core.config.data_schema import (DATA_FORMATS, DatasetConfig, LoggedColumnsConfig, LoggedConfig,  # noqa: F401  (part of the schema)
                                           SplitConfig, SyntheticConfig, VariantConfig, _Strict, _unset)
@@ -177,6 +177,17 @@ class MlflowConfig(_Strict):
 class SweepConfig(_Strict):
     """A whole benchmark sweep. `poxm prepare` and `poxm train` read the same file."""
     name: str = Field(description="sweep name; the run directory is <runs_dir>/<name>-<hash>")
+    # where each key came from (file:line or the override), kept by load_config for checks made later
+    # (a method's own options are checked by its registry entry, which this module does not import)
+    _where: object = PrivateAttr(None)
+
+    def located(self, exc: PoxmInputError) -> PoxmInputError:
+        """`exc` ('methods.dm.temperature: ...') prefixed with where that key was given, when known."""
+        msg = str(exc)
+        key = msg.split(":", 1)[0]
+        if self._where is None or " " in key or "." not in key:
+            return exc
+        return PoxmInputError(f"{self._where(tuple(key.split('.')), given=True)}: {msg}")
     seeds: list[int] = Field([0], description="seeds: logging model, variants' noise, slates, heads")
     data_root: str | None = Field(None, description="where registry datasets live; default $POXM_DATA_ROOT or ../shared/data")
     runs_dir: str = Field("runs", description="where run directories are created")
@@ -390,7 +401,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     _check_keys(SweepConfig, data, (), where)
     check_values(SweepConfig, data, where)          # booleans as numbers, empty grids, names leaving runs_dir
     try:
-        return SweepConfig.model_validate(data)
+        cfg = SweepConfig.model_validate(data)
+        cfg._where = where
+        return cfg
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

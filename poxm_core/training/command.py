@@ -33,7 +33,10 @@ def pick_trial(cfg, dataset: str | None = None, variant: str | None = None, meth
     if method is not None and method not in cfg.methods:
         raise PoxmInputError(f"--method: '{method}' is not configured under methods:" + nearest(method, cfg.methods))
     names = [method] if method is not None else list(cfg.methods)
-    heads = tuple(h for m in names for h in head_grid(m, cfg.methods[m]))
+    try:
+        heads = tuple(h for m in names for h in head_grid(m, cfg.methods[m]))
+    except PoxmInputError as exc:            # a method's own option: named at its file line (or override)
+        raise cfg.located(exc) from None
     return TrialSpec(dcfg.name, variant if variant is not None else vnames[0],
                      seed if seed is not None else cfg.seeds[0], heads)
 

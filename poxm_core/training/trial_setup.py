@@ -80,7 +80,10 @@ def check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
         if h.method not in cfg.methods:
             raise PoxmInputError(f"methods.{h.method}: the trial has a '{h.method}' head but the config has no "
                                  f"methods.{h.method} entry")
-        m.validate(cfg.methods[h.method])     # its Options: a key it lacks is an input error here too
+        try:
+            m.validate(cfg.methods[h.method])     # its Options: a key it lacks is an input error here too
+        except PoxmInputError as exc:
+            raise cfg.located(exc) from None
         if m.uses_p != (h.p is not None) or m.uses_lam != (h.lam is not None):
             raise PoxmInputError(f"heads: {h.key}: method '{h.method}' expects p {'set' if m.uses_p else 'None'} "
                                  f"and lam {'set' if m.uses_lam else 'None'}")

@@ -141,6 +141,12 @@ CONFIG_CASES = [
     # one key notation (datasets.0.variants.1.x); one 'got'
     ("unknown-key-line", TWO_VARIANTS.replace("        alpha: 1.5", "        alpah: 1.5"), [],
      ["c.yaml:9:", "unknown config key 'datasets.0.variants.1.alpah'", "(did you mean 'datasets.0.variants.1.alpha'?)"]),
+    # a method's own option (checked by its registry entry, after the config loads): at its line, or the override
+    ("method-option-line", TWO_VARIANTS.replace("alpha: 1.5", "alpha: 0.5").replace(
+        "lam: [0.9]}}", "lam: [0.9], temprature: 1}}"), [],
+     ["c.yaml:10: methods.poxm.temprature: method 'poxm' has no option 'temprature'"]),
+    ("method-option-override", GOOD, ["methods.poxm.temprature=1"],
+     ["override 'methods.poxm.temprature=1': methods.poxm.temprature: method 'poxm' has no option"]),
     ("unknown-key-override", GOOD, ["training.epoch=3"],
      ["override 'training.epoch=3': unknown config key 'training.epoch' (did you mean 'training.epochs'?)"]),
     ("beta-override-got-once", GOOD, ["datasets.0.variants.0.beta=-5"],
@@ -181,8 +187,8 @@ def test_bad_config(tmp_path, capsys, case, text, extra, needles, command):
         cfg.write_bytes(text)
     else:
         write(tmp_path, text)
-    if command == "prepare" and case == "p-over-candidates":
-        pytest.skip("prepare does not train heads: p is checked by run/train")
+    if command == "prepare" and (case == "p-over-candidates" or case.startswith("method-option")):
+        pytest.skip("prepare does not train heads: p and a method's options are checked by run/train")
     runs = tmp_path / "runs"
     rc, _, err = cli(capsys, command, cfg, f"runs_dir={runs}", *extra)
     line = assert_one_line(rc, err, *needles)

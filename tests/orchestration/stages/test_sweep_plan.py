@@ -53,11 +53,14 @@ def test_plan_rejects_bad_input_before_ray(tmp_path):
         plan_sweep(cfg("datasets.0.name=synthetc"), runs_dir=tmp_path)
     with pytest.raises(PoxmInputError, match="methods.logging.lr"):
         plan_sweep(cfg("methods.logging.lr=0.1"), runs_dir=tmp_path)
-    # a method's own options are checked by the methods layer (config.py is schema-only), still here
-    with pytest.raises(PoxmInputError, match=r"^methods\.poxm\.suport: method 'poxm' has no option 'suport' "
+    # a method's own options are checked by the methods layer (config.py is schema-only), still here, and
+    # blamed on the override that gave them
+    with pytest.raises(PoxmInputError, match=r"^override 'methods\.poxm\.suport=phi': methods\.poxm\.suport: "
+                                             r"method 'poxm' has no option 'suport' "
                                              r"\(did you mean 'support'\?\) \(its keys: p, lam, lr, init, support\)$"):
         plan_sweep(cfg("methods.poxm.suport=phi"), runs_dir=tmp_path)
-    with pytest.raises(PoxmInputError, match=r"^methods\.dm\.support: method 'dm' has no option 'support'"):
+    with pytest.raises(PoxmInputError, match=r"^override 'methods\.dm\.support=candidates': methods\.dm\.support: "
+                                             r"method 'dm' has no option 'support'"):
         plan_sweep(cfg("methods.dm.support=candidates"), runs_dir=tmp_path)
     assert not list(tmp_path.iterdir())                  # nothing written before the error
 
