@@ -8,7 +8,7 @@
 #                                                  `poxm run CONFIG` on every card until the deadline; the
 #                                                  same command continues a cut sweep (finished trials kept)
 #   benchmarks/gpu_publish.sh fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, final
-#                                                  rows.csv.gz, prepare.csv, the selected heads' per-instance
+#                                                  rows-<dataset>.csv.gz, prepare.csv, the selected heads' per-instance
 #                                                  values instances/<dataset>.npz, the report's tables) for
 #                                                  scripts/publish_results.py here
 #   benchmarks/gpu_publish.sh pack                 HERE: the wheels the machine lacks (Ray, pydantic, ...)
@@ -72,10 +72,10 @@ case "$cmd" in
 import sys
 from pathlib import Path
 import pandas as pd
-from orchestration.report.instances import write_selected
+from orchestration.report.instances import write_rows, write_selected
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
 rows = pd.read_csv(run / "results" / "rows.csv")
-rows[rows["final"]].to_csv(out / "rows.csv.gz", index=False)
+write_rows(rows[rows["final"]], out)
 n = write_selected(run / "results" / "test_instances.npz", pd.read_csv(run / "results" / "selection.csv"),
                    out / "instances")
 print(f"{out}: {int(rows['final'].sum())} final rows, {n} per-instance arrays")

@@ -1,8 +1,8 @@
 """Rebuild a published report (a docs/results/<name>/ folder) from its committed rows.
 
-A published folder holds the run's final rows (rows.csv.gz), its logging statistics (prepare.csv), its
+A published folder holds the run's final rows (rows-<dataset>.csv.gz; older folders one rows.csv.gz), its logging statistics (prepare.csv), its
 resolved config (config.yaml) and, where the run kept them, the selected heads' per-instance test values
-(instances/<dataset>.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
+(instances/<dataset>_<variant>.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
 machine given back), the report can still be rebuilt from them, and completed:
 
   --add TRIAL_DIR ...   trials trained later with `poxm train` (same config; for the cells the run never
@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
-from orchestration.report.instances import load_arrays, read_published_instances, write_selected  # noqa: E402
+from orchestration.report.instances import (load_arrays, read_published_instances, read_rows, row_files,  # noqa: E402
+                                            write_rows, write_selected)
 from poxm_core.common.atomic import publish  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
@@ -52,11 +53,12 @@ def _comparable(cfg: dict) -> dict:
 
 
 def read_published(src: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    for f in ("config.yaml", "rows.csv.gz", "prepare.csv"):
-        if not (src / f).is_file():
-            raise PoxmInputError(f"{src}: not a published results folder (no {f})")
+    for f in ("config.yaml", "rows", "prepare.csv"):
+        if not (row_files(src) if f == "rows" else (src / f).is_file()):
+            raise PoxmInputError(f"{src}: not a published results folder (no "
+                                 + ("rows.csv.gz or rows-<dataset>.csv.gz" if f == "rows" else f) + ")")
     cfg = yaml.safe_load((src / "config.yaml").read_text())
-    rows = pd.read_csv(src / "rows.csv.gz")
+    rows = read_rows(src)
     return cfg, rows[rows["final"]].copy(), pd.read_csv(src / "prepare.csv")
 
 
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows.csv.gz, prepare.csv)")
+    ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows-*.csv.gz, prepare.csv)")
     ap.add_argument("--add", type=Path, nargs="+", default=[], metavar="TRIAL_DIR")
     ap.add_argument("--dataset")
     ap.add_argument("--out", type=Path, required=True)
@@ -142,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                 # the folder's own config.yaml as it was (its run id pins it), a reduced one for --dataset
                 shutil.copy(run / "config.yaml" if a.dataset else a.src / "config.yaml", staged / "config.yaml")
                 shutil.copy(run / "results" / "selection.csv", staged / "selection.csv")
-                rows.to_csv(staged / "rows.csv.gz", index=False)
+                for f in row_files(staged):     # the report's copy may hold the source's: one layout only
+                    f.unlink()
+                write_rows(rows, staged)
                 prepare.to_csv(staged / "prepare.csv", index=False)
                 if has_instances:   # the selected heads' per-instance values: the claims' test-set term
                     sel = pd.read_csv(run / "results" / "selection.csv")

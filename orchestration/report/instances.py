@@ -1,10 +1,13 @@
-"""The per-instance test values a published report keeps: the selected heads' only, in half precision.
+"""The files of a published report that hold data: the selected heads' per-instance test values (in half
+precision) and the final rows, each cut into files small enough for a repository.
 
 A run keeps every head's per-instance test values (results/test_instances.npz: every grid point of
 every trial, hundreds of MB for a full benchmark). The claims read only the heads a criterion selected,
-so a published folder keeps those (instances/<dataset>.npz: the heads of every honest selection, not the
-oracle's; float16, whose relative rounding of 5e-4 on one instance's value moves an interval's width by
+so a published folder keeps those (instances/<dataset>_<variant>.npz: the heads of every honest selection,
+not the oracle's; float16, whose relative rounding of 5e-4 on one instance's value moves an interval's width by
 far less than its last printed digit), and a report rebuilt from the folder computes the same intervals.
+The final rows are kept one file per dataset (rows-<dataset>.csv.gz); folders published before keep one
+rows.csv.gz, which is read as well.
 """
 from __future__ import annotations
 
@@ -29,22 +32,45 @@ def selected_keys(selection: pd.DataFrame) -> list[str]:
 def write_selected(instances_npz: Path, selection: pd.DataFrame, out_dir: Path,
                    datasets: list[str] | None = None) -> int:
     """Write the selected heads' arrays of `instances_npz` as float16 into `out_dir`, one file per
-    dataset (`<dataset>.npz`: each stays small enough for a repository), only `datasets` where given;
-    returns the number of arrays written."""
+    (dataset, variant) (`<dataset>_<variant>.npz`: each stays small enough for a repository), only
+    `datasets` where given; returns the number of arrays written."""
     sel = selection if datasets is None else selection[selection["dataset"].astype(str).isin(datasets)]
     keys = selected_keys(sel)
     out_dir.mkdir(parents=True, exist_ok=True)
     n = 0
     with np.load(instances_npz) as z:
         have = set(z.files)
-        for d in sorted({k.split("|", 1)[0] for k in keys}):
-            arrays = {k: z[k].astype(np.float16) for k in keys if k in have and k.split("|", 1)[0] == d}
-            tmp = out_dir / f".{d}.npz.tmp"
+        for d, v in sorted({tuple(k.split("|", 2)[:2]) for k in keys}):
+            arrays = {k: z[k].astype(np.float16) for k in keys if k in have and k.split("|", 2)[:2] == [d, v]}
+            tmp = out_dir / f".{d}_{v}.npz.tmp"
             with open(tmp, "wb") as fh:
                 np.savez_compressed(fh, **arrays)
-            tmp.replace(out_dir / f"{d}.npz")
+            tmp.replace(out_dir / f"{d}_{v}.npz")
             n += len(arrays)
     return n
+
+
+def write_rows(rows: pd.DataFrame, folder: Path) -> list[Path]:
+    """The final rows as one gzipped CSV per dataset (rows-<dataset>.csv.gz), each written then renamed."""
+    out = []
+    for d, g in rows.groupby(rows["dataset"].astype(str), sort=True):
+        path = folder / f"rows-{d}.csv.gz"
+        tmp = folder / f".rows-{d}.tmp.csv.gz"
+        g.to_csv(tmp, index=False)
+        tmp.replace(path)
+        out.append(path)
+    return out
+
+
+def row_files(folder: Path) -> list[Path]:
+    """A published folder's row files: rows-<dataset>.csv.gz, or the single rows.csv.gz of older folders."""
+    one = folder / "rows.csv.gz"
+    return [one] if one.is_file() else sorted(folder.glob("rows-*.csv.gz"))
+
+
+def read_rows(folder: Path) -> pd.DataFrame:
+    """Every row of a published folder (`row_files`), in one frame."""
+    return pd.concat([pd.read_csv(f) for f in row_files(folder)], ignore_index=True)
 
 
 def load_arrays(files) -> dict[str, np.ndarray]:

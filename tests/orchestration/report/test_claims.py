@@ -256,7 +256,7 @@ def test_grid_edges_counts_points_and_edge_choices():
     assert not paper_grid("10 50", "0.7 0.8 0.9 1") and paper_grid("10 20 50 100", "")
 
 
-def test_published_instances_keep_the_selected_heads_per_dataset(tmp_path):
+def test_published_instances_keep_the_selected_heads_per_dataset_and_variant(tmp_path):
     from orchestration.report.instances import read_published_instances, write_selected
     sel = pd.DataFrame([{"dataset": d, "variant": "A", "seed": 0, "method": "poxm", "p": p, "lam": 0.9, "selection": s}
                         for d, p, s in (("d", 10, "is"), ("d", 10, "snis"), ("e", 20, "is"), ("e", 50, "oracle"))])
@@ -265,7 +265,7 @@ def test_published_instances_keep_the_selected_heads_per_dataset(tmp_path):
               for d in ("d", "e") for p in (10, 20, 50) for m in ("R@5", "PSR@5", "P@5")}
     np.savez(full, **arrays)
     n = write_selected(full, sel, tmp_path / "instances")
-    assert sorted(p.name for p in (tmp_path / "instances").iterdir()) == ["d.npz", "e.npz"]
+    assert sorted(p.name for p in (tmp_path / "instances").iterdir()) == ["d_A.npz", "e_A.npz"]
     back = read_published_instances(tmp_path)
     # the honest choices' heads only (d's p 10 once though two criteria chose it; not the oracle's p 50)
     assert n == len(back) == 6 and all("|50|" not in k for k in back)
