@@ -111,18 +111,9 @@ def trial_epochs(cfg, spec, prep, dev):
         yield epoch, data
 
 
-def engine_heads(data) -> dict[str, list[str]]:
-    """The heads the batched engine trained and those that went one by one (the engines the epochs
-    built, kept in `data.graphs` under ('batched', *the group's head keys))."""
-    batched, seen = [], []
-    for key, engine in data.graphs.items():
-        if isinstance(key, tuple) and key[:1] == ("batched",):
-            seen += [k for k in key[1:] if k not in seen]
-            batched += [h.key for h in (engine.heads if engine is not None else []) if h.key not in batched]
-    return {"batched": batched, "sequential": [k for k in seen if k not in batched]}
-
-
 def epochs_seconds(cfg, spec, prep, dev, epochs: int) -> tuple[list[float], dict]:
+    from poxm_core.training.epoch import engine_heads
+
     out, cpu, losses = [], [], {}
     with trial_epochs(cfg, spec, prep, dev) as (epoch, data):
         for e in range(1, epochs + 1):

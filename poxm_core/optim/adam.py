@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["adam_update_", "row_adam_update_"]
+__all__ = ["adam_update_", "row_adam_update_", "DeviceStepCount"]
 
 
 @torch.no_grad()
@@ -60,3 +60,17 @@ def row_adam_update_(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch
     adam_update_(ps, g, ms, vs, **adam)
     for full, part in ((p, ps), (m, ms), (v, vs)):
         full.index_copy_(0, dst, part.index_select(0, src))
+
+
+class DeviceStepCount:
+    """The step count of an optimiser kept on the device as `self.t` (float64, 0-dim), so that one step
+    serves the eager loop and a captured CUDA graph (the graph advances it); `step_count` reads it."""
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken (reads the device counter: a host synchronisation, for checkpoints and reports)."""
+        return int(self.t.item())
+
+    @step_count.setter
+    def step_count(self, n: int) -> None:
+        self.t.fill_(float(n))

@@ -32,7 +32,7 @@ import torch
 
 from poxm_core.accel.static import static_unique
 from poxm_core.accel.triton_adam import fused_row_adam
-from poxm_core.optim.adam import adam_update_, row_adam_update_
+from poxm_core.optim.adam import DeviceStepCount, adam_update_, row_adam_update_
 
 __all__ = ["RowScorer", "RowAdam", "HeadParams", "draw_in_threads"]
 
@@ -118,7 +118,7 @@ class RowScorer:
 
 
 @dataclass
-class RowAdam:
+class RowAdam(DeviceStepCount):
     """Adam over (W, b) updating only the rows a step touched (see the module docstring)."""
     shape_W: tuple
     device: torch.device
@@ -139,15 +139,6 @@ class RowAdam:
         self.m_b = torch.zeros((L,), device=self.device)
         self.v_b = torch.zeros((L,), device=self.device)
         self.t = torch.zeros((), dtype=torch.float64, device=self.device)
-
-    @property
-    def step_count(self) -> int:
-        """Steps taken (reads the device counter: a host synchronisation, for checkpoints and reports)."""
-        return int(self.t.item())
-
-    @step_count.setter
-    def step_count(self, n: int) -> None:
-        self.t.fill_(float(n))
 
     @torch.no_grad()
     def step(self, params: HeadParams, scorer: RowScorer) -> None:

@@ -41,13 +41,13 @@ from torch import nn
 
 from poxm_core.accel.static import BagSum, static_unique
 from poxm_core.accel.triton_adam import fused_adam, fused_lazy_rows_adam
-from poxm_core.optim.adam import adam_update_
+from poxm_core.optim.adam import DeviceStepCount, adam_update_
 from poxm_core.policy.heads import draw_in_threads
 
 __all__ = ["NetworkStack"]
 
 
-class NetworkStack(nn.Module):
+class NetworkStack(nn.Module, DeviceStepCount):
     def __init__(self, n_features: int, dim: int, hidden: int, inits: list[str], gens: list[torch.Generator],
                  lrs: list[float], weight_decay: float, device: torch.device, use_encoder: bool = False,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, input_adam: str = "dense") -> None:
@@ -85,15 +85,6 @@ class NetworkStack(nn.Module):
         self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
         self.t = torch.zeros((), dtype=torch.float64, device=device)   # the step count, on the device
         self.moments = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.named_parameters()}
-
-    @property
-    def step_count(self) -> int:
-        """Steps taken (reads the device counter: a host synchronisation, for checkpoints and reports)."""
-        return int(self.t.item())
-
-    @step_count.setter
-    def step_count(self, n: int) -> None:
-        self.t.fill_(float(n))
 
     # ---- forward ---------------------------------------------------------------------------------
     def forward(self, z: torch.Tensor, bag, static: bool = False) -> torch.Tensor:

@@ -42,7 +42,7 @@ from poxm_core.training.spec import TrialSpec
 from poxm_core.training.step import TrainStep
 from poxm_core.training.trial_setup import TrialHead
 
-__all__ = ["train_epoch", "train_data_for", "wants_batched"]
+__all__ = ["train_epoch", "train_data_for", "wants_batched", "engine_heads"]
 
 _log = logging.getLogger(__name__)
 
@@ -185,6 +185,18 @@ def _engine(cfg: SweepConfig, data: TrainData, trainable: list[TrialHead], devic
         _log.info("batched heads: %s; one by one: %s", ", ".join(h.key for h in chosen) or "none",
                   ", ".join(h.key for h in rest) or "none")
     return data.graphs[key]
+
+
+def engine_heads(data) -> dict[str, list[str]]:
+    """The heads the batched engine trained and those that went one by one, read from the engines the
+    epochs built and kept in `data.graphs` (key ('batched', *the group's head keys): its BatchedHeads, or
+    None when no head of the group could join)."""
+    batched, seen = [], []
+    for key, engine in data.graphs.items():
+        if isinstance(key, tuple) and key[:1] == ("batched",):
+            seen += [k for k in key[1:] if k not in seen]
+            batched += [h.key for h in (engine.heads if engine is not None else []) if h.key not in batched]
+    return {"batched": batched, "sequential": [k for k in seen if k not in batched]}
 
 
 def _stacks_of(heads: list[TrialHead]) -> list:

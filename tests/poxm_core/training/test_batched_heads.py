@@ -9,7 +9,7 @@ import torch
 
 from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.command import pick_trial
-from poxm_core.training.epoch import train_data_for, train_epoch
+from poxm_core.training.epoch import engine_heads, train_data_for, train_epoch
 from poxm_core.training.trainer import run_trial
 from poxm_core.training.trial_setup import REWARD_KEY, build_heads
 from tests.trial_fixtures import tiny_config, tiny_prepared
@@ -26,18 +26,6 @@ GRID = {"logging": {},
 # the sampled softmax (k < L, so negatives repeat and collide with logged actions: the masking is exercised)
 SAMPLED = {"banditnet": {"lam": [0.5, 0.9], "lr": 0.01, "softmax": "sampled", "n_negatives": 12},
            "pm_banditnet": {"p": [4, 8], "lam": [0.5], "lr": 0.02, "softmax": "sampled", "n_negatives": 12}}
-
-
-def engine_heads(data) -> dict[str, list[str]]:
-    """The heads the batched engine trained and those that went one by one, read from the engines the
-    epochs built and kept in `data.graphs` (key ('batched', *the group's head keys): its BatchedHeads, or
-    None when no head of the group could join)."""
-    batched, seen = [], []
-    for key, engine in data.graphs.items():
-        if isinstance(key, tuple) and key[:1] == ("batched",):
-            seen += [k for k in key[1:] if k not in seen]
-            batched += [h.key for h in (engine.heads if engine is not None else []) if h.key not in batched]
-    return {"batched": batched, "sequential": [k for k in seen if k not in batched]}
 
 
 def _to64(heads, stacks, data) -> None:
