@@ -131,7 +131,8 @@ def secrets_withheld(environ=None):
 # Environment variables a Ray worker may be handed (runtime_env is logged in plain text, readable by
 # anyone on the cluster): poxm's own settings and thread counts, never tokens, passwords or keys.
 # On a local Ray the workers inherit the driver's environment and no runtime_env is set at all.
-WORKER_ENV_ALLOW = ("POXM_DATA_ROOT", "POXM_GIT_COMMIT", "POXM_INJECT_CRASH_ONCE", "POXM_VALIDATION_OVERLAP",
+WORKER_ENV_ALLOW = ("POXM_DATA_ROOT", "POXM_GIT_COMMIT", "POXM_INJECT_CRASH_ONCE", "POXM_INJECT_HOLD",
+                    "POXM_VALIDATION_OVERLAP",
                     "POXM_CUDA_GRAPHS", "POXM_EVAL_THREADS", "OMP_NUM_THREADS",
                     "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", TRAIN_POLL_ENV, PREEMPTION_WATCHER_ENV)
 _SECRET_HINTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")

@@ -4,16 +4,21 @@ Every epoch's metrics go to the trial's MLflow runs and its state.json. An epoch
 with its checkpoint, only when a report is due (report_pace.py: as often as Ray's controller takes
 them) or forced: in storage mode every checkpoint (it reaches storage, and so other nodes, only
 through its report), and the epoch that fault injection targets. Fault injection (CRASH_ENV, for the
-resume tests) kills the worker right after that epoch's report, so it is decided here too.
+resume tests) kills the worker right after that epoch's report, so it is decided here too; a hold
+(HOLD_ENV, for the node-loss test) keeps a trial waiting after an epoch while a file exists, so that
+several trials are mid-training at once however slowly the machine starts them.
 """
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from orchestration.stages.report_pace import ReportPace
 
 CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
+HOLD_ENV = "POXM_INJECT_HOLD"          # '<epoch>:<file>': after that epoch, wait while the file exists (at most HOLD_MAX_S)
+HOLD_MAX_S = 600.0
 
 
 def crash_spec() -> str | None:
@@ -40,6 +45,27 @@ def crash_once(spec: str | None, trial: str, epoch: int, trial_dir: Path) -> Non
     os._exit(17)
 
 
+def hold_spec() -> tuple[int, Path] | None:
+    """HOLD_ENV parsed: (epoch, file), or None when unset. A malformed value is a one-line error."""
+    v = os.environ.get(HOLD_ENV)
+    if not v:
+        return None
+    e, sep, f = v.partition(":")
+    if not sep or not e.strip().isdigit() or not f:
+        raise ValueError(f"{HOLD_ENV}={v!r}: expected '<epoch>:<file>'")
+    return int(e), Path(f)
+
+
+def hold(spec: tuple[int, Path] | None, epoch: int, max_s: float = HOLD_MAX_S) -> None:
+    """Fault injection for tests: after epoch `spec[0]`, sleep while the file `spec[1]` exists (the test
+    removes it when it has done what needs trials mid-training), at most `max_s` seconds."""
+    if spec is None or spec[0] != epoch:
+        return
+    end = time.monotonic() + max_s
+    while spec[1].exists() and time.monotonic() < end:
+        time.sleep(0.1)
+
+
 class EpochReports:
     """run_trial's `on_epoch` for one trial of a job. Everything it needs is fixed when the trial starts;
     the only state that changes between epochs is `pace`, the job's (one Ray Train queue a job).
@@ -54,6 +80,7 @@ class EpochReports:
         self.trial, self.files, self.out_dir, self.logger, self.pace = trial, files, out_dir, logger, pace
         self.crash, self.epochs, self.member, self.heads = crash, epochs, member, heads
         self.head_epochs_before, self.packed = head_epochs_before, packed
+        self.hold = hold_spec()
 
     def __call__(self, epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         if self.logger is not None:
@@ -67,6 +94,7 @@ class EpochReports:
             if self.pace is not None:
                 self.pace.sent()
         crash_once(self.crash, self.trial, epoch, self.out_dir)
+        hold(self.hold, epoch)
 
     def _to_ray(self, epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         import ray.train

@@ -3,9 +3,11 @@ raylet and every process of it killed with SIGKILL). The sweep must finish on th
 itself (Tune retries the failed jobs, resources.max_failures) or after `poxm resume`, with rows
 identical to a clean run of the same config on a local Ray.
 
-Layout: the head has 1 CPU, the worker node 2; three trials of one CPU each. The worker node is killed
-as soon as two trials are training at once, so at least one of them is on it (the head has room for
-one). Both nodes share this machine's filesystem, as nodes with a shared run directory do.
+Layout: the head has 1 CPU, the worker node 2; three trials of one CPU each. Every trial waits after
+its first epoch while a hold file exists (POXM_INJECT_HOLD), so that however slowly a loaded machine
+starts the trials' jobs, two of them are mid-training at once; the worker node is killed then, so at
+least one of them is on it (the head has room for one), and the hold is lifted. Both nodes share this
+machine's filesystem, as nodes with a shared run directory do.
 """
 from __future__ import annotations
 
@@ -20,12 +22,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from orchestration.stages.epoch_reports import HOLD_ENV
 from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
 from tests.ray_cluster import Cluster, cluster_env
 
-# 30 epochs: a trial trains for seconds (its epochs are reported to Ray only every poll, so they do not
-# wait for it), long enough for the worker node to die while two trials train
-CONFIG = tiny_config("nodeloss", [1.0, 2.0, 4.0], epochs=30, group_by="seed",
+EPOCHS = 10
+CONFIG = tiny_config("nodeloss", [1.0, 2.0, 4.0], epochs=EPOCHS, group_by="seed",
                      resources={"cpus_per_trial": 1, "max_failures": 3, "trials_per_job": 1})
 
 
@@ -35,7 +37,7 @@ def final_rows(run_dir: Path) -> pd.DataFrame:
     return df.sort_values(["dataset", "variant", "method", "p", "lam", "seed", "split", "metric"]).reset_index(drop=True)
 
 
-def training_now(runs: Path, epochs: int = 30) -> int:
+def training_now(runs: Path, epochs: int = EPOCHS) -> int:
     """Trials mid-training: state running at an epoch from 1 to epochs - 1, and no done.json (a trial's
     state stays 'running' while it evaluates and after it has written done.json; killing its node then
     would not make it run again)."""
@@ -62,7 +64,9 @@ def test_sweep_survives_losing_its_worker_node(tmp_path):
 
     runs = tmp_path / "runs"
     cl = Cluster(tmp_path / "ray")
-    env = {**poxm_env(), **cluster_env()}
+    held = tmp_path / "hold"
+    held.write_text("")
+    env = {**poxm_env(), **cluster_env(), HOLD_ENV: f"1:{held}"}
     try:
         cl.start_head("--num-cpus", "1", "--num-gpus", "0")
         cl.add_node("worker", "--num-cpus", "2", "--num-gpus", "0")
@@ -77,6 +81,7 @@ def test_sweep_survives_losing_its_worker_node(tmp_path):
                 killed = True
                 break
             time.sleep(0.2)
+        held.unlink()
         assert killed, "two trials never trained at once"
         try:
             out, _ = proc.communicate(timeout=500)
