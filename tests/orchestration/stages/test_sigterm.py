@@ -1,6 +1,7 @@
 """SIGTERM to a running sweep's driver (what a scheduler or `timeout` sends): the trials stop, Ray shuts
 down, exit 130 with one line saying how to continue, and no native stack dump from Ray's signal handler;
-`poxm resume` then finishes the sweep."""
+`poxm resume` then finishes the sweep. The trial waits after its first epoch while a hold file exists
+(POXM_INJECT_HOLD), so the signal comes while it trains however fast or slow the machine is."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import time
 import pytest
 import yaml
 
+from orchestration.stages.epoch_reports import HOLD_ENV
 from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
 
 CONFIG = tiny_config("sigterm", [1.0], epochs=8)
@@ -21,8 +23,10 @@ def test_sigterm_to_the_driver_exits_130_without_a_stack_dump(tmp_path):
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(yaml.safe_dump(CONFIG))
     runs = tmp_path / "runs"
+    held = tmp_path / "hold"
+    held.write_text("")
     proc = subprocess.Popen(POXM + ["run", str(cfg), "--runs-dir", str(runs), "--quiet", "mlflow.enabled=false"],
-                            cwd=REPO, env=poxm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env={**poxm_env(), HOLD_ENV: f"1:{held}"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -33,6 +37,7 @@ def test_sigterm_to_the_driver_exits_130_without_a_stack_dump(tmp_path):
     assert proc.poll() is None, "the sweep ended before a trial trained"
     proc.send_signal(signal.SIGTERM)             # the driver only, as `timeout` or a scheduler does
     out, err = proc.communicate(timeout=180)
+    held.unlink()
     assert proc.returncode == 130, (proc.returncode, err[-3000:])
     assert "SIGTERM received" not in err and "logging.cc" not in err, err[-3000:]
     assert "poxm resume" in out + err
