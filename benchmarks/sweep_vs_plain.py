@@ -9,8 +9,9 @@ Both sides train the trials of CONFIG (with the overrides) from ONE prepared cac
   (Ray start-up, the trials, gather, selection and the report included: what the product does);
 - plain: a queue of `poxm train CONFIG ... --dataset D --variant V --seed S --cache-dir DIR/cache` processes,
   as many at a time as the sweep's slots (1 / resources.gpus_per_trial a card, each process pinned to a
-  card by CUDA_VISIBLE_DEVICES; on a CPU machine cores / resources.cpus_per_trial), its wall time from the
-  first start to the last exit (what a user's shell loop does; no report).
+  card by CUDA_VISIBLE_DEVICES; on a CPU machine cores / resources.cpus_per_trial), each with
+  resources.cpus_per_trial CPU threads as a sweep's trial has (OMP_NUM_THREADS, MKL_NUM_THREADS), its wall
+  time from the first start to the last exit (what a user's shell loop does; no report).
 
 Printed and written (--json): both wall times, `gpu_sweep_vs_plain_throughput` = plain wall / sweep wall
 (1.0: the orchestration costs nothing; the target is >= 0.85; `cpu_...` when the config's device is cpu),
@@ -60,8 +61,11 @@ def _slots(cfg) -> tuple[int, list[str | None]]:
     return per, [None] * per
 
 
-def run_plain(config: str, overrides: list[str], specs, cache: Path, out: Path, slots: list[str | None]) -> float:
-    """Wall seconds of the trials as `poxm train` processes, len(slots) at a time."""
+def run_plain(config: str, overrides: list[str], specs, cache: Path, out: Path, slots: list[str | None],
+              threads: int) -> float:
+    """Wall seconds of the trials as `poxm train` processes, len(slots) at a time, each with `threads`
+    CPU threads (OMP/MKL: what the sweep gives a trial, resources.cpus_per_trial; left at torch's default,
+    processes side by side oversubscribe the cores: on 2 cores, 2.2 times slower than the sweep)."""
     queue = list(specs)
     running: dict[int, tuple[subprocess.Popen, object]] = {}
     t0 = time.perf_counter()
@@ -70,7 +74,7 @@ def run_plain(config: str, overrides: list[str], specs, cache: Path, out: Path, 
         for k in range(len(slots)):
             if k not in running and queue:
                 s = queue.pop(0)
-                env = dict(os.environ)
+                env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
                 if slots[k] is not None:
                     env["CUDA_VISIBLE_DEVICES"] = slots[k]
                 log = open(out / f"{s.name}.log", "w")
@@ -125,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                        check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         sweep_s = time.perf_counter() - t
         print(f"sweep    {sweep_s:7.1f} s (poxm run: Ray, trials, gather, report)", flush=True)
-        plain_s = run_plain(a.config, a.overrides, specs, cache, plain_dir, slots)
+        plain_s = run_plain(a.config, a.overrides, specs, cache, plain_dir, slots,
+                            threads=max(1, int(cfg.resources.cpus_per_trial or 1)))
         print(f"plain    {plain_s:7.1f} s ({len(specs)} poxm train processes, {n_slots} at a time)", flush=True)
     run_dir = next(p for p in sweep_dir.iterdir() if (p / "sweep.json").exists())
     sys.path.insert(0, str(ROOT / "benchmarks"))
