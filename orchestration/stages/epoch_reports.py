@@ -76,11 +76,13 @@ class EpochReports:
     trial in the job (its checkpoint folders then carry the trial's name)."""
 
     def __init__(self, *, trial: str, files, out_dir: Path, logger, pace: ReportPace | None, crash: str | None,
-                 epochs: int, member: int, heads: int, head_epochs_before: int, packed: bool) -> None:
+                 epochs: int, member: int, heads: int, head_epochs_before: int, packed: bool,
+                 session=None) -> None:
         self.trial, self.files, self.out_dir, self.logger, self.pace = trial, files, out_dir, logger, pace
         self.crash, self.epochs, self.member, self.heads = crash, epochs, member, heads
         self.head_epochs_before, self.packed = head_epochs_before, packed
         self.hold = hold_spec()
+        self.session = session        # ray_session.RaySession (None: Ray Train's)
 
     def __call__(self, epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         if self.logger is not None:
@@ -97,12 +99,12 @@ class EpochReports:
         hold(self.hold, epoch)
 
     def _to_ray(self, epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
-        import ray.train
+        from orchestration.stages.ray_session import RaySession
 
+        session = self.session or RaySession("train")
         extra = {"epoch": epoch, "member": self.member, "head_epochs": self.head_epochs_before + self.heads * epoch}
         if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
-            ray.train.report({**metrics, **extra})
+            session.report({**metrics, **extra})
             return
         name = f"{self.trial}.epoch_{epoch:04d}" if self.packed else f"epoch_{epoch:04d}"
-        ray.train.report({**metrics, **extra}, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt_dir)),
-                         checkpoint_dir_name=name)
+        session.report({**metrics, **extra}, ckpt_dir, name)

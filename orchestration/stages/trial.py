@@ -13,6 +13,10 @@ benchmarks/ray_train_startup.py, docs/performance.md).
                                                           its epochs to MLflow, and to Ray with their
                                                           checkpoints as Ray takes them (epoch_reports.py)
 
+With resources.executor 'tune', drive_trial runs worker_loop itself, in the Tune trial's process (which
+then holds the trial's CPUs and GPU): no Ray Train job, reports and checkpoints through Tune
+(ray_session.py).
+
 `sweep` (`SweepInputs`) and the job (`WorkerJob`) are the typed hand-offs of orchestration/stages/handoff.py.
 
 Resume: the Train run name is stable, so a Train run started again with the same (storage_path,
@@ -33,6 +37,7 @@ from orchestration.cluster.ray_setup import PREEMPTION_WATCHER_ENV
 # fault injection lives beside the epoch reports it follows; tune.py and the tests name it through this stage
 from orchestration.stages.epoch_reports import CRASH_ENV as CRASH_ENV, crash_spec as crash_spec
 from orchestration.stages.epoch_reports import EpochReports, crashes_after as crashes_after
+from orchestration.stages.ray_session import RaySession, checkpoint_name
 from orchestration.stages.report_pace import ReportPace
 from orchestration.rundir import read_json, set_trial_state, write_json
 from poxm_core.common.errors import PoxmInputError
@@ -79,7 +84,7 @@ class TrialFiles:
             self.store.put_files(work_dir, f"trials/{self.name}", skip=("done.json", "state.json", "timing.json"))
 
 
-def worker_loop(train_loop_config: dict) -> None:
+def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> None:
     """The Ray Train worker of a job (one worker per job: no data parallelism, docs/orchestration.md):
     the job's trials one after another, in this process (imports, Ray Train's start-up and a loaded
     prepared variant serve them all). train_loop_config: {'job': WorkerJob}.
@@ -87,9 +92,9 @@ def worker_loop(train_loop_config: dict) -> None:
     A trial with done.json is skipped; a trial interrupted mid-way continues from Ray's latest
     checkpoint when that checkpoint is the trial's own (its folder name says whose: 'epoch_XXXX' in
     a job of one trial, '<trial>.epoch_XXXX' in a pack) and not older than its trial folder's, else
-    from its trial folder's checkpoint."""
+    from its trial folder's checkpoint. `session`: how the trials talk to Ray (ray_session.py; default
+    Ray Train's, as a job's worker; drive_trial passes Tune's when the trials run in its own process)."""
     worker_start = time.time()     # Ray Train's part of the job's start-up ends here (timing.json)
-    import ray.train
     import torch
 
     from poxm_core.config.schema import SweepConfig
@@ -104,10 +109,10 @@ def worker_loop(train_loop_config: dict) -> None:
     starts = {"worker_start": round(worker_start, 3), "worker_ready": round(time.time(), 3)}
     members = job.members
     E = cfg.training.epochs
-    ckpt = ray.train.get_checkpoint()
+    session = session or RaySession("train")
+    ckpt, base = session.latest()
     ckpt_trial = None
     if ckpt is not None:
-        base = Path(ckpt.path).name
         ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0].name
     loaded: dict = {}                 # the last prepared variant loaded: {variant_dir: Prepared}
     head_epochs = 0                   # of this job, for the progress bar
@@ -120,16 +125,16 @@ def worker_loop(train_loop_config: dict) -> None:
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
         try:
-            run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace)
+            run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace, session)
         except PoxmInputError as exc:
             # deterministic (a refused checkpoint, a changed cache file): another try fails the same way, so
             # the job ends here, normally, instead of raising into Ray Train's retries (FailureConfig); the
             # trial is errored with its one line, and drive_trial ends the Tune trial without Tune's retries
             files.set_state("errored", error=input_error_line(exc), input_error=True)
-            ray.train.report({"input_error": 1, "member": i, "head_epochs": head_epochs})
+            session.report({"input_error": 1, "member": i, "head_epochs": head_epochs})
             return
         head_epochs += n_heads * E
-        ray.train.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
+        session.report({"member_finished": 1, "member": i, "head_epochs": head_epochs,
                           **({"finished": 1} if i == len(members) - 1 else {})})
         pace.sent()
 
@@ -173,7 +178,8 @@ def job_cuda_index() -> int:
 
 
 def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles, ckpt, loaded: dict,
-               base_head_epochs: int, packed: bool, starts: dict | None = None, pace: ReportPace | None = None) -> None:
+               base_head_epochs: int, packed: bool, starts: dict | None = None, pace: ReportPace | None = None,
+               session: RaySession | None = None) -> None:
     """One trial of a job, in the order it happens: its prepared variant (kept when the previous trial
     used the same) and its MLflow runs; run_trial from the newer of Ray's and the trial folder's
     checkpoint, each epoch handed on as it ends (EpochReports: MLflow, state.json, and Ray as often as
@@ -190,7 +196,7 @@ def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles,
     logger = point_logger(runs)
     on_epoch = EpochReports(trial=spec.name, files=files, out_dir=out_dir, logger=logger, pace=pace,
                             crash=job.crash, epochs=cfg.training.epochs, member=index, heads=len(m.spec["heads"]),
-                            head_epochs_before=base_head_epochs, packed=packed)
+                            head_epochs_before=base_head_epochs, packed=packed, session=session)
     ckpt, resumed = resume_point(ckpt, out_dir)
     try:
         t1, start = time.perf_counter(), time.time()
@@ -265,10 +271,11 @@ def resume_point(ckpt, out_dir: Path) -> tuple:
     Without Ray's, run_trial itself continues from the folder's latest."""
     from poxm_core.training.checkpoint import latest_checkpoint
     last = latest_checkpoint(out_dir)
-    if ckpt is not None and last is not None and checkpoint_epoch(last.name) > checkpoint_epoch(Path(ckpt.path).name):
+    name = checkpoint_name(ckpt) if ckpt is not None else None
+    if ckpt is not None and last is not None and checkpoint_epoch(last.name) > checkpoint_epoch(name):
         ckpt = None
     if ckpt is not None:
-        return ckpt, f"ray:{Path(ckpt.path).name}"
+        return ckpt, f"ray:{name}"
     return None, (None if last is None else f"trial_dir:{last.name}")
 
 
@@ -321,13 +328,11 @@ def write_done(files: TrialFiles, job: WorkerJob, df, timing: dict, tries: int) 
 
 
 def drive_trial(config: dict, sweep: SweepInputs) -> None:
-    """Tune function trainable: one Ray Train job for a job's trials (one trial, or a pack of them
-    run one after another). config: {'trial': {'name': job name, 'members': [trial names], ...}};
+    """Tune function trainable: a job's trials (one trial, or a pack of them run one after another), in
+    one Ray Train job (resources.executor 'train', the default) or in this process (executor 'tune': it
+    holds the trial's CPUs and GPU). config: {'trial': {'name': job name, 'members': [trial names], ...}};
     sweep (tune.with_parameters): what every job gets (`SweepInputs`)."""
-    import ray.train
     import ray.tune
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
 
     name = config["trial"]["name"]
     names = config["trial"].get("members") or [name]
@@ -336,25 +341,12 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
     if not todo:      # finished before an interruption that Tune's state did not record
         ray.tune.report({"finished": 1, "skipped": 1, "member": len(names) - 1})
         return
-    res = sweep.resources
     job = worker_job(sweep, name, names, fit_start=time.time())
-    use_gpu = res.gpus_per_trial > 0
-    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
-    # one worker, no collectives: no process group (see the module docstring)
-    trainer = DataParallelTrainer(
-        worker_loop, train_loop_config={"job": job},
-        scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
-        run_config=ray.train.RunConfig(
-            name=f"train-{name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
-            failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
-    leave_out_unused_callbacks(trainer, pg_cleaner=sweep.state_api)
-    # Ray Train's preemption watcher is one more actor (process) a job, polling for nodes about to be
-    # preempted so that the worker can ask Ray Train whether it is; poxm's worker never asks (it saves
-    # every epoch, and `poxm resume` continues). Ray Train hands the variable on to the job's controller.
-    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     try:
-        trainer.fit()
+        if (sweep.resources.executor or "train") == "tune":
+            worker_loop({"job": job}, RaySession("tune"))
+        else:
+            train_job(job, sweep)
     except BaseException as exc:
         # the trial that was running when the job gave up is the errored one; the job's later trials stay pending
         left = [n for n in names if files[n].read_json("done.json") is None]
@@ -367,6 +359,31 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
         st = files[n].read_json("state.json", {}) or {}
         if st.get("state") == "errored" and st.get("input_error"):
             raise PoxmInputError(f"trial {n}: {st.get('error', '')}")
+
+
+def train_job(job: WorkerJob, sweep: SweepInputs) -> None:
+    """The job's trials in the one worker of a Ray Train job (worker_loop), its reports handed on to Tune."""
+    import ray.train
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    res = sweep.resources
+    use_gpu = res.gpus_per_trial > 0
+    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
+    # one worker, no collectives: no process group (see the module docstring)
+    trainer = DataParallelTrainer(
+        worker_loop, train_loop_config={"job": job},
+        scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
+        run_config=ray.train.RunConfig(
+            name=f"train-{job.name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
+            failure_config=ray.train.FailureConfig(max_failures=res.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2)))
+    leave_out_unused_callbacks(trainer, pg_cleaner=sweep.state_api)
+    # Ray Train's preemption watcher is one more actor (process) a job, polling for nodes about to be
+    # preempted so that the worker can ask Ray Train whether it is; poxm's worker never asks (it saves
+    # every epoch, and `poxm resume` continues). Ray Train hands the variable on to the job's controller.
+    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
+    trainer.fit()
 
 
 def input_error_line(exc: BaseException) -> str:

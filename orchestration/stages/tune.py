@@ -11,7 +11,7 @@ from ray.tune import Callback
 from orchestration.stages.handoff import PreparedAt, SweepInputs
 from orchestration.stages.plan import SweepPlan
 
-DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see make_tuner)
+DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see trial_resources)
 TUNE_NAME = "tune"
 
 
@@ -178,14 +178,24 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs, pending_runs: tuple[str,
         state_api=state_api_available())
 
 
+def trial_resources(plan: SweepPlan) -> dict:
+    """What a Tune trial asks Ray for. Executor 'train': the Tune trial only drives its Ray Train job, whose
+    worker holds the CPUs and GPU; giving the driver a CPU would leave that CPU idle and can deadlock a small
+    machine (driver CPU + worker CPUs > total), so it asks for a little memory instead. Executor 'tune': the
+    trials run in the Tune trial's own process, which holds the trial's CPUs and GPU."""
+    res = plan.cfg.resources
+    if (res.executor or "train") == "tune":
+        return {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial > 0 else {})}
+    return {"memory": DRIVER_MEMORY}
+
+
 def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None):
     import ray.tune
 
     from orchestration.stages.trial import drive_trial, trial_dirname
 
-    # The Tune trial only drives its Ray Train job; giving it a CPU would leave that CPU idle and can
-    # deadlock a small machine (driver CPU + worker CPUs > total). It asks for a little memory instead.
-    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), {"memory": DRIVER_MEMORY})
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), trial_resources(plan))
+    in_tune = (plan.cfg.resources.executor or "train") == "tune"
     storage = ray_storage(plan)
     path = f"{storage}/{TUNE_NAME}"
     if restore and ray.tune.Tuner.can_restore(path):
@@ -193,9 +203,12 @@ def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
     grid = job_grid(plan, max_concurrent)
     return ray.tune.Tuner(
         trainable, param_space={"trial": ray.tune.grid_search(grid)},
+        # executor 'tune': the next job of a slot runs in the process the last one used (imports, CUDA context)
         tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
-                                        trial_name_creator=trial_dirname),
+                                        trial_name_creator=trial_dirname, reuse_actors=in_tune),
         run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
+                                      # executor 'tune': Tune keeps the trials' checkpoints (Ray Train does otherwise)
+                                      checkpoint_config=ray.tune.CheckpointConfig(num_to_keep=2) if in_tune else None,
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
                                       callbacks=[progress, ReportEarly(plan.rd.root, plan.names),
                                                  NoRetryOnInputError(plan.cfg.resources.max_failures)]

@@ -143,6 +143,11 @@ class ResourcesConfig(_Strict):
         description="trials run one after another by one Ray Train job (its start-up paid once): 1 = one job per "
                     "trial; default (unset or 'auto'): about 2 jobs per slot (trials that fit at once), 1 when every "
                     "trial is of one dataset with the same heads")
+    executor: Literal["train", "tune"] | None = Field(
+        None, exclude_if=_unset,
+        description="where a job's trials run: 'train' (default) in the one worker of a Ray Train job; 'tune' in Ray "
+                    "Tune's trial process itself, which then holds the trial's CPUs and GPU (no Ray Train controller "
+                    "or worker group to start a job; Tune's retries instead of Ray Train's; docs/orchestration.md)")
     mps: bool | None = Field(
         None, exclude_if=_unset,
         description="true: trials sharing a GPU run under NVIDIA's Multi-Process Service (a local sweep starts its "

@@ -7,7 +7,8 @@ mount namespace with an empty tmpfs mounted over the driver's runs_dir (run dire
 prepare cache), its own --temp-dir, working directory and POXM_NODE_DIR. The sweep still finishes
 with every grid point's rows in the driver's run directory, so prepared artifacts, checkpoints and
 result files went through `resources.storage_path` (here a local folder both nodes see, standing in
-for s3:// or gs://) and Ray's object store, never through the driver's paths. It does not prove that a
+for s3:// or gs://) and Ray's object store, never through the driver's paths; under both executors
+(resources.executor: a Ray Train job's worker, or Ray Tune's trial process). It does not prove that a
 remote filesystem URI works (pyarrow's, used the same way) or a second machine's network.
 """
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _can_unshare() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _can_unshare(), reason="needs `unshare -m` (root or user namespaces) to hide the run dir")
-def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path):
+@pytest.mark.parametrize("executor", ["train", "tune"])
+def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path, executor):
     runs, store, node = tmp_path / "runs", tmp_path / "store", tmp_path / "node"
     runs.mkdir()
     (runs / "marker").write_text("the driver's run dir\n")
@@ -63,7 +65,8 @@ def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path):
                     env=cluster_env(POXM_NODE_DIR=str(node)),
                     shell_prefix=f"mount -t tmpfs none {runs} && test ! -e {runs}/marker && cd {work} && exec")
         res = subprocess.run([POXM, "run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
-                              f"resources.storage_path={store}", "mlflow.enabled=false"],
+                              f"resources.storage_path={store}", f"resources.executor={executor}",
+                              "mlflow.enabled=false"],
                              cwd=ROOT, env=cluster_env(), capture_output=True, text=True, timeout=240)
     finally:
         cl.stop()
@@ -88,4 +91,8 @@ def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path):
         man = json.loads((h / "manifest.json").read_text())
         assert man["content_sha256"] and man["hash"] == h.name
     assert (store / sweep / "trials" / trial / "done.json").is_file()
-    assert list((store / sweep / "ray").glob(f"train-{trial}/**/epoch_0002"))   # Ray Train's checkpoints
+    if executor == "train":     # Ray Train's checkpoints, named as asked
+        assert list((store / sweep / "ray").glob(f"train-{trial}/**/epoch_0002"))
+    else:                       # Tune's, each naming its owner and epoch inside; no Ray Train run
+        names = {f.read_text() for f in (store / sweep / "ray").glob(f"tune/{trial}/checkpoint_*/ray_checkpoint_name")}
+        assert "epoch_0002" in names and not list((store / sweep / "ray").glob("train-*")), names

@@ -258,8 +258,8 @@ def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(unpacked):
     assert classes.count("_AutoscalingCoordinatorActor") == 1
 
 
-def _packed_config(e2e, tmp: Path) -> Path:
-    return e2e.write_config(tmp, resources=dict(e2e.TINY["resources"], trials_per_job=2))
+def _packed_config(e2e, tmp: Path, **resources) -> Path:
+    return e2e.write_config(tmp, resources=dict(e2e.TINY["resources"], trials_per_job=2, **resources))
 
 
 def _check_mlflow(e2e, run_dir: Path, ref_dir: Path, trial_crashed: str | None = None):
@@ -277,18 +277,25 @@ def _check_mlflow(e2e, run_dir: Path, ref_dir: Path, trial_crashed: str | None =
 
 
 @pytest.mark.slow
-def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray_session, unpacked, tmp_path, monkeypatch):
+@pytest.mark.parametrize("executor", ["train", "tune"])
+def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray_session, unpacked, tmp_path, monkeypatch, executor):
+    """Under both executors (resources.executor): a Ray Train job's worker, or Tune's trial process, where
+    each checkpoint names its trial in a file since Tune names the folders."""
     from orchestration.cluster.ray_state import ray_state_dir
     from orchestration.rundir import RunDir
     from orchestration.stages.sweep import run_sweep
 
     monkeypatch.setenv("POXM_INJECT_CRASH_ONCE", "1:synthetic-B-s0-all")
-    out = run_sweep(load_config(_packed_config(e2e, tmp_path)), runs_dir=tmp_path / "runs", progress=False)
+    out = run_sweep(load_config(_packed_config(e2e, tmp_path, executor=executor)), runs_dir=tmp_path / "runs",
+                    progress=False)
     assert out.ok, out
     rd = out.run_dir
     ray_dir = ray_state_dir(RunDir(rd))
     assert not (rd / "ray").exists()                                           # Ray's state outside the run dir
-    assert (ray_dir / "train-pack000-synthetic-A-s0-all").is_dir()             # one Train job for both trials
+    if executor == "train":
+        assert (ray_dir / "train-pack000-synthetic-A-s0-all").is_dir()         # one Train job for both trials
+    else:                                                                      # no Ray Train job at all
+        assert (ray_dir / "tune" / "pack000-synthetic-A-s0-all").is_dir() and not list(ray_dir.glob("train-*"))
     assert not (ray_dir / "train-synthetic-B-s0-all").exists()
     a, b = (json.loads((rd / "trials" / t / "timing.json").read_text())["attempts"]
             for t in ("synthetic-A-s0-all", "synthetic-B-s0-all"))

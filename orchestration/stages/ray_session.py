@@ -1,0 +1,65 @@
+"""How a job's trials talk to Ray: reports (metrics, with a checkpoint or not) and the latest checkpoint
+to continue from. Two executors (resources.executor):
+
+- 'train' (default): the trials run in the one worker of a Ray Train job (`ray.train.report`,
+  `ray.train.get_checkpoint`); Ray Train names each checkpoint folder as asked ('<trial>.epoch_XXXX').
+- 'tune': the trials run in Ray Tune's trial process itself, a function trainable holding the trial's
+  CPUs and GPU (`ray.tune.report`, `ray.tune.get_checkpoint`): no Ray Train controller, worker group or
+  worker process to start. Tune names checkpoint folders itself, so the name a checkpoint would have had
+  is written into it (OWNER_FILE) and read back from there.
+
+A checkpoint's name says whose it is and its epoch (trial.checkpoint_epoch): a pack's trials share one
+Ray run, and a trial continues only from its own checkpoint.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+EXECUTORS = ("train", "tune")
+OWNER_FILE = "ray_checkpoint_name"     # in a checkpoint reported to Tune: the name Ray Train would have given it
+
+
+class RaySession:
+    def __init__(self, executor: str | None = "train"):
+        executor = executor or "train"
+        if executor not in EXECUTORS:
+            raise ValueError(f"resources.executor={executor!r}: expected one of {', '.join(EXECUTORS)}")
+        self.executor = executor
+
+    def _api(self):
+        if self.executor == "train":
+            import ray.train
+            return ray.train
+        import ray.tune
+        return ray.tune
+
+    def report(self, metrics: dict, ckpt_dir: Path | None = None, name: str | None = None) -> None:
+        """`metrics` to Ray, with the checkpoint folder `ckpt_dir` named `name` when given."""
+        api = self._api()
+        if ckpt_dir is None:
+            api.report(metrics)
+        elif self.executor == "train":
+            api.report(metrics, checkpoint=api.Checkpoint.from_directory(str(ckpt_dir)), checkpoint_dir_name=name)
+        else:
+            (Path(ckpt_dir) / OWNER_FILE).write_text(str(name))
+            api.report(metrics, checkpoint=api.Checkpoint.from_directory(str(ckpt_dir)))
+
+    def latest(self) -> tuple[object | None, str | None]:
+        """(Ray's latest checkpoint of this job or None, its name)."""
+        ckpt = self._api().get_checkpoint()
+        if ckpt is None:
+            return None, None
+        return ckpt, checkpoint_name(ckpt)
+
+
+def checkpoint_name(ckpt) -> str:
+    """The name of a Ray checkpoint: its owner file's content when it has one (a Tune checkpoint), else its
+    folder's name (Ray Train names folders as asked)."""
+    base = Path(ckpt.path).name
+    if "epoch_" in base:       # Ray Train's: named as asked (no download of a checkpoint in remote storage)
+        return base
+    with ckpt.as_directory() as d:
+        f = Path(d) / OWNER_FILE
+        if f.is_file():
+            return f.read_text().strip()
+    return base
