@@ -163,13 +163,14 @@ def main(argv=None) -> int:
             print(json.dumps(r))
             continue
         st = r["job_startup_s"]
-        print(f"{r['run_dir']}\n  {r['trials_run']} trial(s) in {r['jobs'] or '?'} Ray Train job(s), up to "
+        print(f"{r['run_dir']}\n  {r['trials_run']} trial(s) in {r['jobs'] or '?'} job(s), up to "
               f"{r['max_concurrent_trials']} at once; wall {r['wall_s']} s, trial compute {r['trial_compute_s']} s, "
               f"busy {r['busy_s']} s\n  orchestration share (no trial computing) {100 * r['orchestration_share']:.1f} %; "
               f"with the prepare stage ({r['prepare_s']} s) counted as computing {100 * r['share_prepare_as_compute']:.1f} %"
               + (f"\n  job start-up (fit start -> first trial) s: min {st[0]}, median {st[len(st) // 2]}, max {st[-1]}"
                  if st else "")
-              + (f"\n  of which (medians) Ray Train {r['job_startup_parts_median_s']['ray_train']} s, the worker's torch "
+              + (f"\n  of which (medians) Ray Train (under resources.executor tune: the Tune process's imports) "
+                 f"{r['job_startup_parts_median_s']['ray_train']} s, the worker's torch "
                  f"and CUDA {r['job_startup_parts_median_s']['worker_torch_cuda']} s, waiting for the prepare stage "
                  f"{r['job_startup_parts_median_s']['prepare_wait']} s, loading until the first trial computes "
                  f"{r['job_startup_parts_median_s']['first_trial_load']} s" if r["job_startup_parts_median_s"] else "")
