@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # From a fresh clone: create .venv (scripts/bootstrap.sh), then run the tests (pytest).
-#   ./scripts/test.sh              the fast tier: every test not marked `slow` (853 tests, 146 s of pytest measured on
-#                                  2 shared CPU cores; README.md says the same)
+#   ./scripts/test.sh              the fast tier: every test not marked `slow` (about 900 tests, 47-75 s of pytest on
+#                                  2 CPU cores; README.md says the same)
 #   ./scripts/test.sh --all        everything, the slow tier included (Ray, MLflow servers, `poxm` subprocesses,
-#                                  longer training runs: 105 tests; not re-measured since it grew: plan on half an hour)
+#                                  longer training runs: about 107 tests, 17 min on 2 CPU cores alone)
 #   ./scripts/test.sh --slow       the slow tier only
 # Other arguments go to pytest, e.g. `./scripts/test.sh tests/orchestration/test_cli.py` or `./scripts/test.sh --all -k resume`.
 set -euo pipefail
