@@ -1,7 +1,9 @@
 """Fixtures shared by test modules."""
 from __future__ import annotations
 
+import io
 import os
+import sys
 import tempfile
 
 import pytest
@@ -18,3 +20,17 @@ def ray_session():
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def stderr_buffer(monkeypatch):
+    """stderr replaced by an in-memory stream that is a terminal or not: `stderr_buffer(tty=True)` returns
+    the buffer (a real stream object, so tqdm and logging write to it as to a file)."""
+    def make(tty: bool) -> io.StringIO:
+        class Stream(io.StringIO):
+            def isatty(self):
+                return tty
+        buf = Stream()
+        monkeypatch.setattr(sys, "stderr", buf)
+        return buf
+    return make

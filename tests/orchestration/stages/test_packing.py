@@ -128,16 +128,10 @@ def _job(name, status, members, heads):
                            config={"trial": {"name": name, "members": members, "heads": heads}})
 
 
-def test_progress_counts_trials_inside_jobs(monkeypatch):
-    import io
-
+def test_progress_counts_trials_inside_jobs(stderr_buffer):
     from orchestration.stages.progress import SweepProgress
 
-    class NotATTY(io.StringIO):
-        def isatty(self):
-            return False
-    buf = NotATTY()
-    monkeypatch.setattr(sys, "stderr", buf)
+    buf = stderr_buffer(tty=False)
     p = SweepProgress(total=5, epochs=2, eval_steps=1)     # a head's evaluation as one epoch: counts, not costs
     jobs = [_job("pack000-a", "RUNNING", ["a", "b", "c"], 6), _job("d", "PENDING", ["d"], 2)]   # 'e' not materialised
     p.on_trial_start(0, jobs, jobs[0])

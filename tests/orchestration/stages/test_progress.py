@@ -2,8 +2,6 @@
 columns and writes no ANSI codes off a terminal."""
 from __future__ import annotations
 
-import io
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -108,15 +106,9 @@ def test_eta_counts_the_evaluation_and_only_falls():
     assert etas[-1] == 0.0
 
 
-class _NotATTY(io.StringIO):
-    def isatty(self):
-        return False
-
-
-def test_not_a_terminal_gives_lines_without_ansi(monkeypatch):
+def test_not_a_terminal_gives_lines_without_ansi(stderr_buffer):
     # stderr redirected to a non-terminal buffer (a real stream object, not a mock of the callback)
-    buf = _NotATTY()
-    monkeypatch.setattr(sys, "stderr", buf)
+    buf = stderr_buffer(tty=False)
     p = SweepProgress(total=2, epochs=2)
     t = [_trial("a", "RUNNING", 3), _trial("b", "PENDING", 1)]
     p.on_trial_start(0, t, t[0])
@@ -129,12 +121,8 @@ def test_not_a_terminal_gives_lines_without_ansi(monkeypatch):
 
 
 @pytest.mark.parametrize("heads", [None, [3, 1]])
-def test_bar_on_a_terminal_shows_head_epochs(monkeypatch, heads):
-    class TTY(io.StringIO):
-        def isatty(self):
-            return True
-    buf = TTY()
-    monkeypatch.setattr(sys, "stderr", buf)
+def test_bar_on_a_terminal_shows_head_epochs(stderr_buffer, heads):
+    buf = stderr_buffer(tty=True)
     p = SweepProgress(total=2, epochs=2, heads=heads)
     t = [_trial("a", "RUNNING", 3), _trial("b", "PENDING", 1)]
     p.on_trial_start(0, t, t[0])
@@ -145,12 +133,8 @@ def test_bar_on_a_terminal_shows_head_epochs(monkeypatch, heads):
     p.on_experiment_end(t)
 
 
-def test_bar_is_readable_in_80_columns(monkeypatch):
-    class TTY(io.StringIO):
-        def isatty(self):
-            return True
-    buf = TTY()
-    monkeypatch.setattr(sys, "stderr", buf)
+def test_bar_is_readable_in_80_columns(stderr_buffer, monkeypatch):
+    buf = stderr_buffer(tty=True)
     monkeypatch.setenv("COLUMNS", "80")
     p = SweepProgress(total=120, epochs=20)
     t = [_trial(f"t{i:03d}", "RUNNING", 8) for i in range(4)] + [_trial("t9", "ERROR", 8)]
@@ -180,14 +164,10 @@ def test_a_resume_starts_at_the_trials_already_done():
     assert p.work(t) == (2 * 3 * 4, 4 * 3 * 4)             # their head-epochs done from the first line
 
 
-def test_ray_warnings_go_above_the_bar_not_into_it(monkeypatch):
+def test_ray_warnings_go_above_the_bar_not_into_it(stderr_buffer):
     import logging
 
-    class TTY(io.StringIO):
-        def isatty(self):
-            return True
-    buf = TTY()
-    monkeypatch.setattr(sys, "stderr", buf)
+    buf = stderr_buffer(tty=True)
     p = SweepProgress(total=1, epochs=2)
     t = [_trial("a", "RUNNING", 3)]
     p.on_trial_start(0, t, t[0])

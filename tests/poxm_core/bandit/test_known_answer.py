@@ -39,15 +39,16 @@ N_LARGE = 4000
 WORLD = dict(m=8, L=30, K=15, noise=2.0, label_shift=1.0)
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("known_answer_bench", ROOT / "benchmarks" / "known_answer.py")
+def _bench(name: str, file: str):
+    """A benchmark script (benchmarks/<file>) as a module: the tests run its known-answer checks."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / file)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-B = _bench()
+B = _bench("known_answer_bench", "known_answer.py")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -186,12 +187,6 @@ def test_dr_poxm_learns_beyond_its_reward_model(T):
 
 
 # ------------------------------------------------------------------- (iv) the project's DM head
-def _dm_bench():
-    spec = importlib.util.spec_from_file_location("dm_never_logged_bench", ROOT / "benchmarks" / "dm_never_logged.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.slow
@@ -202,7 +197,7 @@ def test_dm_at_peaked_logging_is_biased_where_the_log_is_thin_whatever_its_start
     The same holds with the output weights started at 0: the start is not the cause (docs/protocol.md §7)."""
     from poxm_core.training.epoch import train_epoch
 
-    D = _dm_bench()
+    D = _bench("dm_never_logged_bench", "dm_never_logged.py")
     prep, _, ev = D.known_answer_prepared(0.25, 2000, SEED, 500, L=120, K=60, noise=0.5, bias_std=1.5,
                                           bias_mean=-7.0, weight_scale=3.0)
     assert np.mean(prep.log_train.cand_pos >= 20) < 0.01                 # the log is thin beyond rank 20
