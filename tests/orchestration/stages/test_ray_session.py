@@ -32,10 +32,12 @@ def test_the_executor_is_named_when_unknown():
 
 
 def test_config_refuses_an_unknown_executor():
+    from pydantic import ValidationError
+
     from poxm_core.config.schema import ResourcesConfig
     assert ResourcesConfig(executor="tune").executor == "tune"
     assert "executor" not in ResourcesConfig().model_dump(exclude_unset=False)   # unset: config hashes unchanged
-    with pytest.raises(Exception, match="executor"):
+    with pytest.raises(ValidationError, match="executor"):
         ResourcesConfig(executor="ray")
 
 
