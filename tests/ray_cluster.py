@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -14,7 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-RAY = str(Path(sys.executable).with_name("ray"))
+# `ray start` through a wrapper that pins every node to 127.0.0.1 (tests/ray_loopback_start.py says why)
+RAY_START = [sys.executable, str(Path(__file__).with_name("ray_loopback_start.py")), "start"]
+LOOPBACK = "127.0.0.1"
 
 
 def free_port() -> int:
@@ -25,8 +29,22 @@ def free_port() -> int:
 
 def cluster_env(**extra) -> dict:
     """Ray >= 2.59 turns token authentication on for `ray start --head`; every process of the cluster
-    (and the driver) must then agree on it: token mode, the user's token file."""
-    return {**os.environ, "RAY_AUTH_MODE": "token", **extra}
+    (and the driver) must then agree on it: token mode, and one token, in a file of this test process's
+    own (a fresh machine has no ~/.ray/auth_token, and `ray start` does not create one)."""
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": _token_file(), **extra}
+
+
+def _token_file() -> str:
+    global _TOKEN
+    if _TOKEN is None:
+        folder = tempfile.mkdtemp(prefix="pxr-token-")
+        _TOKEN = os.path.join(folder, "auth_token")
+        with open(os.open(_TOKEN, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(secrets.token_hex(32))
+    return _TOKEN
+
+
+_TOKEN: str | None = None
 
 
 def descendants(pid: int) -> list[int]:
@@ -62,7 +80,7 @@ class Cluster:
         return f"127.0.0.1:{self.port}"
 
     def _start(self, args: list[str], log: Path, env: dict, shell_prefix: str | None = None) -> subprocess.Popen:
-        cmd = [RAY, "start", *args, "--block"]
+        cmd = [*RAY_START, "--node-ip-address", LOOPBACK, *args, "--block"]
         if shell_prefix is not None:     # a private mount namespace: what the prefix mounts only this node sees
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", f"{shell_prefix} {shlex.join(cmd)}"]
         with open(log, "w") as out:
@@ -88,6 +106,26 @@ class Cluster:
         (self.root / name).mkdir(parents=True, exist_ok=True)
         args = ["--address", self.address, "--temp-dir", str(self.root / name), *args]
         self._start(args, self.logs / f"{name}.log", env or cluster_env(), shell_prefix)
+
+    def pids(self) -> set[int]:
+        """Every live process of the cluster: each node's `ray start` and everything under it."""
+        return {q for p in self.procs if p.poll() is None for q in [p.pid, *descendants(p.pid)]}
+
+    def run_watched(self, cmd: list[str], timeout: float, **kw) -> tuple[subprocess.CompletedProcess, list[str]]:
+        """Run `cmd` (a driver of this cluster) to its end, sampling twice a second the TCP sockets of
+        the driver's and the cluster's processes: returns the result and every socket seen off 127.0.0.1."""
+        bad: list[str] = []
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, **kw)
+            deadline = time.time() + timeout
+            while p.poll() is None and time.time() < deadline:
+                bad += [b for b in non_loopback_sockets(self.pids() | {p.pid, *descendants(p.pid)}) if b not in bad]
+                time.sleep(0.5)
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            out.seek(0); err.seek(0)
+            return subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read()), bad
 
     def kill_node(self, proc: subprocess.Popen) -> None:
         """SIGKILL one node's every process at once, as when its machine dies: its `ray start`, and the
@@ -117,3 +155,29 @@ class Cluster:
             except ProcessLookupError:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+
+_PID = re.compile(r"pid=(\d+)")
+
+
+def non_loopback_sockets(pids: set[int]) -> list[str]:
+    """The TCP sockets of these processes that are not on 127.0.0.1: a listener on any other address
+    (every interface included) or a connection with either end elsewhere; from `ss` (iproute2). The
+    tests' clusters must keep all their traffic on the loopback address."""
+    out = subprocess.run(["ss", "-tanpH"], capture_output=True, text=True, check=True).stdout
+    bad = []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or not {int(p) for p in _PID.findall(line)} & pids:
+            continue
+        state, local, peer = fields[0], fields[3], fields[4]
+        ends = [local] if state == "LISTEN" else [local, peer]
+        if not all(_host(a) == LOOPBACK for a in ends):
+            bad.append(line.strip())
+    return bad
+
+
+def _host(addr: str) -> str:
+    host = addr.rsplit(":", 1)[0].strip("[]")
+    return host.removeprefix("::ffff:")

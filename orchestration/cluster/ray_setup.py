@@ -34,7 +34,13 @@ def ray_init(address: str | None, verbose: bool) -> bool:
     ours = signal.getsignal(signal.SIGTERM)     # poxm's handler (orchestration.cli), before Ray replaces it
     kwargs = dict(address=addr, include_dashboard=False, log_to_driver=verbose,
                   logging_level=logging.INFO if verbose else logging.WARNING, **extra)
-    if addr:
+    if addr and is_loopback_address(addr):
+        # Ray turns a loopback address into this machine's interface address (and the driver's own node
+        # address with it): the head that passed the pre-flight check on 127.0.0.1 would be joined
+        # elsewhere. Ray's single-machine mode keeps both on 127.0.0.1.
+        with loopback_only():
+            ray.init(**kwargs, _node_ip_address=LOOPBACK)
+    elif addr:
         ray.init(**kwargs)
     else:
         # A local Ray's processes (raylet, runtime-env agent, every worker) inherit this process's
@@ -47,6 +53,14 @@ def ray_init(address: str | None, verbose: bool) -> bool:
 
 
 LOOPBACK = "127.0.0.1"
+
+
+def is_loopback_address(address: str) -> bool:
+    """True for `127.0.0.1:PORT` or `localhost:PORT` (a `ray://` or `auto` address is not)."""
+    if "://" in address:
+        return False
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    return host in ("127.0.0.1", "localhost")
 # Ray's switch for its single-machine mode (the default on macOS and Windows): the node's address is
 # the loopback, and every Ray process (GCS, raylet, runtime-env agent, the driver's and each worker's
 # gRPC server) listens on it alone. Ray 2.60 has no other setting for where its gRPC servers listen:

@@ -64,13 +64,15 @@ def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path, execu
         cl.add_node("worker", "--num-cpus", "2", "--num-gpus", "0",
                     env=cluster_env(POXM_NODE_DIR=str(node)),
                     shell_prefix=f"mount -t tmpfs none {runs} && test ! -e {runs}/marker && cd {work} && exec")
-        res = subprocess.run([POXM, "run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
-                              f"resources.storage_path={store}", f"resources.executor={executor}",
-                              "mlflow.enabled=false"],
-                             cwd=ROOT, env=cluster_env(), capture_output=True, text=True, timeout=240)
+        res, off_loopback = cl.run_watched(
+            [POXM, "run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
+             f"resources.storage_path={store}", f"resources.executor={executor}", "mlflow.enabled=false"],
+            timeout=240, cwd=ROOT, env=cluster_env())
     finally:
         cl.stop()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # every socket of the cluster and of the driver stayed on 127.0.0.1 (the address given is the one used)
+    assert off_loopback == [], "\n".join(off_loopback[:10])
 
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and p.name.startswith("twonode-")]
     rows = pd.read_csv(run_dir / "results" / "rows.csv")
