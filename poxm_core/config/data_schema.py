@@ -1,4 +1,4 @@
-"""The data part of the configuration schema (poxm_core/config/schema.py holds the rest and the loader):
+"""The data part of the configuration schema (poxm_core/config/sweep_schema.py holds the rest, schema.py the loader):
 synthetic presets, logging-policy variants, and datasets from the registry or declared in the config.
 Also the strict base model every config class derives from."""
 from __future__ import annotations
