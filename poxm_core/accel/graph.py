@@ -17,6 +17,7 @@ failed capture falls back to that too, with a warning.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -40,9 +41,12 @@ class GraphedSteps:
     WARMUP = 2     # eager steps (on a side stream) before the capture, as torch.cuda.graph asks
 
     def __init__(self, data, step, B: int, rhat_of=None, labels: bool = False,
-                 rhat_reads_sparse: bool = False) -> None:
+                 rhat_reads_sparse: bool = False, guard=None) -> None:
         dev = data.device
         self.data, self.step, self.B = data, step, B
+        # guard(): a context held around the capture (training.capture_guard: no other thread's device
+        # work while it is open)
+        self.guard = guard or contextlib.nullcontext
         # rhat_of(batch): the fitted reward model's rhat for DR-POXM heads (a forward without gradient);
         # labels: the skyline heads read the batch's labels, gathered from `data.labels_padded()`
         self.rhat_of = rhat_of
@@ -137,7 +141,9 @@ class GraphedSteps:
             if done < full:
                 try:
                     g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
+                    # thread-local: another thread's synchronising call (the overlapped validation's)
+                    # neither is refused nor invalidates this capture, as in the global mode
+                    with self.guard(), torch.cuda.graph(g, capture_error_mode="thread_local"):
                         self._step()
                     self.graph = g
                 except Exception as exc:   # noqa: BLE001  (fall back to the same steps without a graph)

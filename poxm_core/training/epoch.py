@@ -20,7 +20,8 @@ labels come from a padded table, DR-POXM's rhat is computed inside the step) and
 engine share no stack with it: those train in an eager pass of their own over the same batches. The
 last, shorter batch runs eagerly.
 POXM_CUDA_GRAPHS=0 turns it off; a failed capture falls back to the static steps without a graph
-(with a warning).
+(with a warning). The capture holds `capture_guard.CAPTURE_GUARD`: the overlapped validation of the
+previous epoch (overlap.py) makes no device call while it is open.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from poxm_core.policy.network import LinearPolicy, NetworkPolicy
 from poxm_core.prepare.prepared import Prepared
 from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.batches import TrainData
+from poxm_core.training.capture_guard import CAPTURE_GUARD
 from poxm_core.common.seeds import stable_seed
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.step import TrainStep
@@ -133,7 +135,8 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
                 rhat_of=(lambda batch: _reward_fn(reward, batch))
                 if any(h.method.needs_reward_model for h in grouped) else None,
                 labels=any(h.method.needs_labels() for h in grouped),
-                rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse)
+                rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse,
+                guard=CAPTURE_GUARD.capture)
         start = runner.run_epoch(rows, bags, total[:len(grouped)], ctxs)
     # the rest eagerly: the graphed group's last, shorter batch; heads outside it (their own parameters
     # and stacks, so training them in a pass of their own is the same arithmetic) on every batch

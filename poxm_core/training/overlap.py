@@ -13,6 +13,10 @@ of epoch e, written once the rows are complete, so a resume from it sees exactly
 had) and its report (on_epoch). The last epoch is evaluated in place. Used only when the copies are small
 (`OVERLAP_MAX_BYTES` of output layers; the Amazon-670K shape would copy gigabytes, and its epochs are
 long enough for the estimates not to matter) and POXM_VALIDATION_OVERLAP is not 0.
+
+The estimates' device work (synchronising calls among it) never runs while the training thread captures
+a CUDA graph: each head's estimates hold `capture_guard.CAPTURE_GUARD.device_work()`, which a capture
+waits for and holds back (a synchronising call during a global-mode capture failed both).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.training.capture_guard import CAPTURE_GUARD, CaptureGuard
 from poxm_core.training.reporting import EvalInputs, epoch_rows, freeze, frozen_bytes, map_heads, val_estimates
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import TrialHead
@@ -47,8 +52,8 @@ def overlap_wanted(device: torch.device, heads: list[TrialHead]) -> bool:
 class BackgroundValidation:
     """`start` freezes the heads and queues their estimates on a thread and a CUDA stream of their own."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, guard: CaptureGuard = CAPTURE_GUARD) -> None:
+        self.device, self.guard = device, guard
         self.stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -67,14 +72,17 @@ class BackgroundValidation:
 
         def one(item):
             h, fr = item
-            # the current stream is per thread: each of map_heads' threads takes the side stream
-            with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+            # the current stream is per thread: each of map_heads' threads takes the side stream; one
+            # head's device work at a time between the training thread's graph captures (capture_guard)
+            with self.guard.device_work(), \
+                    torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
                 return val_estimates(h, ev, None, frozen=fr)
 
         def run():
             ests = map_heads(one, list(zip(trained, frozen)))
             if self.stream is not None:
-                self.stream.synchronize()
+                with self.guard.device_work():
+                    self.stream.synchronize()
             return epoch_rows(spec, trained, losses, ests, epoch)
         return self._pool.submit(run)
 
