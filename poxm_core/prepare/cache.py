@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from tqdm.auto import tqdm
 
 from poxm_core.common.atomic import publish
 from poxm_core.common.errors import PoxmInputError
@@ -272,3 +274,16 @@ def variant_record(cache_dir: Path, vdir: Path) -> dict:
     return {"dir": rel, "levels": [parents[k] for k in LEVELS if k in parents] + [rel], "manifest": man,
             "parents": {k: read_manifest(cache_dir / p) for k, p in parents.items()},
             "covering": np.load(vdir / "covering.npy").tolist()}
+
+
+def say(progress: bool, msg: str) -> None:
+    """One progress line of a level being built (above any progress bar), when `progress`."""
+    if progress:
+        tqdm.write(msg)
+
+
+def save_csr(path: Path, M: sp.csr_matrix) -> None:
+    """A level's sparse matrix: CSR with sorted indices, uncompressed."""
+    M = sp.csr_matrix(M)
+    M.sort_indices()
+    sp.save_npz(path, M, compressed=False)

@@ -18,6 +18,9 @@ a `Prepared` (from its directory alone: a trial never needs the raw data or the 
 
 The validation slice (val_fraction of the training rows, seeded) is held out from every gradient step:
 the logging model's alpha sample is drawn from the other rows; its logged slates form `log_val`.
+
+A logged dataset (feedback read from a log, not simulated) has levels of its own:
+poxm_core.prepare.logged_levels.
 """
 from __future__ import annotations
 
@@ -28,7 +31,6 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 import torch
-from tqdm.auto import tqdm
 
 from poxm_core.common.results import KS
 from poxm_core.bandit.log import BanditLog
@@ -42,7 +44,9 @@ from poxm_core.metrics.ranking import covering_curve, greedy_metrics, stochastic
 from poxm_core.model.core import encode, resolve_device
 from poxm_core.model.logging_model import alpha_sample, train_logging_model
 from poxm_core.model.topk import chunked_topk
-from poxm_core.prepare.cache import build_level, cache_keys, is_complete, level_dir, read_manifest, verify_level
+from poxm_core.prepare.cache import (build_level, cache_keys, is_complete, level_dir, read_manifest, save_csr, say,
+                                    verify_level)
+from poxm_core.prepare.logged_levels import load_logged, prepare_logged
 from poxm_core.prepare.match import MatchProblem, build_reference, solve_temperature
 from poxm_core.prepare.prepared import Prepared, VariantPolicy
 
@@ -64,30 +68,19 @@ class _Lazy:
 
     def get(self) -> XMCData:
         if self._data is None:
-            _say(self.progress, f"[{self.dataset}] loading data")
+            say(self.progress, f"[{self.dataset}] loading data")
             root = Path(self.cfg.data_root) if self.cfg.data_root else default_data_root()
             self._data = load_dataset(self.cfg.dataset(self.dataset), root, self.seed)
         return self._data
 
 
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        tqdm.write(msg)
-
-
-def _save_csr(path: Path, M: sp.csr_matrix) -> None:
-    M = sp.csr_matrix(M)
-    M.sort_indices()
-    sp.save_npz(path, M, compressed=False)
-
-
 def _build_data(lazy: _Lazy, A: float, B: float) -> Callable[[Path], dict]:
     def fn(d: Path) -> dict:
         data = lazy.get()
-        _save_csr(d / "Y_train.npz", data.train.Y)
-        _save_csr(d / "Y_test.npz", data.test.Y)
-        _save_csr(d / "X_train.npz", data.train.X)   # the policy network reads the sparse input
-        _save_csr(d / "X_test.npz", data.test.X)
+        save_csr(d / "Y_train.npz", data.train.Y)
+        save_csr(d / "Y_test.npz", data.test.Y)
+        save_csr(d / "X_train.npz", data.train.X)   # the policy network reads the sparse input
+        save_csr(d / "X_test.npz", data.test.X)
         np.save(d / "inv_propensity.npy", inverse_propensities(data.train.Y, A, B))
         return {**data.stats(), "propensity_A": A, "propensity_B": B}
     return fn
@@ -97,7 +90,7 @@ def _build_model(cfg: SweepConfig, lazy: _Lazy, alpha: float, seed: int, fit_row
                  progress: bool) -> Callable[[Path], dict]:
     def fn(d: Path) -> dict:
         data = lazy.get()
-        _say(progress, f"[{lazy.dataset}] training the logging model (alpha={alpha}, seed={seed})")
+        say(progress, f"[{lazy.dataset}] training the logging model (alpha={alpha}, seed={seed})")
         model = train_logging_model(data.train.X, data.train.Y, cfg.model, alpha, seed, cfg.device,
                                     progress=progress, rows=fit_rows)
         W, b = model.head_arrays()
@@ -118,7 +111,7 @@ def _build_candidates(cfg: SweepConfig, model_dir: Path, data_dir: Path, progres
         W, b = np.load(model_dir / "W.npy"), np.load(model_dir / "b.npy")
         K = min(cfg.model.n_candidates, W.shape[0])
         for split in ("train", "test"):
-            _say(progress, f"[{name}] top-{K} candidates ({split})")
+            say(progress, f"[{name}] top-{K} candidates ({split})")
             idx, sc = chunked_topk(np.load(model_dir / f"Z_{split}.npy", mmap_mode="r"), W, b, K,
                                    cfg.model.topk_chunk_mb, cfg.device)
             np.save(d / f"cand_{split}.npy", idx)
@@ -149,7 +142,7 @@ def match_where(cfg: SweepConfig, dataset: str, vname: str) -> str:
 def _build_reference(cfg: SweepConfig, model_dir: Path, data_dir: Path, seed: int, val_fraction: float,
                      progress: bool, name: str, vname: str) -> Callable[[Path], dict]:
     def fn(d: Path) -> dict:
-        _say(progress, f"[{name}] supervised reference on the training rows (the logging quality variant {vname} matches)")
+        say(progress, f"[{name}] supervised reference on the training rows (the logging quality variant {vname} matches)")
         return build_reference(d, data_dir, model_dir, cfg.model, seed, val_fraction, cfg.device,
                                progress=progress, where=match_where(cfg, name, vname))
     return fn
@@ -168,9 +161,9 @@ def _solve_T(cfg: SweepConfig, v, cand_dir: Path, data_dir: Path, ref_dir: Path,
         noise_seed=(seed, name_code(v.name), _SPLIT_CODE["train"]),
         reference_p5=float(ref["reference_heldout"]["P@5"]), device=metrics_device(cfg.device))
     (stat, target), = v.match.items()
-    _say(progress, f"[{name}] variant {v.name}: solving T for {stat} = {target:g} on {held.size} held-out training rows")
+    say(progress, f"[{name}] variant {v.name}: solving T for {stat} = {target:g} on {held.size} held-out training rows")
     return solve_temperature(problem, float(target), match_where(cfg, name, v.name),
-                             say=(lambda m: _say(progress, f"[{name}] variant {v.name}: {m}")))
+                             say=(lambda m: say(progress, f"[{name}] variant {v.name}: {m}")))
 
 
 def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path, seed: int,
@@ -181,7 +174,7 @@ def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path,
     def fn(d: Path) -> dict:
         match = None if ref_dir is None else _solve_T(cfg, v, cand_dir, data_dir, ref_dir, seed, progress, name)
         T = v.T if match is None else match["T"]
-        _say(progress, f"[{name}] variant {vname} (alpha={v.alpha}, beta={v.beta}, T={T:.6g}): rho and slates")
+        say(progress, f"[{name}] variant {vname} (alpha={v.alpha}, beta={v.beta}, T={T:.6g}): rho and slates")
         pol = {}
         for split in ("train", "test"):
             pol[split] = build_variant(np.load(cand_dir / f"cand_{split}.npy"), np.load(cand_dir / f"score_{split}.npy"),
@@ -209,7 +202,7 @@ def _build_variant(cfg: SweepConfig, vname: str, cand_dir: Path, data_dir: Path,
             f.write("k,test,train\n")
             for k in range(K):
                 f.write(f"{k + 1},{cover_test[k]:.8g},{cover_train[k]:.8g}\n")
-        _say(progress, f"[{name}] variant {vname}: logging policy metrics on test")
+        say(progress, f"[{name}] variant {vname}: logging policy metrics on test")
         # on a GPU there, as the trials compute theirs: on a CPU these are most of a variant's time
         # (the exact quadrature; docs/performance.md), and the prepare tasks started
         # beside a sweep's Ray Train jobs share the CPUs with them
@@ -292,7 +285,7 @@ def load_variant(cache_dir: Path | str, vdir: Path | str, mmap: bool = False) ->
     for d in (*parents.values(), vdir):    # each file against its manifest before any is read (one line if not)
         verify_level(d)
     if "logged" in man["key"]:
-        return _load_logged(vdir, man, parents)
+        return load_logged(vdir, man, parents)
     mode = "r" if mmap else None
 
     def arr(d: Path, name: str) -> np.ndarray:
@@ -319,154 +312,3 @@ def load_variant(cache_dir: Path | str, vdir: Path | str, mmap: bool = False) ->
         X_train=sp.load_npz(parents["data"] / "X_train.npz").tocsr(),
         X_test=sp.load_npz(parents["data"] / "X_test.npz").tocsr(),
         meta=meta)
-
-
-# --------------------------------------------------------------------------------------------
-# logged feedback (docs/data.md, "Learning from a log"; the mapping: poxm_core.prepare.logged)
-
-_LOGGED_PARTS = ("train", "test", "target")
-
-
-def logged_keys(cfg: SweepConfig, dataset: str, seed: int) -> tuple[tuple[dict, str], dict[str, tuple[dict, str]]]:
-    """(data level (key, hash), {variant: (key, hash)}) of a logged dataset: the data level by the files'
-    contents and the logged entry (reader, split); a variant by it, the seed, val_fraction, its selector."""
-    from poxm_core.config.schema import config_hash
-    from poxm_core.data.logged import logged_files
-    from poxm_core.prepare.cache import VERSIONS, file_sha256
-    from poxm_core.prepare.logged import TEST_SPLIT_STREAM
-    dcfg = cfg.dataset(dataset)
-    root = Path(cfg.data_root) if cfg.data_root else default_data_root()
-    dkey = {"level": "data", "version": VERSIONS["data"],
-            "identity": {"name": dcfg.name, "logged": dcfg.logged.model_dump(mode="json"),
-                         "files": [file_sha256(f) for f in logged_files(dcfg.logged, root)],
-                         "test_split": list(TEST_SPLIT_STREAM)}}     # the split's stream: a new one is a new cache entry
-    dh = config_hash(dkey)
-    out = {}
-    for v in dcfg.variants:
-        vkey = {"level": "variant", "version": VERSIONS["variant"], "data": dh, "seed": int(seed),
-                "variant": {"name": v.name, "selector": v.selector or "logging"}, "val_fraction": dcfg.val_fraction}
-        out[v.name] = (vkey, config_hash(vkey))
-    return (dkey, dh), out
-
-
-def _build_logged_data(cfg: SweepConfig, dataset: str, progress: bool) -> Callable[[Path], dict]:
-    from poxm_core.data.logged import read_logged
-    from poxm_core.prepare.logged import log_features, part_arrays, split_rows
-
-    def fn(d: Path) -> dict:
-        dcfg = cfg.dataset(dataset)
-        root = Path(cfg.data_root) if cfg.data_root else default_data_root()
-        _say(progress, f"[{dataset}] reading the logged feedback ({dcfg.logged.source})")
-        log, target = read_logged(dcfg.logged, root)
-        train, test = split_rows(log.n, dcfg.logged.test_fraction, dcfg.logged.split_seed)
-        parts = {"train": (log, train), "test": (log, test)}
-        if target is not None:
-            parts["target"] = (target, np.arange(target.n))
-        stats = {"N_train": int(train.size), "N_test": int(test.size), "L": int(log.n_actions),
-                 "slate_size": int(log.slate_size), "source": log.source,
-                 "target_source": None if target is None else target.source}
-        for part, (lg, rows) in parts.items():
-            X = log_features(lg, rows)
-            _save_csr(d / f"X_{part}.npz", X)
-            np.savez(d / f"part_{part}.npz", **part_arrays(lg, rows))
-            r = lg.reward[rows]
-            stats[f"N_{part}"] = int(rows.size)
-            stats[f"reward_rate_{part}"] = float(r.mean())
-            stats[f"reward_rate_{part}_se"] = float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else float("nan")
-        stats["D"] = int(X.shape[1])
-        np.save(d / "inv_propensity.npy", np.ones(log.n_actions))   # no label propensities: PSR/wPOXM weights 1
-        return stats
-    return fn
-
-
-def _build_logged_variant(cfg: SweepConfig, dataset: str, vname: str, data_dir: Path, seed: int,
-                          progress: bool) -> Callable[[Path], dict]:
-    from poxm_core.prepare.logged import bandit_log, candidates_of, order_actions, reward_ranking, slot_marginals
-
-    dcfg = cfg.dataset(dataset)
-    v = next(x for x in dcfg.variants if x.name == vname)
-    selector = v.selector or "logging"
-
-    def fn(d: Path) -> dict:
-        st = read_manifest(data_dir)["stats"]
-        A, K = int(st["L"]), int(st["slate_size"])
-        arrs = {}
-        for part in _LOGGED_PARTS:
-            if (data_dir / f"part_{part}.npz").is_file():
-                with np.load(data_dir / f"part_{part}.npz") as z:
-                    arrs[part] = {k: z[k] for k in z.files}
-        tr = arrs["train"]
-        fit_rows, val_rows = validation_split(tr["action"].size, dcfg.val_fraction, seed)
-        # the logging policy from its own propensities (the training split's rows: a policy, not rewards);
-        # the reward model of `selector: reward` from the fit rows only (selection reads the validation rows)
-        rho = slot_marginals(tr["action"], tr["position"], tr["propensity"], A, K)
-        rhat = reward_ranking(tr, fit_rows, A, K) if selector == "reward" else None
-        order = order_actions(rho, rhat)
-        np.save(d / "order.npy", order)
-        np.save(d / "rho_slot.npy", rho)
-        _say(progress, f"[{dataset}] variant {vname}: C(x) = the {A} actions ordered by {selector}; logs of "
-                       f"{fit_rows.size} fit / {val_rows.size} validation rows")
-        where = f"dataset '{dataset}'"
-        stats = {"K": A, "selector": selector, "n_fit": int(fit_rows.size), "n_val": int(val_rows.size)}
-        logs = {}
-        for part, a in arrs.items():
-            pol = candidates_of(order, rho, a["position"])
-            np.save(d / f"policy_{part}_cand.npy", pol.cand)
-            np.save(d / f"policy_{part}_rho.npy", pol.rho)
-            if part == "train":
-                logs["train"] = bandit_log(a, pol, fit_rows, where)
-                logs["val"] = bandit_log(a, pol, val_rows, where)
-            else:
-                logs[part] = bandit_log(a, pol, np.arange(a["action"].size, dtype=np.int64), where)
-        for part, lg in logs.items():
-            np.savez(d / f"log_{part}.npz", **lg.to_npz_dict())
-        np.save(d / "covering.npy", np.zeros(0))     # no labels: no covering curve
-        stats["log_reward_rate"] = {p: float(lg.rewards.mean()) for p, lg in logs.items()}
-        # Phi^p's share of the rewards logged on the held-out logs (never read by a trial or by selection), p = 1,
-        # 5, 10, 20: what a top-p selection keeps of the clicks; p / A is what an arbitrary Phi^p keeps on a uniform log
-        for part in ("test", "target"):
-            if part in logs:
-                lg = logs[part]
-                stats[f"phi_reward_share_{part}"] = {str(p): float(lg.rewards[lg.cand_pos < p].sum() / max(lg.rewards.sum(), 1))
-                                                     for p in (1, 5, 10, 20) if p <= A}
-        return stats
-    return fn
-
-
-def prepare_logged(cfg: SweepConfig, dataset: str, seed: int, cache_dir: Path, progress: bool = True) -> dict[str, Path]:
-    """`prepare` of a logged dataset: the data level (the log read, checked and cut into its training and
-    test parts, the target log), then each variant (the run seed's validation slice, C(x), the logs)."""
-    (dkey, dh), vkeys = logged_keys(cfg, dataset, seed)
-    out = {v: level_dir(cache_dir, "variant", h) for v, (_, h) in vkeys.items()}
-    if all(is_complete(p) for p in out.values()):
-        return out
-    data_dir, _ = build_level(cache_dir, "data", dkey, dh, _build_logged_data(cfg, dataset, progress))
-    for vname, (vkey, vh) in vkeys.items():
-        build_level(cache_dir, "variant", {**vkey, "logged": True, "parents": {"data": f"data/{dh}"}}, vh,
-                    _build_logged_variant(cfg, dataset, vname, data_dir, seed, progress))
-    return out
-
-
-def _load_logged(vdir: Path, man: dict, parents: dict[str, Path]) -> Prepared:
-    from poxm_core.prepare.prepared import EvalLog
-
-    ddir = parents["data"]
-    dman = read_manifest(ddir)
-
-    def log(part: str) -> BanditLog:
-        with np.load(vdir / f"log_{part}.npz") as z:
-            return BanditLog.from_npz(z)
-
-    X = {p: sp.load_npz(ddir / f"X_{p}.npz").tocsr() for p in _LOGGED_PARTS if (ddir / f"X_{p}.npz").is_file()}
-    Z = {p: np.asarray(x.todense(), dtype=np.float32) for p, x in X.items()}
-    pol = {p: VariantPolicy(np.load(vdir / f"policy_{p}_cand.npy"), np.load(vdir / f"policy_{p}_rho.npy")) for p in X}
-    A, d = int(dman["stats"]["L"]), Z["train"].shape[1]
-    evals = tuple(EvalLog(p, Z[p], X[p], pol[p], log(p)) for p in ("test", "target") if p in X)
-    meta = {"variant": man, "data": dman, "logged": True,
-            "dirs": {"variant": str(vdir), **{k: str(p) for k, p in parents.items()}}}
-    return Prepared(
-        dataset=dman["key"]["identity"]["name"], variant=man["key"]["variant"]["name"], seed=int(man["key"]["seed"]),
-        Z_train=Z["train"], Z_test=Z["test"], W=np.zeros((A, d), np.float32), b=np.zeros(A, np.float32),
-        policy_train=pol["train"], policy_test=pol["test"], log_train=log("train"), log_val=log("val"),
-        inv_propensity=np.load(ddir / "inv_propensity.npy"), Y_test=None, Y_train=None,
-        X_train=X["train"], X_test=X["test"], meta=meta, eval_logs=evals)

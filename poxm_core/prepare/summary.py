@@ -21,7 +21,7 @@ def summary_row(cache_dir: Path | str, dataset: str, seed: int, variant_dir: Pat
     man = read_manifest(variant_dir)
     par = {k: read_manifest(cache_dir / p) for k, p in man["key"]["parents"].items()}
     v = man["key"]["variant"]
-    if "logged" in man["key"]:    # a logged dataset: no logging model, no labels (pipeline.prepare_logged)
+    if "logged" in man["key"]:    # a logged dataset: no logging model, no labels (logged_levels.prepare_logged)
         st = man["stats"]
         row = {"dataset": dataset, "seed": seed, "variant": v["name"], "selector": v["selector"], "K": st["K"],
                "n_fit": st["n_fit"], "n_val": st["n_val"]}
@@ -62,7 +62,7 @@ def format_shapes(cfg: SweepConfig, cache_dir: Path | str) -> str:
     lines = ["datasets (shapes as read):"]
     for d in cfg.datasets:
         if d.logged is not None:
-            from poxm_core.prepare.pipeline import logged_keys
+            from poxm_core.prepare.logged_levels import logged_keys
             st = read_manifest(level_dir(Path(cache_dir), "data", logged_keys(cfg, d.name, cfg.seeds[0])[0][1]))["stats"]
             lines.append(f"  {d.name}: logged feedback, N_train={st['N_train']}, N_test={st['N_test']}, D={st['D']}, "
                          f"actions={st['L']}, slots={st['slate_size']}"
