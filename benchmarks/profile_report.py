@@ -2,14 +2,13 @@
 (`orchestration.stages.gather.gather_rows` + `select_and_report`, as the end of `orchestration.stages.sweep.execute`
 calls them), part by part, without Ray or training.
 
-  python benchmarks/profile_report.py [--run-dir DIR | --from docs/results/robustness-5seeds/real-data] [--out DIR]
+  python benchmarks/profile_report.py [--run-dir DIR | --from docs/results/real-data] [--out DIR]
       [--epochs 20] [--repeat 1] [--cprofile] [--procs 1]
 
 --run-dir: an existing run directory (sweep.json, config.yaml, trials/*/rows.csv + done.json,
 results/prepare.csv); its results/ and report/ are rewritten. Without it a run directory is
 assembled under --out (default: a temporary folder) from --from, a folder holding a sweep's
-config.yaml, prepare.csv and rows.csv.gz (docs/results/robustness-5seeds/real-data/: the 4-dataset, 6-variant, 5-seed
-real-data benchmark, 120 trials, 2,760 grid points):
+config.yaml, prepare.csv and rows.csv.gz (docs/results/real-data/: the 4-dataset real-data benchmark):
   trials/<dataset>-<variant>-s<seed>/rows.csv + done.json   one trial per (dataset, variant, seed)
   sweep.json       trial names and the grid (every final grid point of the rows)
   config.yaml      as given; results/prepare.csv as given

@@ -4,8 +4,8 @@
 #   docs/results/<dataset>/       configs/<dataset>.yaml with its variants set to the matched variant P
 #                                 (ten seeds, every method on the paper's grids): Bibtex, Delicious,
 #                                 StackEx-cooking, Corel5k
-#   docs/results/robustness-5seeds/, <dataset>-cpu/, -warm/, -legacy/   the earlier runs, each rerun from
-#                                 its own committed config.yaml (the settings they ran with)
+#   the earlier runs (five seeds, CPU, warm start, legacy protocol) left docs/results; their configs stay
+#                                 in tests/golden/published-configs/ and rerun into runs/ with `./scripts/benchmark.sh --earlier`
 # then copies each sweep's report into docs/results/<name>/. The run ids of the committed folders are
 # pinned in tests/poxm_core/config/test_config.py.
 # A sweep that already finished is not recomputed (`poxm run` continues the same run directory), so
@@ -37,13 +37,9 @@ P='datasets.0.variants=[{name: P, alpha: 0.2, beta: 0.0, match: {logging_to_skyl
 for ds in bibtex delicious stackex-cooking corel5k; do   # mldr_misc: two save_npz pairs, declared in the configs
   publish "$ds" "$ds" "$P"
 done
-# each earlier folder's own config, copied first (publish replaces the folder it reads it from)
-mkdir -p runs/benchmark-configs
-for name in robustness-5seeds/bibtex robustness-5seeds/delicious robustness-5seeds/stackex-cooking \
-            robustness-5seeds/corel5k bibtex-cpu delicious-cpu bibtex-warm delicious-warm bibtex-legacy delicious-legacy; do
-  cfg="runs/benchmark-configs/${name//\//-}.yaml"
-  cp "docs/results/$name/config.yaml" "$cfg"
-  publish "$cfg" "$name"
-done
-echo "reports in docs/results/{bibtex,delicious,stackex-cooking,corel5k}/index.md, docs/results/robustness-5seeds/*/ and" \
-     "docs/results/{bibtex,delicious}-{cpu,warm,legacy}/index.md"
+if [ "${1:-}" = --earlier ]; then   # the superseded runs, each from its own config (docs/results/README.md)
+  for cfg in tests/golden/published-configs/*.yaml; do   # reports stay in runs/<id>/report (not published)
+    .venv/bin/poxm run "$cfg" runs_dir=runs
+  done
+fi
+echo "reports in docs/results/{bibtex,delicious,stackex-cooking,corel5k}/index.md"

@@ -55,7 +55,7 @@ _SHAPE_KEYS = ("mean_features", "signal", "label_exponent", "label_offset", "top
                "shared_topic")
 
 # Paper Table 1 sizes. The shape parameters are calibrated against the real datasets' label statistics
-# and against a supervised model vs the popularity ranking (docs/data.md, benchmarks/synthetic_calibration.py).
+# and against a supervised model vs the popularity ranking (docs/data.md, studies/synthetic_calibration.py).
 PRESETS: dict[str, SyntheticPreset] = {
     "eurlex": SyntheticPreset(15449, 3865, 186104, 3956, 5.30, 236, 0.3, label_exponent=1.2, label_offset=20),
     "wiki10": SyntheticPreset(14146, 6616, 101938, 30938, 18.64, 673, 0.6, label_exponent=0.8, label_offset=20),

@@ -1,4 +1,4 @@
-"""Selection regimes of benchmarks/selection_known_answer.py: folds, cross-fitted criteria, batched heads."""
+"""Selection regimes of studies/selection_known_answer.py: folds, cross-fitted criteria, batched heads."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT))
     spec = importlib.util.spec_from_file_location("selection_known_answer_bench",
-                                                  ROOT / "benchmarks" / "selection_known_answer.py")
+                                                  ROOT / "studies" / "selection_known_answer.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -85,7 +85,7 @@ def test_subset_log_takes_the_rows():
 
 def test_batched_heads_equal_heads_trained_one_by_one():
     bench = _bench()
-    from known_answer import train_poxm
+    from studies.known_answer import train_poxm
     w = make_world(temperature=0.5, seed=1)
     log = simulate_log(w, sample_contexts(w, 40, seed=2), seed=3)
     splits = [np.arange(40), fold_splits(40, 2, seed=0)[0][0]]

@@ -1,4 +1,4 @@
-"""Known-answer check of the learners (poxm_core.bandit.known_answer, benchmarks/known_answer.py).
+"""Known-answer check of the learners (poxm_core.bandit.known_answer, studies/known_answer.py).
 
 A small slate bandit whose click probabilities are known for every (x, y), so every value below is a
 TRUE value (exact Plackett-Luce value or a deterministic slate), not an estimate:
@@ -40,8 +40,8 @@ WORLD = dict(m=8, L=30, K=15, noise=2.0, label_shift=1.0)
 
 
 def _bench(name: str, file: str):
-    """A benchmark script (benchmarks/<file>) as a module: the tests run its known-answer checks."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / file)
+    """A study script (studies/<file>) as a module: the tests run its known-answer checks."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "studies" / file)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

@@ -141,22 +141,22 @@ def test_layers_and_resolved_round_trip(tmp_path):
 # The published dataset configs changed on purpose when they took the matched variant P, ten seeds and the
 # paper's grids (ids before: amazon-670k 1d1450d7d242, bibtex 9dbd3a7cb879, corel5k a88d2a1394be,
 # stackex-cooking 08691350aede, delicious 327a5953cbf6, real-data cbbc65991f98, eurlex 1ada728a4653, wiki10-31k
-# 9c93d5bfbfc0); the results published before keep their own config.yaml under docs/results, ids unchanged.
+# 9c93d5bfbfc0); the results published before keep their own config.yaml under docs/results (superseded ones: tests/golden/published-configs/), ids unchanged.
 PUBLISHED_IDS = {
     "configs/amazon-670k.yaml": "amazon-670k-5a4a61f4cdcf",   # ce1f107f22e8 before training.input_adam: lazy, then 1d1450d7d242
     "docs/results/amazon-670k-generated/config.yaml": "amazon-670k-generated-5f4d2dd33cdb", "configs/bibtex.yaml": "bibtex-628e681b0dc3",
     "configs/corel5k.yaml": "corel5k-d4f8b3a85635", "configs/stackex-cooking.yaml": "stackex-cooking-94a4aab2ae60",
     "configs/delicious.yaml": "delicious-c78ba0fc4031",
-    "configs/real-data.yaml": "real-data-3706df3bf937", "docs/results/robustness-5seeds/real-data/config.yaml": "real-data-bb064814c18e",
+    "configs/real-data.yaml": "real-data-3706df3bf937", "tests/golden/published-configs/robustness-5seeds-real-data.yaml": "real-data-bb064814c18e",
     "docs/results/real-data/config.yaml": "real-data-b1e6c4d1af5b", "docs/results/ablation-warm-start/config.yaml": "real-data-c0506733ed55", "configs/eurlex.yaml": "eurlex-97ebc6aa1088",
     "configs/gpu-smoke.yaml": "gpu-smoke-1477a310885d",
     "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-66facd660c34",
     "configs/wiki10-31k.yaml": "wiki10-31k-686ebc057b44",
-    "docs/results/bibtex-legacy/config.yaml": "bibtex-legacy-429b64b7f877",
-    "docs/results/bibtex-warm/config.yaml": "bibtex-warm-208295746dba",
-    "docs/results/delicious-legacy/config.yaml": "delicious-legacy-7bc027ebf7be",
-    "docs/results/delicious-warm/config.yaml": "delicious-warm-d236cbbe0f1a",
-    "docs/results/bibtex-cpu/config.yaml": "bibtex-43a671178bb8", "docs/results/delicious-cpu/config.yaml": "delicious-423deeb7def7",
+    "tests/golden/published-configs/bibtex-legacy.yaml": "bibtex-legacy-429b64b7f877",
+    "tests/golden/published-configs/bibtex-warm.yaml": "bibtex-warm-208295746dba",
+    "tests/golden/published-configs/delicious-legacy.yaml": "delicious-legacy-7bc027ebf7be",
+    "tests/golden/published-configs/delicious-warm.yaml": "delicious-warm-d236cbbe0f1a",
+    "tests/golden/published-configs/bibtex-cpu.yaml": "bibtex-43a671178bb8", "tests/golden/published-configs/delicious-cpu.yaml": "delicious-423deeb7def7",
 }
 
 

@@ -155,7 +155,7 @@ def test_npz_layout_dense_arrays_too(tmp_path):
 def test_unset_new_keys_keep_old_hashes():
     """Configs without the new keys dump (and hash) as before: run directories keep their names."""
     from orchestration.rundir import sweep_id
-    cfg = load_config(REPO / "docs" / "results" / "bibtex-cpu" / "config.yaml")    # written before those keys
+    cfg = load_config(REPO / "tests" / "golden" / "published-configs" / "bibtex-cpu.yaml")    # written before those keys
     dumped = cfg.model_dump(mode="json")
     assert "plugins" not in dumped and "format" not in dumped["datasets"][0]
     assert sweep_id(cfg) == "bibtex-43a671178bb8"

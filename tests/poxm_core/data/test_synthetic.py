@@ -104,7 +104,7 @@ def test_bad_arguments(kw, exc, frag):
     assert frag in str(e.value)
 
 
-# Calibration of the presets against the datasets they imitate (docs/data.md, benchmarks/synthetic_calibration.py).
+# Calibration of the presets against the datasets they imitate (docs/data.md, studies/synthetic_calibration.py).
 # Real EUR-Lex-4K: the most frequent label is on ~7.6% of instances, the five most frequent on ~6.1% on average.
 
 def _preset_sample(preset, scale, n_features, seed=0):
