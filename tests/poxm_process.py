@@ -64,3 +64,26 @@ def tiny_config(name: str, variants_T: list[float], epochs: int, **top) -> dict:
             "model": {"dim": 8, "epochs": 2, "n_candidates": 10, "slate_size": 3},
             "training": {"epochs": epochs, "batch_size": 32, "hidden": 8, "mc_slates": 4},
             "methods": {"dm": {}, "poxm": {"p": [5], "lam": [0.9]}}, **top}
+
+
+def poxm_in_process(capture, *args) -> subprocess.CompletedProcess:
+    """`poxm ARGS` through `orchestration.cli.main` in this process, seen as a finished subprocess (exit code,
+    stdout, stderr), for the checks of an exit code and a message: no interpreter start-up, no imports
+    again. `capture` is pytest's capsys or capfd. What a command sets for the whole process (poxm's SIGTERM
+    handler for run/resume, the user's plugin, storage and tracking settings) is put back afterwards."""
+    from orchestration import rundir
+    from orchestration.cli import main
+    from orchestration.tracking import store
+    argv = [str(a) for a in args]
+    capture.readouterr()                      # what came before is not this command's
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        rc = main(argv)
+    except SystemExit as exc:                 # argparse's --help and --version
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        signal.signal(signal.SIGTERM, term)
+        rundir.set_user_settings()
+        store.set_user_uri(None)
+    out = capture.readouterr()
+    return subprocess.CompletedProcess(POXM + argv, rc, out.out, out.err)

@@ -1,4 +1,7 @@
-"""The `poxm` command line through subprocess: help, --print-config, and one-line errors (exit 2)."""
+"""The `poxm` command line: help, --print-config, and one-line errors (exit 2).
+
+The checks of an exit code and a message run `orchestration.cli.main` in-process (poxm_process.poxm_in_process);
+the help and one error also go through the real entry point, a `python -m orchestration.cli` subprocess."""
 from __future__ import annotations
 
 import subprocess
@@ -7,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from poxm_process import poxm_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 POXM = [sys.executable, "-m", "orchestration.cli"]
@@ -21,7 +25,14 @@ GOOD = {
 
 
 def poxm(*args, cwd=REPO) -> subprocess.CompletedProcess:
+    """The real entry point, a subprocess."""
     return subprocess.run(POXM + [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def cli(capfd):
+    """`cli(*args)`: `poxm ARGS` in-process, a CompletedProcess like `poxm`'s."""
+    return lambda *args: poxm_in_process(capfd, *args)
 
 
 def write(tmp_path: Path, data: dict, name="c.yaml") -> Path:
@@ -41,79 +52,75 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd", ["", "prepare", "train", "run", "resume", "status", "ui", "report"])
-def test_help(cmd):
-    r = poxm(*([cmd] if cmd else []), "--help")
+def test_help_through_the_entry_point():
+    r = poxm("--help")
+    assert r.returncode == 0 and "usage: poxm" in r.stdout
+
+
+@pytest.mark.parametrize("cmd", ["prepare", "train", "run", "resume", "status", "ui", "report"])
+def test_help(cli, cmd):
+    r = cli(cmd, "--help")
     assert r.returncode == 0 and "usage: poxm" in r.stdout
 
 
 @pytest.mark.slow
-def test_unknown_config_key_names_nearest(tmp_path):
+def test_unknown_config_key_names_nearest_through_the_entry_point(tmp_path):
     bad = dict(GOOD, trainng={"epochs": 2})
     assert_one_line_error(poxm("run", write(tmp_path, bad)), "unknown config key 'trainng'", "did you mean 'training'")
 
 
-@pytest.mark.slow
-def test_unknown_nested_key(tmp_path):
+def test_unknown_nested_key(cli, tmp_path):
     bad = dict(GOOD, training={"epohcs": 2})
-    assert_one_line_error(poxm("run", write(tmp_path, bad)), "training.epohcs", "did you mean 'training.epochs'")
+    assert_one_line_error(cli("run", write(tmp_path, bad)), "training.epohcs", "did you mean 'training.epochs'")
 
 
-@pytest.mark.slow
-def test_missing_config_file(tmp_path):
-    assert_one_line_error(poxm("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
-    assert_one_line_error(poxm("prepare", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+def test_missing_config_file(cli, tmp_path):
+    assert_one_line_error(cli("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+    assert_one_line_error(cli("prepare", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
-@pytest.mark.slow
-def test_unknown_dataset(tmp_path):
+def test_unknown_dataset(cli, tmp_path):
     bad = dict(GOOD, datasets=[dict(GOOD["datasets"][0], name="bibtexx")])
-    assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "bibtexx", "did you mean 'bibtex'")
+    assert_one_line_error(cli("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "bibtexx", "did you mean 'bibtex'")
 
 
-@pytest.mark.slow
-def test_missing_dataset_files(tmp_path):
+def test_missing_dataset_files(cli, tmp_path):
     bad = dict(GOOD, datasets=[{"name": "bibtex", "path": str(tmp_path / "no-bibtex"), "variants": [{"name": "A", "alpha": 0.5}]}])
-    assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "no-bibtex", "not found")
+    assert_one_line_error(cli("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "no-bibtex", "not found")
 
 
-@pytest.mark.slow
-def test_unknown_method(tmp_path):
+def test_unknown_method(cli, tmp_path):
     bad = dict(GOOD, methods={"poxn": {"p": [5], "lam": [0.9]}})
-    assert_one_line_error(poxm("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "poxn", "did you mean 'poxm'")
+    assert_one_line_error(cli("run", write(tmp_path, bad), f"runs_dir={tmp_path}/runs"), "poxn", "did you mean 'poxm'")
 
 
 @pytest.mark.parametrize("override,needle", [("training.epochs", "expected key=value"),
                                              ("training.epochs=zero", "training.epochs"),
                                              ("trainig.epochs=3", "did you mean 'training'"),
                                              ("datasets.7.name=x", "not a valid index")])
-@pytest.mark.slow
-def test_bad_override(tmp_path, override, needle):
-    assert_one_line_error(poxm("run", write(tmp_path, GOOD), override), needle)
+def test_bad_override(cli, tmp_path, override, needle):
+    assert_one_line_error(cli("run", write(tmp_path, GOOD), override), needle)
 
 
-@pytest.mark.slow
-def test_bad_arguments(tmp_path):
-    assert_one_line_error(poxm("run", write(tmp_path, GOOD), "--no-such-flag"), "unrecognized arguments")
-    assert_one_line_error(poxm("run"), "CONFIG")
-    assert_one_line_error(poxm("frobnicate"), "invalid choice")
-    assert_one_line_error(poxm("train", write(tmp_path, GOOD)), "--out")
+def test_bad_arguments(cli, tmp_path):
+    assert_one_line_error(cli("run", write(tmp_path, GOOD), "--no-such-flag"), "unrecognized arguments")
+    assert_one_line_error(cli("run"), "CONFIG")
+    assert_one_line_error(cli("frobnicate"), "invalid choice")
+    assert_one_line_error(cli("train", write(tmp_path, GOOD)), "--out")
 
 
-@pytest.mark.slow
-def test_bad_run_dir(tmp_path):
+def test_bad_run_dir(cli, tmp_path):
     for cmd in ("resume", "status", "report", "ui"):
-        assert_one_line_error(poxm(cmd, tmp_path / "missing"), "run directory not found")
-    assert_one_line_error(poxm("status", tmp_path), "not a poxm run directory")
+        assert_one_line_error(cli(cmd, tmp_path / "missing"), "run directory not found")
+    assert_one_line_error(cli("status", tmp_path), "not a poxm run directory")
 
 
-@pytest.mark.slow
-def test_print_config_is_resolved_and_loads_back(tmp_path):
+def test_print_config_is_resolved_and_loads_back(cli, tmp_path):
     from orchestration.rundir import sweep_hash
     from poxm_core.config.schema import load_config
 
     src = write(tmp_path, GOOD)
-    r = poxm("run", src, "--runs-dir", tmp_path, "training.epochs=3", "--print-config")   # overrides after options too
+    r = cli("run", src, "--runs-dir", tmp_path, "training.epochs=3", "--print-config")   # overrides after options too
     assert r.returncode == 0, r.stderr
     printed = yaml.safe_load(r.stdout)
     assert printed["training"]["epochs"] == 3 and printed["training"]["batch_size"] == 64   # a default, filled in
