@@ -107,7 +107,7 @@ class GraphedSteps:
                       rewards=d.rewards.index_select(0, r), cand=d.cand.index_select(0, inst),
                       inv_prop_actions=d.inv_prop_actions.index_select(0, r), n_labels=d.prepared.n_labels,
                       labels=self.labels.index_select(0, inst) if self.labels is not None else None,
-                      bag=bag[:3] if bag is not None else None)
+                      bag=bag[:3] if bag is not None else None, rho=d.rho.index_select(0, inst))
         losses = self.step(batch, self.rhat_of(batch) if self.rhat_of is not None else None, stack_bag=bag)
         self.total.add_(losses.double() * B)
         self.i.add_(1)

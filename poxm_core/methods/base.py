@@ -83,6 +83,7 @@ class Batch:
     n_labels: int
     labels: sp.csr_matrix | torch.Tensor | None = None
     bag: tuple | None = None      # the instances' sparse input (EmbeddingBag indices, offsets, weights)
+    rho: torch.Tensor | None = None   # (B, K) float32 rho of the candidates (POTEC's cluster marginals)
 
     @property
     def size(self) -> int:
@@ -263,6 +264,13 @@ class Method:
     def needs_labels(self) -> bool:
         """True only for the supervised skyline (the one reader of training labels)."""
         return False
+
+    def for_trial(self, prepared, head, heads, device) -> "Method":
+        """The method as one trial's head uses it (`training.trial_setup.build_heads` calls it once the
+        trial's heads exist): itself, or a copy holding what its loss and test-time policy read of the
+        trial (POTEC: the label clusters, the reward model). A bound copy may define
+        `candidate_scores(params, z, cand) -> (c, K)`: its test-time scores over C(x)."""
+        return self
 
     # ------------------------------------------------------------------ training
     def ids(self, batch: Batch, ctx: HeadContext) -> torch.Tensor | None:

@@ -11,8 +11,10 @@ from poxm_core.methods.dr_poxm import DRPOXM
 from poxm_core.methods.head import HeadSpec
 from poxm_core.methods.logging_policy import Logging
 from poxm_core.methods.pm_banditnet import PMBanditNet
+from poxm_core.methods.potec import POTEC
 from poxm_core.methods.poxm import POXM
 from poxm_core.methods.skyline import Skyline, SkylineEndToEnd
+from poxm_core.methods.supervised_logs import SupervisedLogs
 from poxm_core.methods.wpoxm import WPOXM
 
 __all__ = ["METHODS", "REWARD_METHOD", "get_method", "head_grid", "register_method"]
@@ -22,8 +24,8 @@ __all__ = ["METHODS", "REWARD_METHOD", "get_method", "head_grid", "register_meth
 REWARD_METHOD = DirectMethod.name
 
 METHODS: dict[str, Method] = {m.name: m for m in (Logging(), DirectMethod(), BanditNet(), PMBanditNet(),
-                                                  POXM(), WPOXM(), DRPOXM(), Skyline(),
-                                                  SkylineEndToEnd())}
+                                                  POXM(), WPOXM(), DRPOXM(), SupervisedLogs(), POTEC(),
+                                                  Skyline(), SkylineEndToEnd())}
 
 
 def register_method(method: Method) -> Method:

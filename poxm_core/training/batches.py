@@ -100,6 +100,7 @@ class TrainData:
         self.inv_prop_actions = _t(prepared.inv_propensity[log.actions], torch.float32, device)
         self.Z = _t(prepared.Z_train, torch.float32, device)
         self.cand = _t(prepared.policy_train.cand, torch.int64, device)
+        self.rho = _t(prepared.policy_train.rho, torch.float32, device)   # (n, K): POTEC's cluster marginals
         self.X = DeviceCSR(prepared.X_train, device) if sparse else None
         self.graphs: dict = {}     # epoch.py's captured training steps, by the trained heads' keys
         self._labels_pad: torch.Tensor | None | bool = False    # False: not built yet
@@ -129,4 +130,4 @@ class TrainData:
                      cand_pos=self.cand_pos.index_select(0, r), q=self.q.index_select(0, r),
                      rewards=self.rewards.index_select(0, r), cand=self.cand.index_select(0, inst),
                      inv_prop_actions=self.inv_prop_actions.index_select(0, r), n_labels=self.prepared.n_labels,
-                     labels=Y, bag=bags.bag(a, b) if bags is not None else None)
+                     labels=Y, bag=bags.bag(a, b) if bags is not None else None, rho=self.rho.index_select(0, inst))

@@ -26,6 +26,7 @@ depend on the chunk). Features Z may be NumPy arrays or tensors (already on the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -42,10 +43,13 @@ _CHUNK_ELEMS_GPU = 1 << 26
 
 @dataclass(frozen=True)
 class PolicyView:
-    """A head's test-time policy: kind (see module doc), p for kind 'phi', params (None for 'rho')."""
+    """A head's test-time policy: kind (see module doc), p for kind 'phi', params (None for 'rho');
+    `scores(params, z, cand) -> (c, K)` float64, when set, gives the policy's scores over C(x) instead of
+    the output layer's logits of the candidates (POTEC's two stages; z as the trial's evaluation gives it)."""
     kind: str
     p: int | None = None
     params: HeadParams | None = None
+    scores: Callable | None = None
 
 
 def _chunks(n: int, per_row: int, device: torch.device | None = None):
@@ -116,6 +120,8 @@ def _table_scores(view: PolicyView, z, cand, rho, m: int) -> torch.Tensor:
     """(c, m) scores of the first m candidate columns (log rho for the logging policy)."""
     if view.kind == "rho":
         return torch.log(rho[:, :m])
+    if view.scores is not None:
+        return view.scores(view.params, z, cand)[:, :m]
     return _gather_logits(view.params, z, phi(cand, m))
 
 
@@ -266,7 +272,7 @@ def test_table(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
             continue
         m = view.p if view.kind == "phi" else K
         ids_np = cand[a:b, :m].astype(np.int64)
-        s = _gather_logits(view.params, z, phi(cd, m))
+        s = _table_scores(view, z, cd, None, m)
         if s.is_cuda:
             r, pr = _ranking_probs_on_device(s, ids_np, kmax, view.kind != "greedy")
             rank.append(r)

@@ -78,7 +78,8 @@ class EvalInputs:
         Z = self._Z[split]
         if h.policy is None:
             return Z.index_select(0, rows)
-        return h.policy.features_on(Z, self._sparse(split) if h.policy.reads_sparse else None, rows)
+        own = h.policy.features_on(Z, self._sparse(split) if h.policy.reads_sparse else None, rows)
+        return own if h.companion is None else torch.cat([own, self.features(h.companion, which)], dim=1)
 
     def prefetch_sparse(self) -> None:
         """Build the sparse inputs now (before a thread pool shares this object)."""
@@ -101,7 +102,8 @@ class EvalInputs:
         rows = torch.arange(Z.shape[0], device=self.device)
         if h.policy is None:
             return Z
-        return h.policy.features_on(Z, X if h.policy.reads_sparse else None, rows)
+        own = h.policy.features_on(Z, X if h.policy.reads_sparse else None, rows)
+        return own if h.companion is None else torch.cat([own, self.eval_features(h.companion, e)], dim=1)
 
 
 def eval_threads() -> int:

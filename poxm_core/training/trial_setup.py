@@ -53,13 +53,19 @@ class TrialHead:
     def trains(self) -> bool:
         return self.method.trains
 
+    @property
+    def companion(self) -> "TrialHead | None":
+        """A head whose features the evaluation appends to this head's (POTEC's reward model), or None."""
+        return getattr(self.method, "reward_head", None)
+
     def view(self) -> PolicyView:
         m = self.method
         if m.test_policy == "rho":
             return PolicyView("rho")
         if m.test_policy == "greedy":
             return PolicyView("greedy", params=self.params)
-        return PolicyView(m.test_support(self.mc), self.spec.p, self.params)
+        return PolicyView(m.test_support(self.mc), self.spec.p, self.params,
+                          scores=getattr(m, "candidate_scores", None))
 
 
 # ------------------------------------------------------------------------------------- setup
@@ -124,6 +130,8 @@ def build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
         bias = h.method.initial_bias(prepared) if h.trains and (h.mc.init or tr.init) != "logging" else None
         if bias is not None:
             h.policy.out.b.copy_(torch.as_tensor(bias, dtype=torch.float32, device=device))
+    for h in heads:     # a method that reads the trial (POTEC: its label clusters, the reward model)
+        h.method = h.method.for_trial(prepared, h, heads, device)
     return heads, stacks
 
 
