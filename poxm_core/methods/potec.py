@@ -119,7 +119,7 @@ class POTEC(Method):
         if k > prepared.n_labels:
             raise PoxmInputError(f"methods.{self.name}.p: k={k} clusters exceed the {prepared.n_labels} labels")
         bound = copy.copy(self)
-        ids = label_clusters(prepared, k, prepared.seed, cache_dir=(prepared.meta or {}).get("cache_dir"))
+        ids = label_clusters(prepared, k, prepared.seed)          # cached beside the prepared levels
         bound.clusters = torch.as_tensor(np.asarray(ids), dtype=torch.int64, device=device)
         bound.reward_head = next((h for h in heads if h.spec.method == REWARD_METHOD), None)
         return bound

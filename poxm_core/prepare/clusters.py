@@ -109,14 +109,18 @@ def label_clusters(prepared, k: int, seed: int, cache_dir: Path | str | None = N
     """The (L,) clusters of a prepared variant's logging model (its head rows `prepared.W`).
 
     Keyed by the model level's hash when the prepared data records it (`meta['candidates']['key']
-    ['model']`), else by the SHA-256 of the weights themselves. Memoised in the process; with
-    `cache_dir` (the prepare cache) also stored as `clusters/<hash>/clusters.npy` and reused by later
-    trials and reruns."""
+    ['model']`), else by the SHA-256 of the weights themselves. Memoised in the process; in the prepare
+    cache (`cache_dir`, by default the one the prepared data was loaded from: the grandparent of its
+    model level `meta['dirs']['model']`) stored as `clusters/<hash>/clusters.npy`, built once by the first
+    trial that needs it (atomically, as every level) and read by the later ones and by reruns."""
     from poxm_core.config.schema import config_hash
     from poxm_core.prepare.cache import build_level, is_complete, level_dir
 
     meta = getattr(prepared, "meta", None) or {}
     model = ((meta.get("candidates") or {}).get("key") or {}).get("model") or _weights_digest(prepared.W)
+    model_dir = (meta.get("dirs") or {}).get("model")
+    if cache_dir is None and model_dir:
+        cache_dir = Path(model_dir).parent.parent
     key = cluster_key(model, k, seed)
     h = config_hash(key)
     if h in _MEMO:

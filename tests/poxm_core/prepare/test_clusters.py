@@ -78,3 +78,13 @@ def test_label_clusters_cached_content_addressed(tmp_path):
     cl._MEMO.clear()
     cl.label_clusters(prep, 3, seed=1, cache_dir=tmp_path)   # another k: another level
     assert len(list((tmp_path / "clusters").iterdir())) == 2
+
+
+def test_label_clusters_default_to_the_cache_the_data_came_from(tmp_path):
+    E, _ = _blobs(seed=5)
+    model_dir = tmp_path / "model" / "m0"
+    prep = SimpleNamespace(W=E, meta={"candidates": {"key": {"model": "m0"}}, "dirs": {"model": str(model_dir)}})
+    cl._MEMO.clear()
+    ids = cl.label_clusters(prep, 4, seed=2)
+    (d,) = list((tmp_path / "clusters").iterdir())
+    assert np.array_equal(np.load(d / "clusters.npy"), ids)
