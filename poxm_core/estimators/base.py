@@ -152,6 +152,9 @@ class BaseEstimator:
     # Extra arrays `weights_on` reads from `ValidationLog.arrays`, by name (e.g. a per-action cluster id
     # or embedding array); an estimator whose needs a log does not have is not reported on it.
     needs: ClassVar[tuple[str, ...]] = ()
+    # True for an estimator that makes its `aux_names` arrays itself from `needs` (OffCEM): a log
+    # without those aux arrays does not skip it.
+    aux_from_arrays: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
@@ -178,11 +181,14 @@ class BaseEstimator:
 
     def estimate_on(self, log: ValidationLog) -> Estimate:
         """`estimate` on a validation log: `weights_on(log)`, its rewards and its `aux_names` arrays."""
+        self._check_needs(log)
+        return self.estimate(self.weights_on(log), log.r, **{k: log.aux[k] for k in self.aux_names})
+
+    def _check_needs(self, log: ValidationLog) -> None:
         missing = [k for k in self.needs if k not in log.arrays]
         if missing:
             raise PoxmInputError(f"{self.name}: the validation log lacks the arrays {missing} it needs "
                                  f"(it has {sorted(log.arrays)})")
-        return self.estimate(self.weights_on(log), log.r, **{k: log.aux[k] for k in self.aux_names})
 
     # ---- shared ---------------------------------------------------------------------------------
     def _aux(self, aux: dict) -> dict:

@@ -8,6 +8,8 @@ from poxm_core.common.registration import add
 from poxm_core.estimators.base import BaseEstimator
 from poxm_core.estimators.dr import DR
 from poxm_core.estimators.ips import IS, SIS
+from poxm_core.estimators.mips import MIPS
+from poxm_core.estimators.offcem import OffCEM
 from poxm_core.estimators.prefix import PrefixIS
 from poxm_core.estimators.snis import SNIS
 from poxm_core.estimators.snis_lb import SNISLowerBound
@@ -24,10 +26,10 @@ class _Registry(dict):
                              f"valid: {', '.join(sorted(self))}")
 
 
-# The order is the display order of the validation estimators (IS, sIS, SNIS, DR, PIS, SNIS-LB; translated
-# is the training objective, not reported).
+# The order is the display order of the validation estimators (IS, sIS, SNIS, DR, PIS, SNIS-LB, MIPS,
+# OffCEM; translated is the training objective, not reported).
 ESTIMATORS: dict[str, type[BaseEstimator]] = _Registry(
-    {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR, PrefixIS, SNISLowerBound)})
+    {cls.name: cls for cls in (IS, SIS, SNIS, Translated, DR, PrefixIS, SNISLowerBound, MIPS, OffCEM)})
 
 
 def get_estimator(name: str, **settings) -> BaseEstimator:

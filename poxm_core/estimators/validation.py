@@ -43,7 +43,8 @@ def validation_estimates(logpi: dict[str, np.ndarray], q: np.ndarray, r: np.ndar
                         aux or {}, arrays or {})
     out: dict[str, Estimate] = {}
     for cls in ESTIMATORS.values():
-        if (not cls.reported or cls.support not in logpi or not all(k in log.aux for k in cls.aux_names)
+        if (not cls.reported or cls.support not in logpi
+                or not (cls.aux_from_arrays or all(k in log.aux for k in cls.aux_names))
                 or not all(k in log.arrays for k in cls.needs)):
             continue
         out[cls.label] = cls().estimate_on(log)     # weights of one (support, kind) made once per log

@@ -126,9 +126,11 @@ def test_validation_estimates_pick_weights_support_and_aux_from_the_class():
     q, r = rng.uniform(0.2, 1, (40, 3)), rng.integers(0, 2, (40, 3)).astype(float)
     aux = {"dm_term": rng.uniform(size=(40, 3)), "rhat_logged": rng.uniform(size=(40, 3))}
     got = validation_estimates(lp, q, r, aux)
-    assert list(got) == reported_labels()
+    # every reported estimator whose weights are the importance weights (those with `needs` make their own
+    # from arrays this log does not have, so they are skipped: tests/poxm_core/estimators/test_estimator_hook.py)
+    assert list(got) == [cls.label for cls in ESTIMATORS.values() if cls.reported and not cls.needs]
     for cls in ESTIMATORS.values():
-        if cls.reported:
+        if cls.reported and not cls.needs:
             w = importance_weights(lp[cls.support], q, pruned=cls.weights == "pruned")
             want = cls().estimate(w, r, **{k: aux[k] for k in cls.aux_names})
             assert got[cls.label] == want

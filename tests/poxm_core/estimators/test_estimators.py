@@ -286,7 +286,8 @@ def test_expectation_gradients_stay_finite_for_a_peaked_policy(dtype):
     assert want[0, 0] == pytest.approx(1.0) and want[0, 1] == pytest.approx(0.5) and want[0, 2] == pytest.approx(0.2)
 
 def _aux(name, rng, shape):
-    return dict(dm_term=rng.uniform(size=shape), rhat_logged=rng.uniform(size=shape)) if name == "dr" else {}
+    """Random arrays for what the estimator's `per_sample` names (`aux_names`, e.g. DR's dm_term, rhat_logged)."""
+    return {k: rng.uniform(size=shape) for k in ESTIMATORS[name].aux_names}
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
