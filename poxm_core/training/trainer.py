@@ -36,6 +36,7 @@ the time spent in it (on Ray: handing each epoch's report to Ray Train, which ta
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import warnings
@@ -58,7 +59,8 @@ from poxm_core.training.checkpoint import latest_checkpoint, load_checkpoint, sa
 from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
 from poxm_core.training.overlap import overlap_wanted
-from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
+from poxm_core.training.memory import PeakMemory, estimate_peak_bytes, shape_from_stats, stats_of
+from poxm_core.training.reporting import KS, EvalInputs, epoch_report, eval_threads, final_report
 from poxm_core.training.schedule import REPORTED, EpochSchedule, OnEpoch, Timing, mark_reported
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import (REWARD_KEY, TrialHead, build_heads, check_spec, deterministic, head_lr,
@@ -157,6 +159,7 @@ class _Trial:
     epochs: range
     data: TrainData
     ev: EvalInputs
+    memory: PeakMemory
 
     def state(self, epoch: int, rows: list[dict], metrics: dict | None = None) -> dict:
         """A checkpoint's content; `metrics`: what its epoch hands on_epoch (handed again by a restart that
@@ -203,6 +206,8 @@ def _begin(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
     epochs = range(start + 1, E + 1) if any(h.trains for h in heads) else range(0)
     phase1 = range(1, E + 1) if two_phase and start == 0 and len(epochs) else range(0)
     t = time.perf_counter()
+    memory = PeakMemory(device, estimate_peak_bytes(shape_from_stats(cfg, spec, stats_of(prepared),
+                                                                           eval_threads() or os.cpu_count() or 1)))
     data = train_data_for(prepared, heads, device)
     ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X)
     timing.sync()
@@ -211,7 +216,7 @@ def _begin(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
     return _Trial(spec, out_dir, device, det, rhash, timing, heads, stacks, start, rows, reward,
                   visible=[h for h in heads if not h.hidden],
                   others=[h for h in heads if h is not reward] if two_phase else heads,
-                  phase1=phase1, epochs=epochs, data=data, ev=ev)
+                  phase1=phase1, epochs=epochs, data=data, ev=ev, memory=memory)
 
 
 class _NoBar:
@@ -252,6 +257,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                                       t.data)
                 check_finite([t.reward], spec, epoch)
                 schedule.reward_epoch(epoch, [] if t.reward.hidden else [t.reward], losses, last=epoch == t.phase1[-1])
+                t.memory.epoch_done()
                 bar.update(1)
             # phase 2: the other heads side by side (the DM head among them unless phase 1 fitted it)
             for epoch in t.epochs:
@@ -259,6 +265,7 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
                                       t.data)
                 check_finite(t.others, spec, epoch)
                 schedule.epoch(epoch, [h for h in t.visible if h in t.others], losses, last=epoch == E)
+                t.memory.epoch_done()
                 bar.update(1)
     finally:
         schedule.close()
@@ -278,12 +285,14 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
         final = [r for r in final if r["split"] not in ("val", "val_truth")] + crossed
     # the outputs: rows.csv, summary.json, config.yaml (and the per-instance test values)
     df = to_frame(schedule.rows + final)
-    _write_outputs(cfg, spec, t.out_dir, df, t.heads, time.perf_counter() - timing.t0, str(t.device), timing, instances)
+    _write_outputs(cfg, spec, t.out_dir, df, t.heads, time.perf_counter() - timing.t0, str(t.device), timing, instances,
+                   t.memory.facts())
     return df
 
 
 def _write_outputs(cfg, spec: TrialSpec, out_dir: Path, df: pd.DataFrame, heads: list[TrialHead], seconds: float,
-                   device: str, timing: dict[str, float], instances: dict | None = None) -> None:
+                   device: str, timing: dict[str, float], instances: dict | None = None,
+                   memory: dict | None = None) -> None:
     if instances:   # each head's per-instance test values (the claims' test-set term), beside the rows
         with atomic_file(out_dir / INSTANCES) as tmp:
             with open(tmp, "wb") as fh:
@@ -297,6 +306,8 @@ def _write_outputs(cfg, spec: TrialSpec, out_dir: Path, df: pd.DataFrame, heads:
                "protocol": protocol_name(cfg.training),
                "seconds": round(seconds, 3),
                "timing": {k: round(v, 3) for k, v in timing.items()},
+               # GPU memory: the estimate from the shapes (training/memory.py) and the measured peaks
+               **({"memory": memory} if memory else {}),
                "heads": {h.key: {"method": h.spec.method, "p": h.spec.p, "lam": h.spec.lam,
                                  "lr": head_lr(cfg, h.method, h.mc) if h.trains else None,
                                  "metrics": {f"{s}/{m}": float(v) for s, m, v in
