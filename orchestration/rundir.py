@@ -30,8 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from poxm_core.common import atomic
-from poxm_core.config.schema import SweepConfig, config_hash, load_config, resolved_dict, resolved_yaml
+from poxm_core.config.schema import SweepConfig, config_hash, resolved_dict, resolved_yaml
 from poxm_core.common.errors import PoxmInputError
+from orchestration.run_trust import (  # noqa: F401 -- a run directory is data: these are its rules, kept importable here
+    load_run_config, recorded_settings, refuse_links, same_storage, set_user_settings, trusted_cache_dir,
+    user_plugins, user_storage_path)
 
 # Keys of the resolved config that do not change any number of the sweep: not in its identity.
 NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir", "plugin_path")
@@ -116,6 +119,7 @@ class RunDir:
         for f in ("config.yaml", "sweep.json"):
             if not (root / f).is_file():
                 raise PoxmInputError(f"{path}: not a poxm run directory (no {f}; expected <runs_dir>/<name>-<hash>)")
+        refuse_links(root)
         return cls(root)
 
     # --- files
@@ -154,93 +158,16 @@ class RunDir:
         return recorded_settings(self.config_source)
 
     def read_sweep(self) -> dict:
-        return read_json(self.sweep, {})
+        """sweep.json as a mapping; anything else in it is one line naming the file."""
+        sw = read_json(self.sweep, {})
+        if not isinstance(sw, dict):
+            raise PoxmInputError(f"{self.sweep}: not a poxm sweep record (a JSON object expected, got "
+                                 f"{type(sw).__name__})")
+        return sw
 
-
-# --------------------------------------------------------------------------------------------
-# a run directory is data: what its config names is used only with the user's say-so
-
-_user = {"plugins": None, "plugin_path": None, "storage_path": None}
-
-
-def set_user_settings(plugins: str | list[str] | None = None, plugin_path: list[str] | None = None,
-                      storage_path: str | None = None) -> None:
-    """What the user said on the command line (`--plugins`, `--plugin-path`, `--storage-path`); each
-    left None falls back on $POXM_PLUGINS, $POXM_PLUGIN_PATH, $POXM_STORAGE_PATH."""
-    if isinstance(plugins, str):
-        plugins = [m.strip() for m in plugins.split(",") if m.strip()]
-    _user.update(plugins=plugins, plugin_path=plugin_path, storage_path=storage_path)
-
-
-def user_plugins() -> tuple[list[str], list[str]]:
-    """(modules, folders) the user supplies: --plugins/--plugin-path, else $POXM_PLUGINS (comma-separated)
-    and $POXM_PLUGIN_PATH (os.pathsep-separated). Folders are absolute."""
-    mods = _user["plugins"]
-    if mods is None:
-        mods = [m.strip() for m in os.environ.get("POXM_PLUGINS", "").split(",") if m.strip()]
-    paths = _user["plugin_path"]
-    if paths is None:
-        paths = [p for p in os.environ.get("POXM_PLUGIN_PATH", "").split(os.pathsep) if p]
-    return list(mods), [str(Path(p).expanduser().resolve()) for p in paths]
-
-
-def user_storage_path() -> str | None:
-    return _user["storage_path"] or os.environ.get("POXM_STORAGE_PATH") or None
-
-
-def same_storage(a: str | None, b: str | None) -> bool:
-    """Whether two storage paths name the same place (local paths resolved, trailing '/' ignored)."""
-    def norm(x):
-        x = str(x).strip()
-        return x.rstrip("/") if "://" in x else str(Path(x).expanduser().resolve())
-    return bool(a) and bool(b) and norm(a) == norm(b)
-
-
-def recorded_settings(path: Path) -> dict:
-    """plugins, plugin_path and resources.storage_path as a config file names them (plain YAML; {} when
-    the file is not a mapping: load_config reports that)."""
-    import yaml
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8", errors="replace"))
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    res = data.get("resources") if isinstance(data.get("resources"), dict) else {}
-
-    def strs(v):
-        return [str(x) for x in v] if isinstance(v, list) else ([str(v)] if v else [])
-    return {"plugins": strs(data.get("plugins")), "plugin_path": strs(data.get("plugin_path")),
-            "storage_path": res.get("storage_path")}
-
-
-def load_run_config(rd: "RunDir", overrides: list[str] | None = None) -> SweepConfig:
-    """A run directory's config, read as data (docs/orchestration.md, "What poxm trusts"):
-
-    - its `plugins` are imported only when the user supplies every one of them (--plugins or
-      $POXM_PLUGINS), and then from the user's own folders (--plugin-path, $POXM_PLUGIN_PATH, sys.path),
-      never from the `plugin_path` the run recorded; otherwise one line naming them;
-    - its `resources.storage_path` (where Ray's pickled state is loaded from) is used only when the user
-      gives the same one (--storage-path or $POXM_STORAGE_PATH); otherwise one line."""
-    src = rd.config_source
-    rec = recorded_settings(src)
-    mods, paths = user_plugins()
-    named = rec.get("plugins") or []
-    if named:
-        missing = [m for m in named if m not in mods]
-        if missing:
-            raise PoxmInputError(
-                f"{src}: names plugins {', '.join(named)}, which poxm does not import from a run directory "
-                f"(a plugin runs as code); if they are yours, pass --plugins {','.join(named)} (found on your "
-                "PYTHONPATH or in --plugin-path DIR)")
-    storage = rec.get("storage_path")
-    if storage and not same_storage(storage, user_storage_path()):
-        raise PoxmInputError(
-            f"{src}: records resources.storage_path {storage}, where Ray's saved state (pickles) would be "
-            f"loaded from; poxm uses it only when you give the same: --storage-path {storage}")
-    # the folders on sys.path are the user's alone, even when the run names no plugin
-    pin = [f"plugin_path={json.dumps(paths if named else [])}"]
-    return load_config(src, list(overrides or []) + pin)
+    def cache_dir(self) -> Path:
+        """The prepare cache this sweep continues with (run_trust.trusted_cache_dir)."""
+        return trusted_cache_dir(self.root, self.read_sweep().get("cache_dir"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,22 +194,37 @@ def set_trial_state(trial_dir: Path, state: str, **extra) -> None:
 # --------------------------------------------------------------------------------------------
 # the driver lock: one `run`/`resume` per run directory at a time
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+def lock_held(rd: RunDir) -> bool:
+    """Whether a driver holds the run directory's OS lock (driver.lock) now: the one truth about a live
+    driver. Tried with a shared, non-blocking flock that is let go at once; no driver.lock: no driver."""
+    import fcntl
+    if rd.root in _held:
         return True
-    return True
+    try:
+        fd = os.open(rd.driver_lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:              # a file system without flock: say not held rather than guess
+        return False
+    finally:
+        os.close(fd)             # closing lets go of a lock it took
+    return False
 
 
 def driver_alive(rd: RunDir) -> dict | None:
-    """The driver.json of a live driver on this host, else None (absent, finished or killed)."""
-    d = read_json(rd.driver)
-    if not d or d.get("host") != socket.gethostname():
+    """driver.json of the driver that holds the run directory's lock now, else None. A driver.json left
+    by a killed driver (or written by anyone) names no live driver when the lock is free."""
+    if not lock_held(rd):
         return None
-    return d if d.get("pid") and _pid_alive(int(d["pid"])) else None
+    try:
+        d = read_json(rd.driver)
+    except PoxmInputError:       # being rewritten, or odd: the lock says a driver runs
+        d = None
+    return d if isinstance(d, dict) else {"pid": "?"}
 
 
 _held: dict[Path, int] = {}      # run directory -> the open descriptor of its driver.lock (this process)
@@ -291,21 +233,22 @@ _held: dict[Path, int] = {}      # run directory -> the open descriptor of its d
 def acquire_driver(rd: RunDir) -> None:
     """Take the run directory's driver lock: an exclusive OS lock (flock) on `driver.lock`, held until
     release_driver or this process's end (a killed driver's lock goes with it: nothing stale to clean
-    up), then driver.json for `poxm status`. Two drivers reaching it together: exactly one wins."""
+    up), then driver.json for `poxm status`. Two drivers reaching it together: exactly one wins. A
+    driver.json that outlived its driver is stale when the lock is free, whatever pid it names."""
     import fcntl
-    live = driver_alive(rd)                 # a driver of an older poxm, which took no OS lock
-    if live is not None and int(live["pid"]) != os.getpid():
-        raise PoxmInputError(f"{rd.root}: run directory in use by a running driver (pid {live['pid']}); "
-                             "wait for it or stop it first")
     if rd.root in _held:                    # this process holds it already (a sweep extended, then run)
         write_json(rd.driver, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
         return
-    fd = os.open(rd.driver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    refuse_links(rd.root)                   # nothing written below may follow a link out of the run directory
+    fd = os.open(rd.driver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        live = read_json(rd.driver) or {}
+        try:
+            live = read_json(rd.driver) or {}
+        except PoxmInputError:
+            live = {}
         pid = f" (pid {live['pid']})" if isinstance(live, dict) and live.get("pid") else ""
         raise PoxmInputError(f"{rd.root}: run directory in use by a running driver{pid}; "
                              "wait for it or stop it first") from None
@@ -333,8 +276,11 @@ def remove_tmp_leftovers(rd: RunDir) -> list[Path]:
 
 
 def release_driver(rd: RunDir) -> None:
-    d = read_json(rd.driver)
-    if d and int(d.get("pid", -1)) == os.getpid():
+    try:
+        d = read_json(rd.driver)
+    except PoxmInputError:
+        d = None
+    if isinstance(d, dict) and d.get("pid") == os.getpid():
         rd.driver.unlink(missing_ok=True)
     fd = _held.pop(rd.root, None)
     if fd is not None:

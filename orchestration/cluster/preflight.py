@@ -1,6 +1,8 @@
 """Checks of what `poxm run`/`resume` will connect to and ask for, before anything is written or Ray
 starts (docs/orchestration.md, "Bad input and security"): a malformed `--address` / `--mlflow-uri` is
-one line, one where nothing answers is one line within CONNECT_TIMEOUT_S per address, and a trial that
+one line; each peer is asked in the protocol it must speak (a Ray GCS its cluster id over gRPC, an
+MLflow server an API call over HTTP), and one that is silent, answers something else or answers with an
+error is one line within CONNECT_TIMEOUT_S (per step); and a trial that
 this machine's Ray could never run (more CPUs or GPUs than the machine has, names too long for a file
 system) is refused before Ray starts. All raise PoxmInputError (exit 2)."""
 from __future__ import annotations
@@ -62,6 +64,9 @@ def check_address(address: str | None) -> None:
         raise PoxmInputError(f"{where} {addr!r}: expected HOST:PORT or ray://HOST:PORT of a Ray cluster")
     host, port = split_host_port(text, where)
     reachable(host, port, f"{where} {addr}", "a Ray cluster")
+    if not addr.startswith("ray://"):       # Ray Client speaks its own protocol: the TCP check is what is made
+        from orchestration.cluster.peer_checks import gcs_handshake
+        gcs_handshake(host, port, f"{where} {addr}", CONNECT_TIMEOUT_S)
 
 
 def check_mlflow_uri(uri: str | None, where: str) -> None:
@@ -83,6 +88,8 @@ def check_mlflow_uri(uri: str | None, where: str) -> None:
         if not host or not _HOST.match(host if ":" not in host else f"[{host}]"):
             raise PoxmInputError(f"{where} {shown!r}: no valid host (expected http://HOST:PORT)")
         reachable(host, parts.port or (443 if scheme == "https" else 80), f"{where} {shown}", "an MLflow server")
+        from orchestration.cluster.peer_checks import mlflow_handshake
+        mlflow_handshake(uri, f"{where} {shown}", CONNECT_TIMEOUT_S)
     elif scheme == "sqlite":
         path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
         if not path:

@@ -153,7 +153,7 @@ def plan_from_run_dir(run_dir: str | os.PathLike) -> SweepPlan:
     if RunDir.for_config(id_cfg, rd.root.parent).root != rd.root:
         raise PoxmInputError(f"{run_dir}: its config.yaml hashes to {sweep_id(id_cfg)}, not {rd.root.name} "
                              "(was config.yaml edited? start a new sweep with `poxm run`)")
-    plan = plan_sweep(cfg, rd.root.parent, sw.get("cache_dir"), run_dir=rd)
+    plan = plan_sweep(cfg, rd.root.parent, rd.cache_dir(), run_dir=rd)     # the recorded cache only when the user gives it
     plan.id_seeds = id_seeds
     return plan
 

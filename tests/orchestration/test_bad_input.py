@@ -365,8 +365,14 @@ def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, 
     from poxm_core.config.schema import load_config
     plan = plan_sweep(load_config(QUICK, []), runs_dir=tmp_path / "runs", check_data=False)
     write_plan(plan)
-    other = subprocess.Popen(["sleep", "60"])     # stands for the first sweep's live driver
+    # stands for the first sweep's live driver: it holds the OS lock (the truth), driver.json names it
+    other = subprocess.Popen(["flock", "-x", str(plan.rd.driver_lock), "sleep", "60"])
     try:
+        from orchestration.rundir import lock_held
+        for _ in range(200):         # until `flock` holds it
+            if lock_held(plan.rd):
+                break
+            __import__("time").sleep(0.05)
         write_json(plan.rd.driver, {"pid": other.pid, "host": socket.gethostname(), "started": 0})
         before = {p: p.read_bytes() for p in plan.rd.root.rglob("*") if p.is_file()}
         rc, out, err = cli(capsys, "run", QUICK, "resources.cpus_per_trial=2", "--runs-dir", tmp_path / "runs")
