@@ -24,158 +24,23 @@ Train workers log to those ids with MlflowClient.log_batch and set them FINISHED
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from poxm_core.common.results import mlflow_name
-from orchestration.tracking.store import (RUN_DIR_STORE, is_local_store, record_uri, relocate_store,  # noqa: F401
+from orchestration.tracking.names import (GRID, MAX_PARAM_VALUE, PARENT_TAG, PERCENT_SPLITS, POINT_TAG,  # noqa: F401
+                                          ROLE_TAG, SWEEP_TAG, TRIAL_TAG, flat_params, metric_name, point_key,
+                                          point_name, point_params, standard_tags, ui_value)
+from orchestration.tracking.store import (RUN_DIR_STORE, client, is_local_store, record_uri, relocate_store,  # noqa: F401
                                          resolve_uri, stored_uri)
+from orchestration.tracking.worker import PointLogger, head_costs  # noqa: F401  (the worker side)
 
-ROLE_TAG, SWEEP_TAG, POINT_TAG, TRIAL_TAG = "poxm.role", "poxm.sweep", "poxm.point", "poxm.trial"
-PARENT_TAG = "mlflow.parentRunId"
-GRID = ("dataset", "variant", "method", "p", "lam", "seed")
 _BATCH = 100  # params/tags per log_batch call (MLflow's limit); metrics go up to 1000
 
-
-# --------------------------------------------------------------------------------------------
-# the tracking URI: orchestration/tracking/store.py (re-exported: callers use tracking.resolve_uri etc.)
-
-def client(uri: str):
-    from mlflow import MlflowClient
-    return MlflowClient(tracking_uri=uri)
-
-
-# --------------------------------------------------------------------------------------------
-# grid points
-
-def point_key(p: Mapping) -> str:
-    """'dataset|variant|method|p|lam|seed' with p/lam 'none' where unused: the point's identity tag."""
-    def f(v):
-        return "none" if v is None or (isinstance(v, float) and math.isnan(v)) else repr(v)
-    return "|".join([str(p["dataset"]), str(p["variant"]), str(p["method"]), f(p["p"]), f(p["lam"]), str(p["seed"])])
-
-
-def _short(v) -> str:
-    """A number as short as it reads: 0.9 -> '.9', 0.05 -> '.05', 1.0 -> '1', 50 -> '50'."""
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    t = f"{v:g}" if isinstance(v, float) else str(v)
-    return t[1:] if t.startswith("0.") else ("-" + t[2:] if t.startswith("-0.") else t)
-
-
-def point_name(p: Mapping, with_dataset: bool = True) -> str:
-    """A run's name, short enough for the UI's run-name column (~25 characters) and leading with
-    what differs between the runs of a sweep: variant, seed, method, p, λ, then the dataset
-    ('A s0 poxm p50 λ.9 bibtex'; 'B s1 dm bibtex'). `with_dataset=False` (a one-dataset sweep)
-    leaves the dataset out: it is in the run's tags and params anyway."""
-    parts = [str(p["variant"]), f"s{p['seed']}", str(p["method"])]
-    if p["p"] is not None:
-        parts.append(f"p{p['p']}")
-    if p["lam"] is not None and not (isinstance(p["lam"], float) and math.isnan(p["lam"])):
-        parts.append(f"λ{_short(p['lam'])}")
-    if with_dataset:
-        parts.append(str(p["dataset"]))
-    return " ".join(parts)
-
-
-def metric_name(key: str, split: str | None = None) -> str:
-    """MLflow metric name with its split prefix, so the UI groups the charts: per-epoch 'loss' ->
-    'train/loss', an estimate 'SNIS' -> 'val/SNIS'; final rows by their split: 'test/R_at_5'."""
-    key = mlflow_name(key)
-    if split is None:
-        split = "train" if key in ("loss", "loss_se") else "val"
-    return f"{split}/{key}"
-
-
-PERCENT_SPLITS = ("test",)
-
-
-def ui_value(split: str, metric: str, value: float) -> float:
-    """A value as MLflow shows it: the test metrics (R@k, nDCR@k, PSR@k, P@k, ...: rates) ×100, the
-    report's and the terminal's scale, rounded to 4 decimals; validation estimates, ESS and the loss in
-    their own units (an estimate is an expected reward per slate, not a rate)."""
-    if split in PERCENT_SPLITS and "@" in metric:
-        return round(100.0 * float(value), 4)
-    return float(value)
-
-
-def _flat(prefix: str, d: Mapping) -> dict[str, str]:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping):
-            out.update(_flat(key, v))
-        else:
-            out[key] = "none" if v is None else str(v)
-    return out
-
-
-MAX_PARAM_VALUE = 6000   # MLflow 3's limit on a param value's length
-
-
-def flat_params(d, prefix: str = "") -> dict[str, str]:
-    """A nested config as MLflow params: mappings and lists of mappings by key path
-    ('datasets.0.variants.1.T'), other lists as their text ('[10, 20]'), None as 'none'. A key MLflow
-    would reject is spelt as mlflow_name spells metrics ('...match.logging_to_skyline_R_at_5')."""
-    out: dict[str, str] = {}
-    items = d.items() if isinstance(d, Mapping) else enumerate(d)
-    for k, v in items:
-        key = f"{prefix}.{mlflow_name(str(k))}" if prefix else mlflow_name(str(k))
-        if isinstance(v, Mapping) or (isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v)):
-            out.update(flat_params(v, key))
-        else:
-            text = "none" if v is None else str(v)
-            out[key] = text if len(text) <= MAX_PARAM_VALUE else text[:MAX_PARAM_VALUE - 3] + "..."
-    return out
-
-
-def standard_tags(git_commit: str | None = None, source: str = "poxm") -> dict[str, str]:
-    """MLflow's own tags, which the UI shows as User, Source and Version columns."""
-    import getpass
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = os.environ.get("USER", "unknown")
-    tags = {"mlflow.user": user, "mlflow.source.name": source, "mlflow.source.type": "LOCAL"}
-    sha = (git_commit or "").split("+")[0]
-    if sha and sha != "unknown":
-        tags["mlflow.source.git.commit"] = sha
-    return tags
-
-
-def point_params(cfg_dict: Mapping, point: Mapping, trial: str) -> dict[str, str]:
-    """Every grid coordinate and training setting of a grid point, as MLflow params (strings)."""
-    ds = next(d for d in cfg_dict["datasets"] if d["name"] == point["dataset"])
-    var = next(v for v in ds["variants"] if v["name"] == point["variant"])
-    params = {k: "none" if point[k] is None else str(point[k]) for k in GRID}
-    # a variant matched to a logging quality has no T in the config (prepare solves it): its target instead
-    T = str(var["T"]) if var.get("T") is not None else "solved: " + ", ".join(
-        f"{k}={v}" for k, v in (var.get("match") or {}).items())
-    params.update({"alpha": str(var["alpha"]), "beta": str(var["beta"]), "T": T,
-                   "val_fraction": str(ds["val_fraction"]), "trial": trial, "device": str(cfg_dict["device"]),
-                   "group_by": str(cfg_dict["group_by"])})
-    try:   # the protocol the run ran under: 'paper' or 'paper+<the ablated settings>'
-        from poxm_core.config.schema import TrainingConfig, protocol_name
-        params["protocol"] = protocol_name(TrainingConfig(**cfg_dict["training"]))
-    except Exception:
-        params["protocol"] = "unknown"
-    mc = dict(cfg_dict["methods"].get(point["method"], {}) or {})
-    mc.pop("p", None)
-    mc.pop("lam", None)
-    if mc.get("lr") is None:   # the protocol's rate of the method's group, as the trainer resolves it
-        from poxm_core.methods import get_method
-        group = get_method(point["method"]).lr_group
-        mc["lr"] = cfg_dict["training"]["lr_is" if group == "is" else "lr_supervised"]
-    params.update(_flat("method", mc))
-    params.update(_flat("training", cfg_dict["training"]))
-    params.update(_flat("model", cfg_dict["model"]))
-    if ds.get("synthetic"):
-        params.update(_flat("synthetic", {k: v for k, v in ds["synthetic"].items() if v is not None}))
-    return params
+# Run names, tags and params: orchestration/tracking/names.py; the URI: orchestration/tracking/store.py;
+# the worker's logger: orchestration/tracking/worker.py (all re-exported: callers use tracking.point_key etc.)
 
 
 # --------------------------------------------------------------------------------------------
@@ -423,110 +288,3 @@ def tag_selected(runs: SweepRuns, selection_rows: Iterable[Mapping]) -> None:
     for key, sels in chosen.items():
         if key in runs.points:
             c.set_tag(runs.points[key], "poxm.selected", ",".join(sorted(set(sels))))
-
-
-# --------------------------------------------------------------------------------------------
-# worker side
-
-def head_costs(points: list[tuple], seconds: float | None, timing: Mapping[str, float] | None) -> dict[tuple, float]:
-    """Each head's own share of its trial's compute `seconds`, {(method, p, lam): seconds}. The heads of
-    a trial train batched together and are not timed one by one; the trainer times the parts
-    (`timing`: setup_s, train_s, eval_s, ...). The training time is shared among the heads that train
-    (the logging policy trains nothing), the rest (set-up, evaluation, checkpoints) among all heads.
-    Without `timing`, an even share of `seconds`."""
-    if seconds is None or not points:
-        return {pt: 0.0 for pt in points}
-    from poxm_core.methods import get_method
-
-    def trains(method: str) -> bool:
-        try:
-            return bool(get_method(method).trains)
-        except Exception:  # noqa: BLE001  an unknown plugin method: counted as training
-            return True
-    n = len(points)
-    train_s = float((timing or {}).get("train_s", 0.0) or 0.0)
-    if not timing or train_s <= 0 or train_s > seconds:
-        return {pt: seconds / n for pt in points}
-    trained = [pt for pt in points if trains(pt[0])] or list(points)
-    shared = (seconds - train_s) / n
-    return {pt: shared + (train_s / len(trained) if pt in trained else 0.0) for pt in points}
-
-
-class PointLogger:
-    """Logs one trial's heads to their pre-created runs (rank 0 of the trial's Train workers).
-
-    Per-epoch metrics (step = epoch) come from run_trial's on_epoch keys
-    mlflow_name(f'{head.key}/{metric}'); an epoch already logged before a crash is not logged again,
-    so a retried trial's curves equal an uninterrupted one's."""
-
-    def __init__(self, uri: str, head_runs: Mapping[str, str]):
-        """head_runs: {head.key ('poxm/p=10/lam=0.9'): run id}."""
-        self.c = client(uri)
-        self.prefix = {mlflow_name(k + "/"): rid for k, rid in head_runs.items()}
-        self.logged: dict[str, int] = {}
-
-    def start(self) -> None:
-        for rid in self.prefix.values():
-            self.c.update_run(rid, status="RUNNING")
-            hist = self.c.get_metric_history(rid, metric_name("loss"))
-            self.logged[rid] = max((m.step for m in hist), default=0)
-
-    def log_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
-        from mlflow.entities import Metric
-        now = int(time.time() * 1000)
-        per_run: dict[str, list] = {}
-        for key, v in metrics.items():
-            for pre, rid in self.prefix.items():
-                if key.startswith(pre) and epoch > self.logged.get(rid, 0) and math.isfinite(float(v)):
-                    per_run.setdefault(rid, []).append(Metric(metric_name(key[len(pre):]), float(v), now, int(epoch)))
-                    break
-        for rid, ms in per_run.items():
-            self.c.log_batch(rid, metrics=ms)
-            self.logged[rid] = epoch
-
-    def log_final(self, df, head_runs_by_point: Mapping[tuple, str], seconds: float | None = None,
-                  timing: Mapping[str, float] | None = None) -> None:
-        """Final rows by split: 'test/R_at_5' ... (×100: ui_value), 'val/SNIS' ..., then FINISHED. Test
-        metrics are logged once at step 0, so MLflow's charts draw them as one bar per run; their
-        Monte-Carlo standard errors stay in results/rows.csv (as metrics they would add a chart each before
-        the training curves); a final validation value keeps its epoch, and one whose per-epoch value was
-        logged already is not logged twice. `seconds` (the trial's compute) and `timing` (its parts, the
-        trainer's summary.json) give each run its own cost: head_cost."""
-        from mlflow.entities import Metric, RunTag
-        now = int(time.time() * 1000)
-        fin = df[df["final"]]
-        costs = head_costs(list(head_runs_by_point), seconds, timing)
-        for pt, rid in head_runs_by_point.items():
-            method, p, lam = pt
-            sel = fin[(fin["method"] == method) & (fin["p"] == (-1 if p is None else p))]
-            sel = sel[sel["lam"].isna()] if lam is None else sel[sel["lam"] == lam]
-            run = self.c.get_run(rid)
-            per_epoch = set(run.data.metrics) if self.logged.get(rid, 0) else set()
-            ms = []
-            for r in sel.itertuples(index=False):
-                name = metric_name(r.metric, r.split)
-                if name in per_epoch and int(r.epoch) <= self.logged.get(rid, 0):
-                    continue
-                step = 0 if r.split == "test" else int(r.epoch)
-                if math.isfinite(r.value):
-                    ms.append(Metric(name, ui_value(r.split, r.metric, r.value), now, step))
-                if r.split != "test" and math.isfinite(r.stderr) and r.stderr > 0:
-                    ms.append(Metric(name + "_se", float(r.stderr), now, step))
-            for i in range(0, len(ms), 1000):
-                self.c.log_batch(rid, metrics=ms[i:i + 1000])
-            end = None
-            if seconds is not None:
-                own = costs[pt]
-                self.c.log_batch(rid, tags=[RunTag("trial_seconds", f"{seconds:.1f}"),
-                                            RunTag("trial_heads", str(len(costs))),
-                                            RunTag("head_seconds", f"{own:.1f}")])
-                # the UI's Duration (end - start) is the run's own cost, not its trial's wall time
-                end = int(run.info.start_time + 1000 * own)
-            self.c.set_terminated(rid, "FINISHED", end_time=end)
-
-    def fail(self) -> None:
-        for rid in self.prefix.values():
-            try:
-                self.c.set_terminated(rid, "FAILED")
-            except Exception:  # noqa: BLE001  best effort while already failing
-                pass

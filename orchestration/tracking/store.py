@@ -221,3 +221,9 @@ def browse_copy(run_root: Path, tmp: Path) -> str:
 
 def is_local_store(uri: str) -> bool:
     return uri.startswith("sqlite:")
+
+
+def client(uri: str):
+    """An MlflowClient of the store at `uri` (mlflow imported only here, when a client is needed)."""
+    from mlflow import MlflowClient
+    return MlflowClient(tracking_uri=uri)
