@@ -98,3 +98,7 @@ def mps_for_sweep(device: str, wanted: bool, local: bool, say=print):
     finally:
         if _quit(exe) != 0:
             say(f"  mps      could not stop the daemon this sweep started: run `echo quit | {CONTROL}`")
+
+# an MPS client's device-memory limit ("<device>=<size>", e.g. "0=17000M"), read when its CUDA context
+# starts: each trial process sets it to its share of the card (orchestration/stages/packing.py)
+MPS_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"

@@ -37,51 +37,16 @@ from orchestration.cluster.ray_setup import PREEMPTION_WATCHER_ENV
 # fault injection lives beside the epoch reports it follows; tune.py and the tests name it through this stage
 from orchestration.stages.epoch_reports import CRASH_ENV as CRASH_ENV, crash_spec as crash_spec
 from orchestration.stages.epoch_reports import EpochReports, crashes_after as crashes_after
+from orchestration.cluster.mps import MPS_LIMIT_ENV
+from orchestration.stages.packing import card_bytes, is_oom, mps_memory_limit, record_oom
 from orchestration.stages.ray_session import RaySession, checkpoint_name
 from orchestration.stages.report_pace import ReportPace
-from orchestration.rundir import read_json, set_trial_state, write_json
+from orchestration.rundir import read_json
+# a trial's files: re-exported, tune.py, the tests and the benchmarks name them through this stage
+from orchestration.stages.trial_files import TrialFiles as TrialFiles, done_trials as done_trials
+from orchestration.stages.trial_files import fetch_trial as fetch_trial, record_attempt, trainer_timing, write_done
+from orchestration.stages.trial_files import trial_dirname as trial_dirname
 from poxm_core.common.errors import PoxmInputError
-
-
-class TrialFiles:
-    """A trial's result files (state.json, timing.json, done.json, rows.csv, summary.json): in the run
-    directory (`root` = run_root/trials/<name>), or in storage (orchestration.cluster.storage) under
-    trials/<name>/ when the nodes share no filesystem."""
-
-    def __init__(self, name: str, run_root: str | None, storage_uri: str | None):
-        from orchestration.cluster.storage import Storage
-        self.name = name
-        self.store = Storage(storage_uri) if storage_uri else None
-        self.root = None if self.store else Path(run_root) / "trials" / name
-
-    def read_json(self, f: str, default=None):
-        return read_json(self.root / f, default) if self.store is None else self.store.read_json(f"trials/{self.name}/{f}", default)
-
-    def write_json(self, f: str, obj) -> None:
-        if self.store is None:
-            write_json(self.root / f, obj)
-        else:
-            self.store.write_json(f"trials/{self.name}/{f}", obj)
-
-    def set_state(self, state: str, **extra) -> None:
-        if self.store is None:
-            set_trial_state(self.root, state, **extra)
-        else:
-            self.write_json("state.json", {**(self.read_json("state.json", {}) or {}), **extra, "state": state,
-                                           "updated": time.time()})
-
-    def work_dir(self, sweep_id: str) -> Path:
-        """Where run_trial writes (rows.csv, summary.json, checkpoints/): the trial directory, or this
-        node's own folder in storage mode."""
-        from orchestration.cluster.storage import node_dir
-        d = self.root if self.store is None else node_dir() / "trials" / sweep_id / self.name
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-    def publish(self, work_dir: Path) -> None:
-        """Storage mode: the trial's result files (not its checkpoints: Ray stores those) to storage."""
-        if self.store is not None:
-            self.store.put_files(work_dir, f"trials/{self.name}", skip=("done.json", "state.json", "timing.json"))
 
 
 def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> None:
@@ -100,6 +65,8 @@ def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> N
     from poxm_core.config.schema import SweepConfig
 
     job: WorkerJob = train_loop_config["job"]
+    if train_loop_config.get("mps_limit"):      # an MPS client's memory limit, before its CUDA context
+        os.environ.setdefault(MPS_LIMIT_ENV, train_loop_config["mps_limit"])
     torch.set_num_threads(max(1, int(job.cpus)))
     cfg = SweepConfig.model_validate(job.config)
     if cfg.device != "cpu" and torch.cuda.is_available():
@@ -288,43 +255,11 @@ def train_member(cfg, spec, prepared, out_dir: Path, ckpt, on_epoch):
     return run_trial(cfg, spec, prepared, out_dir, on_epoch=on_epoch, progress=False)
 
 
-def trainer_timing(out_dir: Path) -> dict | None:
-    """The parts of the trial's compute the trainer timed (summary.json's 'timing'), or None."""
-    import json
-    try:
-        return dict(json.loads((Path(out_dir) / "summary.json").read_text())["timing"])
-    except (OSError, ValueError, KeyError, TypeError):
+def mps_limit(sweep: SweepInputs, share: float) -> str | None:
+    """The trial process's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT under MPS (its share of the card), else None."""
+    if not getattr(sweep.resources, "mps", False) or share <= 0:
         return None
-
-
-def record_attempt(files: TrialFiles, job: WorkerJob, seconds: dict, start: float, resumed: str | None,
-                   starts: dict | None) -> dict:
-    """This attempt appended to the trial's timing.json (written), which it returns."""
-    import ray
-
-    timing = files.read_json("timing.json", {"attempts": []})
-    timing["attempts"].append({**{k: round(v, 3) for k, v in seconds.items()},
-                               "start": round(start, 3), "end": round(time.time(), 3),
-                               "resumed_from": resumed, "node": os.uname().nodename, "job": job.name,
-                               "job_start": round(job.fit_start, 3),   # the job's trainer.fit began
-                               # its worker function began (after Ray Train's start-up) and had torch and CUDA
-                               **(starts or {}),
-                               "ray_node_id": ray.get_runtime_context().get_node_id(),
-                               # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
-                               "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
-                               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
-    files.write_json("timing.json", timing)
-    return timing
-
-
-def write_done(files: TrialFiles, job: WorkerJob, df, timing: dict, tries: int) -> None:
-    """done.json: the trial is finished (written last: a trial with it is not run again)."""
-    summary = files.read_json("summary.json", {}) or {}
-    # fit_s: from the start of the job's trainer.fit to this trial's end (in a pack, earlier trials included)
-    files.write_json("done.json", {"finished": time.time(), "epoch": summary.get("epochs", int(df["epoch"].max()) if len(df) else 0),
-                                   "fit_s": round(time.time() - job.fit_start, 3), "job": job.name,
-                                   "run_trial_s": round(sum(a["run_trial_s"] for a in timing["attempts"]), 3),
-                                   "attempts": len(timing["attempts"]), "tries": tries})
+    return mps_memory_limit(min(share, 1.0), card_bytes(), 0)
 
 
 def drive_trial(config: dict, sweep: SweepInputs) -> None:
@@ -342,18 +277,27 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
         ray.tune.report({"finished": 1, "skipped": 1, "member": len(names) - 1})
         return
     job = worker_job(sweep, name, names, fit_start=time.time())
+    share = float(config["trial"].get("gpu", sweep.resources.gpus_per_trial))     # packing.py
+    limit = mps_limit(sweep, share)
     try:
         if (sweep.resources.executor or "train") == "tune":
+            if limit is not None:      # this process is the MPS client: its limit before its CUDA context
+                os.environ.setdefault(MPS_LIMIT_ENV, limit)
             worker_loop({"job": job}, RaySession("tune"))
         else:
-            train_job(job, sweep)
+            train_job(job, sweep, share, limit)
     except BaseException as exc:
         # the trial that was running when the job gave up is the errored one; the job's later trials stay pending
         left = [n for n in names if files[n].read_json("done.json") is None]
         running = [n for n in left if (files[n].read_json("state.json", {}) or {}).get("state") == "running"]
         if left:
-            files[(running or left)[0]].set_state(
-                "errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500])
+            culprit = files[(running or left)[0]]
+            oom = is_oom(exc) and share > 0
+            culprit.set_state("errored", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500],
+                              oom=oom)
+            if oom:     # not the method's failure: run again at a larger share, not at this one (packing.py)
+                record_oom(culprit, share)
+                ray.tune.report({"oom": 1, "member": names.index(culprit.name)})
         raise
     for n in names:     # a trial's input error (worker_loop): the Tune trial errs, once (tune.NoRetryOnInputError)
         st = files[n].read_json("state.json", {}) or {}
@@ -361,18 +305,21 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
             raise PoxmInputError(f"trial {n}: {st.get('error', '')}")
 
 
-def train_job(job: WorkerJob, sweep: SweepInputs) -> None:
-    """The job's trials in the one worker of a Ray Train job (worker_loop), its reports handed on to Tune."""
+def train_job(job: WorkerJob, sweep: SweepInputs, share: float | None = None, mps_limit: str | None = None) -> None:
+    """The job's trials in the one worker of a Ray Train job (worker_loop), its reports handed on to Tune.
+    `share`: the job's GPU share (packing.py; default gpus_per_trial); `mps_limit`: the worker's
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT."""
     import ray.train
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
     res = sweep.resources
-    use_gpu = res.gpus_per_trial > 0
-    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if use_gpu else {})}
+    gpu = res.gpus_per_trial if share is None else share
+    use_gpu = gpu > 0
+    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": gpu} if use_gpu else {})}
     # one worker, no collectives: no process group (see the module docstring)
     trainer = DataParallelTrainer(
-        worker_loop, train_loop_config={"job": job},
+        worker_loop, train_loop_config={"job": job, **({"mps_limit": mps_limit} if mps_limit else {})},
         scaling_config=ray.train.ScalingConfig(num_workers=1, use_gpu=use_gpu, resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
             name=f"train-{job.name}", storage_path=sweep.ray_storage, callbacks=[TuneReportCallback()],
@@ -413,19 +360,3 @@ def leave_out_unused_callbacks(trainer, pg_cleaner: bool = True) -> None:
     unused = (() if pg_cleaner else (PlacementGroupCleanerCallback,)) + (() if trainer.datasets else (DatasetsCallback,))
     defaults = trainer._create_default_callbacks
     trainer._create_default_callbacks = lambda: [c for c in defaults() if not isinstance(c, unused)]
-
-
-def fetch_trial(rd_root: Path, name: str, storage) -> None:
-    """Storage mode, in the driver: the trial's files from storage into run_dir/trials/<name>/
-    (done.json last, so a trial is done in the run directory only once its rows are there)."""
-    if storage is not None:
-        storage.get_files(f"trials/{name}", Path(rd_root) / "trials" / name, last=("done.json",))
-
-
-def trial_dirname(trial) -> str:
-    """Tune's trial directory: the stable trial name (not the long default of every parameter)."""
-    return str(trial.config["trial"]["name"])
-
-
-def done_trials(run_root: Path, names) -> set[str]:
-    return {n for n in names if (Path(run_root) / "trials" / n / "done.json").is_file()}

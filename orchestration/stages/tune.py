@@ -86,7 +86,8 @@ class NoRetryOnInputError(Callback):
         self.max_failures = int(max_failures)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if result.get("input_error"):
+        # out of GPU memory: not again at the same share (packing.py runs it again at a larger one)
+        if result.get("input_error") or result.get("oom"):
             trial.max_failures = 0
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -178,35 +179,54 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs, pending_runs: tuple[str,
         state_api=state_api_available())
 
 
-def trial_resources(plan: SweepPlan) -> dict:
+def trial_resources(plan: SweepPlan, gpu: float | None = None) -> dict:
     """What a Tune trial asks Ray for. Executor 'train': the Tune trial only drives its Ray Train job, whose
     worker holds the CPUs and GPU; giving the driver a CPU would leave that CPU idle and can deadlock a small
     machine (driver CPU + worker CPUs > total), so it asks for a little memory instead. Executor 'tune': the
-    trials run in the Tune trial's own process, which holds the trial's CPUs and GPU."""
+    trials run in the Tune trial's own process, which holds the trial's CPUs and GPU. `gpu`: the job's GPU
+    share (packing.py: by memory as well as by count), default resources.gpus_per_trial."""
     res = plan.cfg.resources
-    if (res.executor or "train") == "tune":
-        return {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial > 0 else {})}
+    return job_resources(res.executor or "train", res.cpus_per_trial, res.gpus_per_trial if gpu is None else gpu)
+
+
+def job_resources(executor: str, cpus: float, gpu: float) -> dict:
+    if executor == "tune":
+        return {"CPU": cpus, **({"GPU": gpu} if gpu > 0 else {})}
     return {"memory": DRIVER_MEMORY}
 
 
-def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None):
+def _job_bundle(executor: str, cpus: float, gpus_per_trial: float, config: dict):
+    """Tune's resources of one job (with_resources' callable): its share from the grid ('gpu')."""
+    from ray.tune import PlacementGroupFactory
+    return PlacementGroupFactory([job_resources(executor, cpus, config["trial"].get("gpu", gpus_per_trial))])
+
+
+def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progress, restore: bool, stop=None,
+               specs=None, name: str = TUNE_NAME, packing=None):
+    """The Tuner over the plan's jobs (`specs`: only these trials, e.g. packing's out-of-memory pass under
+    its own `name`); each job's GPU share from `packing` (orchestration.stages.packing)."""
+    import functools
+
     import ray.tune
 
+    from orchestration.stages.packing import Packing
     from orchestration.stages.trial import drive_trial, trial_dirname
 
-    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), trial_resources(plan))
+    res = plan.cfg.resources
+    bundle = functools.partial(_job_bundle, res.executor or "train", res.cpus_per_trial, res.gpus_per_trial)
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), bundle)
     in_tune = (plan.cfg.resources.executor or "train") == "tune"
     storage = ray_storage(plan)
-    path = f"{storage}/{TUNE_NAME}"
+    path = f"{storage}/{name}"
     if restore and ray.tune.Tuner.can_restore(path):
         return ray.tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=True), True
-    grid = job_grid(plan, max_concurrent)
+    grid = (packing or Packing(plan)).annotate(job_grid(plan, max_concurrent, specs))
     return ray.tune.Tuner(
         trainable, param_space={"trial": ray.tune.grid_search(grid)},
         # executor 'tune': the next job of a slot runs in the process the last one used (imports, CUDA context)
         tune_config=ray.tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_dirname_creator=trial_dirname,
                                         trial_name_creator=trial_dirname, reuse_actors=in_tune),
-        run_config=ray.tune.RunConfig(name=TUNE_NAME, storage_path=storage,
+        run_config=ray.tune.RunConfig(name=name, storage_path=storage,
                                       # executor 'tune': Tune keeps the trials' checkpoints (Ray Train does otherwise)
                                       checkpoint_config=ray.tune.CheckpointConfig(num_to_keep=2) if in_tune else None,
                                       failure_config=ray.tune.FailureConfig(max_failures=plan.cfg.resources.max_failures),
@@ -234,7 +254,12 @@ def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
     prog = SweepProgress(len(plan.specs), len(before), enabled=progress, epochs=plan.cfg.training.epochs,
                          done_before=sorted(before))
     # seeds added since the Tune experiment was made: a fresh Tuner over every trial (orchestration.stages.merge)
-    tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan), stop=stop)
+    from orchestration.stages.packing import Packing, oom_passes
+    packing = Packing(plan)
+    if (line := packing.line()) is not None:
+        say(f"  packing  {line}")
+    tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan), stop=stop,
+                                 packing=packing)
     jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()
@@ -246,6 +271,9 @@ def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
             _ALL_DONE[str(rd.root)] = on_all_done
         with secrets_withheld():
             tuner.fit()
+            # trials that ran out of GPU memory: again, at twice their share (packing.py)
+            oom_passes(plan, lambda specs, name: make_tuner(plan, sweep, max_concurrent, prog, False, stop,
+                                                            specs=specs, name=name, packing=packing)[0], say)
         tune_caught_up(plan)
     except KeyboardInterrupt:      # Ctrl-C or SIGTERM: the command line prints this one line, exit 130
         raise KeyboardInterrupt(f"interrupted; continue with `poxm resume {rd.root}`") from None
