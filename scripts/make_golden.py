@@ -14,8 +14,10 @@ The fixture (tests/golden/fixture.npz) is the arrays of one `Prepared` (a few hu
 L = 24 labels, K = 12 candidates, slates of 3), built once from seed 20210 by the hand-built
 generator of tests/trial_fixtures.py and then frozen: later edits of that generator do not move the
 golden values. The expected values (tests/golden/expected.json) are, for the fixture:
-  estimators  every registered estimator on the validation log, for a fixed target policy
-              (softmax of the fixture's logging head at temperature 0.5 on C(x), and on Phi^4 for sIS)
+  estimators  every registered estimator on the validation log through its `estimate_on` hook (so a
+              new estimator is recorded with its own weights and arrays), for a fixed target policy
+              (softmax of the fixture's logging head at temperature 0.5 on C(x), and on Phi^4 for the
+              selector-support estimators: sIS, MIPS, OffCEM; label clusters: label id modulo 4)
   metrics     greedy and stochastic metrics of the logging policy on the test split
   training    every method trained 2 epochs (one trial, all heads): its final result rows and, per
               trained head, a few output-layer entries and the norms of W and b
@@ -102,10 +104,17 @@ def load_fixture(path: Path = GOLDEN / "fixture.npz"):
 
 # ------------------------------------------------------------------------------------- values
 
-def estimator_inputs(prep) -> dict[str, np.ndarray]:
-    """(n, ell) arrays of a fixed target policy on the validation log: log pi on C(x) and on Phi^4,
-    rewards, q, and the DR terms of a fixed reward model rhat = sigmoid(logit - 1)."""
-    from poxm_core.estimators import pl_expectations, pl_log_conditionals, selector_pos
+GOLDEN_CLUSTERS = 4      # the estimators' label clusters on the fixture: label id modulo 4 (fixed, not fitted)
+
+
+def estimator_log(prep):
+    """The validation log as the estimators see it (`ValidationLog`), for a fixed target policy: softmax
+    of the logging head's logits at temperature 0.5 on C(x) (support 'policy') and on Phi^4 ('selector'),
+    DR's terms of a fixed reward model rhat = sigmoid(logit - 1), and the arrays estimators may need."""
+    import torch
+
+    from poxm_core.estimators import (ValidationLog, pl_conditional_table_torch, pl_expectations,
+                                      pl_log_conditionals, selector_pos)
 
     log = prep.log_val
     inst = log.instance
@@ -113,26 +122,28 @@ def estimator_inputs(prep) -> dict[str, np.ndarray]:
     logits = (prep.Z_train[inst].astype(np.float64) @ prep.W.T.astype(np.float64) + prep.b)
     s = np.take_along_axis(logits, cand, axis=1) / 0.5
     rhat = 1.0 / (1.0 + np.exp(-(np.take_along_axis(logits, cand, axis=1) - 1.0)))
-    return {"logpi_is": pl_log_conditionals(s, log.cand_pos),
-            "logpi_sis": pl_log_conditionals(s[:, :4], selector_pos(log.cand_pos, 4)),
-            "dm_term": pl_expectations(s, rhat, log.cand_pos),
-            "rhat_logged": np.take_along_axis(rhat, log.cand_pos, axis=1),
-            "q": log.q.astype(np.float64), "r": log.rewards.astype(np.float64)}
+    pos4 = selector_pos(log.cand_pos, 4)
+    arrays = {"actions": log.actions, "cand_pos": log.cand_pos, "candidates": cand,
+              "rho_candidates": prep.policy_train.rho[inst].astype(np.float64),
+              "inv_propensity": prep.inv_propensity, "action_embedding": prep.W,
+              "action_cluster": np.arange(prep.W.shape[0]) % GOLDEN_CLUSTERS,
+              "pi_selector": pl_conditional_table_torch(torch.tensor(s[:, :4]), torch.tensor(pos4)).numpy(),
+              "rhat_candidates": rhat}
+    return ValidationLog({"policy": pl_log_conditionals(s, log.cand_pos), "selector": pl_log_conditionals(s[:, :4], pos4)},
+                         log.q.astype(np.float64), log.rewards.astype(np.float64),
+                         {"dm_term": pl_expectations(s, rhat, log.cand_pos),
+                          "rhat_logged": np.take_along_axis(rhat, log.cand_pos, axis=1)}, arrays)
 
 
 def estimator_values(prep) -> dict[str, dict[str, float]]:
-    """{estimator name: Estimate.as_dict()} for every registered estimator (weights by its `weights`
-    attribute: pruned or prefix), plus 'sis@phi4' (sIS arithmetic on the Phi^4 weights)."""
+    """{estimator name: Estimate.as_dict()} for every registered estimator, each through its own hook
+    `estimate_on` (its support, its weights, its aux and `needs` arrays), as the trainer calls it; plus
+    'sis@phi4', sIS's arithmetic on the Phi^4 weights (kept from before 'sis' went through the hook)."""
     from poxm_core.estimators import ESTIMATORS, importance_weights
 
-    a = estimator_inputs(prep)
-    w = {"pruned": importance_weights(a["logpi_is"], a["q"]),
-         "prefix": importance_weights(a["logpi_is"], a["q"], pruned=False)}
-    out = {}
-    for name, cls in ESTIMATORS.items():
-        est = cls()
-        out[name] = est.estimate(w[cls.weights], a["r"], **{k: a[k] for k in cls.aux_names}).as_dict()
-    out["sis@phi4"] = ESTIMATORS["sis"]().estimate(importance_weights(a["logpi_sis"], a["q"]), a["r"]).as_dict()
+    log = estimator_log(prep)
+    out = {name: cls().estimate_on(log).as_dict() for name, cls in ESTIMATORS.items()}
+    out["sis@phi4"] = ESTIMATORS["sis"]().estimate(importance_weights(log.logpi["selector"], log.q), log.r).as_dict()
     return out
 
 

@@ -152,9 +152,10 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
     logpi_is, logpi_sis, and with a reward model (its output layer, its features indexed like Z) also
     dm_term (E_{pi_S} rhat at each position) and rhat_logged = rhat(x_i, y_ij), rhat = sigmoid(logits).
     `tables`: also pi_selector (n, ell, p_sis), the policy's whole conditional on Phi^p at each position
-    (`pl_conditional_table_torch`; the greedy policy's: 1 on its pick), for an estimator that needs it."""
+    (`pl_conditional_table_torch`; the greedy policy's: 1 on its pick), for an estimator that needs it,
+    and with a reward model rhat_candidates (n, K), rhat on the candidates (OffCEM)."""
     K = cand.shape[1]
-    out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged", "pi_selector")}
+    out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged", "pi_selector", "rhat_candidates")}
     L = view.params.W.shape[0] if view.params is not None else 0
     d = Z.shape[1]
     per_row = L if view.kind == "all" else K * d
@@ -208,6 +209,8 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
                 dm = pl_expectations_torch(S[:, :m], vals, selector_pos(cp, m), check=False)
             out["dm_term"].append(dm.cpu().numpy())
             out["rhat_logged"].append(rhat_log.cpu().numpy())
+            if tables:     # rhat on the K candidates (OffCEM's expectation over pi_selector's support)
+                out["rhat_candidates"].append(torch.sigmoid(_gather_logits(reward_params, zr, cd)).cpu().numpy())
     return {k: np.concatenate(v, axis=0).astype(np.float64) for k, v in out.items() if v}
 
 

@@ -64,6 +64,9 @@ class EvalInputs:
         # per-action arrays (first axis: label id) an estimator may declare in `needs` (docs/estimators.md):
         # the label propensities' inverse and the logging model's output rows W as action embeddings
         self.action_arrays = {"inv_propensity": prepared.inv_propensity, "action_embedding": prepared.W}
+        if "action_cluster" in needed_arrays():    # MIPS, OffCEM: label clusters of W (k-means, memoised)
+            from poxm_core.estimators.mips import estimator_clusters
+            self.action_arrays["action_cluster"] = estimator_clusters(prepared)
 
     def _sparse(self, split: str) -> DeviceCSR | None:
         if self._X.get(split) is None:
@@ -156,7 +159,7 @@ def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None,
     # extra arrays estimators declare (`needs`) by name (docs/estimators.md), only those some estimator needs
     aux = {k: arr[k] for k in ("dm_term", "rhat_logged") if k in arr}
     extra = {**ev.action_arrays, "actions": log.actions, "cand_pos": log.cand_pos, "candidates": cand,
-             "rho_candidates": rho, **{k: arr[k] for k in ("pi_selector",) if k in arr}}
+             "rho_candidates": rho, **{k: arr[k] for k in ("pi_selector", "rhat_candidates") if k in arr}}
     est = validation_estimates({"policy": arr["logpi_is"], "selector": arr["logpi_sis"]}, q, log.rewards, aux,
                                {k: v for k, v in extra.items() if k in needs})
     out = {label: (e.value, e.stderr) for label, e in est.items()}

@@ -45,8 +45,12 @@ def test_committed_fixture_is_what_the_documented_generator_makes():
 
 
 def test_every_builtin_estimator_has_a_golden_value():
-    # the built-in ones at generation time; a registered plugin estimator needs none
-    assert {"is", "sis", "snis", "translated", "dr", "pis", "sis@phi4"} <= set(EXPECTED["estimators"])
+    """Every estimator of the registry defined in poxm_core (a plugin registered by a test needs none):
+    a new built-in one fails here until expected.json is regenerated with its value."""
+    from poxm_core.estimators import ESTIMATORS
+
+    builtin = {name for name, cls in ESTIMATORS.items() if cls.__module__.startswith("poxm_core.")}
+    assert builtin | {"sis@phi4"} <= set(EXPECTED["estimators"])
 
 
 def test_estimators_match_golden(tmp_path):
