@@ -135,7 +135,7 @@ def instrument(timer: Timer, pool: bool = False) -> None:
     import orchestration.report.claims as C
     import orchestration.report.figures as F
     import orchestration.report.tables as T
-    import orchestration.stages.selection as SEL
+    import orchestration.selection as SEL
 
     # the names as the callers look them up (module attributes at call time)
     parts = [

@@ -95,7 +95,7 @@ def headline(run_dir: Path) -> str | None:
     f = Path(run_dir) / "results" / "selection.csv"
     if not f.is_file():
         return None
-    from orchestration.stages.selection import RunSelection
+    from orchestration.selection import RunSelection
     sel = RunSelection.from_frame(pd.read_csv(f)).honest()
     if sel.empty or "test_R@5" not in sel or sel["test_R@5"].isna().all():     # a logged sweep has no R@5
         return None

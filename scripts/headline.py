@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestration.report.build import read_rows
-from orchestration.stages.selection import select
+from orchestration.selection import select
 
 METHODS = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "skyline", "skyline_e2e"]
 NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet", "pm_banditnet": "PM-BanditNet",

@@ -2,7 +2,7 @@
 
 `build_report(run_dir) -> Path` writes run_dir/report/ (index.md, index.html, tables/, figures/;
 the selection it shows is run_dir/results/selection.csv). Every table and figure is a pure function of
-the long-form result rows (poxm_core.common.results) selected by orchestration.stages.selection. See docs/report.md.
+the long-form result rows (poxm_core.common.results) selected by orchestration.selection. See docs/report.md.
 """
 from orchestration.report.build import build_report
 

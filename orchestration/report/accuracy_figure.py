@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from orchestration.report.figure_common import Figure, log_offset, p_axis, save, spread_note, style
-from orchestration.stages.selection import POINT, is_criterion, order_criteria
+from orchestration.selection import POINT, is_criterion, order_criteria
 
 PRUNED_ESTIMATORS = ("IS", "sIS", "SNIS", "DR")
 

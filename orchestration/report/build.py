@@ -41,8 +41,8 @@ from orchestration.report.gap_share import gap_shares, gap_table
 from orchestration.report.grid_edges import grid_edges, grid_edges_table
 from orchestration.report.stability import stability, stability_table
 from orchestration.rundir import write_selection
-from orchestration.stages.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
-                                     check_rows, select_run, selected_rows, selection_label, val_criteria)
+from orchestration.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
+                              check_rows, select_run, selected_rows, selection_label, val_criteria)
 from poxm_core.common.atomic import publish, write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
@@ -503,7 +503,7 @@ def _paper_tables(d: str, v: str, stats: pd.DataFrame, paper_sel: pd.DataFrame, 
 def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = None) -> Path:
     """Build run_dir/report/ from run_dir/results/*.csv; returns the report directory.
 
-    `selection`: the run's selection (`orchestration.stages.selection.select_run`, computed once by the run
+    `selection`: the run's selection (`orchestration.selection.select_run`, computed once by the run
     with its validated config's criterion); without it (a report built on its own) the report selects
     with the criterion of run_dir/config.yaml.
 

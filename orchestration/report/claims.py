@@ -38,7 +38,7 @@ import pandas as pd
 from orchestration.report.inference import (ALPHA, MIN_SEEDS, SEEDS_AND_INSTANCES, TOO_FEW, holm, paired_inference,
                                             verdict_of)
 from orchestration.report.table_format import Table
-from orchestration.stages.selection import PAPER_CRITERION, selected_rows, selection_label
+from orchestration.selection import PAPER_CRITERION, selected_rows, selection_label
 
 
 @dataclass(frozen=True)

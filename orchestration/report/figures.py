@@ -27,7 +27,7 @@ from orchestration.report.accuracy_figure import (PRUNED_ESTIMATORS, estimator_e
                                                   estimator_figure)
 from orchestration.report.figure_common import Figure, errorbar, mean_sd, mean_sd_by, p_axis, save, spread_note
 from orchestration.report.tables import method_name
-from orchestration.stages.selection import CRITERION_ORDER, DEFAULT_CRITERION, GROUP, POINT, selection_label
+from orchestration.selection import CRITERION_ORDER, DEFAULT_CRITERION, GROUP, POINT, selection_label
 
 # Display order of the estimators; any other validation estimator present follows, sorted.
 ESTIMATORS = CRITERION_ORDER

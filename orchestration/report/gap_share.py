@@ -17,7 +17,7 @@ import pandas as pd
 from orchestration.report.claims import _last_values, _per_seed
 from orchestration.report.table_format import Table
 from orchestration.report.tables import method_list, method_name
-from orchestration.stages.selection import selected_rows, selection_label
+from orchestration.selection import selected_rows, selection_label
 
 GAP_COLUMNS = ["criterion", "dataset", "variant", "method", "skyline", "share", "share_min", "share_max", "n"]
 REFERENCES = ("logging", "skyline", "skyline_e2e")

@@ -24,7 +24,7 @@ import pandas as pd
 
 from orchestration.report import tables as T
 from orchestration.report.index import render_html, render_markdown
-from orchestration.stages.selection import RunSelection, selected_rows, selection_label
+from orchestration.selection import RunSelection, selected_rows, selection_label
 from poxm_core.common.atomic import write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root

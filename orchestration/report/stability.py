@@ -14,7 +14,7 @@ import pandas as pd
 from orchestration.report.aggregate import MISSING, _lam_text
 from orchestration.report.table_format import Table
 from orchestration.report.tables import method_list, method_name
-from orchestration.stages.selection import PAPER_CRITERION, selection_label
+from orchestration.selection import PAPER_CRITERION, selection_label
 
 STABILITY_COLUMNS = ["criterion", "dataset", "variant", "method", "p", "lam", "share", "n_modal", "n_seeds",
                      "n_distinct"]

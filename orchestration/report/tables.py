@@ -32,8 +32,8 @@ from orchestration.report.aggregate import MISSING, Cell, best_cells, cell_grid,
 from orchestration.report.inference import MIN_SEEDS
 from orchestration.report.table_format import (DAGGER, Table, tex_escape, to_latex,  # noqa: F401
                                                to_markdown, write_table)
-from orchestration.stages.selection import (DEFAULT_CRITERION, ORACLE_METRIC, PAPER_CRITERION, POINT, SELECT_SPLIT,
-                                     is_criterion, order_criteria, selection_label)
+from orchestration.selection import (DEFAULT_CRITERION, ORACLE_METRIC, PAPER_CRITERION, POINT, SELECT_SPLIT,
+                              is_criterion, order_criteria, selection_label)
 
 METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "skyline", "skyline_e2e"]
 METHOD_NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet",

@@ -135,7 +135,7 @@ def data_checksum(record: dict) -> str:
 def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Path | None:
     """results/selection.csv (honest selection on the validation log) and report/; None when the
     report cannot be built yet (said in one line)."""
-    from orchestration.stages.selection import select_run
+    from orchestration.selection import select_run
 
     sel = select_run(rows, criterion) if len(rows) else None
     if sel is not None:

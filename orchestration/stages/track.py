@@ -131,7 +131,7 @@ def close_tracking(plan: SweepPlan, runs: tracking.SweepRuns, done: list, errore
     tracking.close_points(runs, status)
     if report is not None and rd.selection_csv.is_file():
         import pandas as pd
-        from orchestration.stages.selection import RunSelection
+        from orchestration.selection import RunSelection
         chosen = RunSelection.from_frame(pd.read_csv(rd.selection_csv)).selection     # the run's criterion, oracle
         tracking.tag_selected(runs, chosen.to_dict("records"))
     ok = not errored and len(done) == len(plan.specs)
@@ -169,7 +169,7 @@ def result_table(run_root: Path):
     res = Path(run_root) / "results"
     if not (res / "selection.csv").is_file() or not (res / "rows.csv").is_file():
         return None
-    from orchestration.stages.selection import RunSelection
+    from orchestration.selection import RunSelection
     sel = RunSelection.from_frame(pd.read_csv(res / "selection.csv")).honest().copy()
     rows = pd.read_csv(res / "rows.csv")
     rows = rows[(rows["split"] == "test") & rows["final"].astype(bool) & rows["metric"].isin(HEADLINE)]

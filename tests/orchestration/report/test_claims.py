@@ -11,7 +11,7 @@ from scipy import stats
 
 from orchestration.report import claims as C
 from orchestration.report.stability import stability, stability_table
-from orchestration.stages.selection import select
+from orchestration.selection import select
 from poxm_core.common.results import make_row, to_frame
 
 

@@ -15,7 +15,7 @@ from orchestration.report import paper
 from orchestration.report.aggregate import (Cell, best_cells, cell_grid, expected_from_config,
                                             expected_from_grid, lam_set, p_set, seed_stats)
 from orchestration.report.tables import metric_table, tex_escape, to_latex, to_markdown
-from orchestration.stages.selection import select, selected_rows
+from orchestration.selection import select, selected_rows
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.results import make_row, to_frame
 

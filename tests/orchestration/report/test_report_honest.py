@@ -11,7 +11,7 @@ import pandas as pd
 from orchestration.report import figures as F
 from orchestration.report.aggregate import expected_from_rows, seed_stats
 from orchestration.report.tables import headline_table, method_list, metric_table, selection_table
-from orchestration.stages.selection import select, selected_rows
+from orchestration.selection import select, selected_rows
 from poxm_core.common.results import make_row, to_frame
 
 

@@ -17,7 +17,7 @@ from orchestration.report.aggregate import bootstrap_ci, expected_from_grid, see
 from orchestration.report.figure_common import spread_note
 from orchestration.report.index import render_html
 from orchestration.report.tables import logging_stats_table, metric_table
-from orchestration.stages.selection import select, selected_rows
+from orchestration.selection import select, selected_rows
 from poxm_core.common.results import make_row, to_frame
 
 

@@ -162,12 +162,12 @@ def fake_trials(root: Path, value) -> None:
 @pytest.mark.slow
 def test_merged_report_is_the_union_of_the_runs_rows(tmp_path, capsys):
     """Runs over seeds [0] and [1, 2] merged equal one run over [0, 1, 2] (here: its rows put together
-    and selected by orchestration.stages.selection.select); the runs are not touched; a second merge into
+    and selected by orchestration.selection.select); the runs are not touched; a second merge into
     the same directory replaces it."""
     import pandas as pd
 
     from orchestration.stages.merge import merge_report
-    from orchestration.stages.selection import select_run
+    from orchestration.selection import select_run
 
     def value(g, split, metric):     # a different best (p, lam) per seed, known by construction
         best = {0: 2, 1: 4, 2: 2}[g["seed"]]

@@ -177,7 +177,7 @@ def test_one_module_reached_by_name_in_the_trial_rows_and_selection(tmp_path):
     """(a) ClusterMIPS lives in this module only and is registered by one line; (c) a trial's
     validation rows carry it for every head, computed from the arrays it declared (the logging
     model's W as its per-action array, each head's own table on Phi^p), and selection picks by it."""
-    from orchestration.stages.selection import select, val_criteria
+    from orchestration.selection import select, val_criteria
     from poxm_core.training import run_trial, trial_specs
 
     assert ClusterMIPS.__module__ == __name__

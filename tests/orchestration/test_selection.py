@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestration.stages.selection import SELECTION_COLUMNS, select as select_by, selected_rows
+from orchestration.selection import SELECTION_COLUMNS, select as select_by, selected_rows
 from poxm_core.common.results import make_row, to_frame
 
 GRID = [(10, 0.7), (20, 0.8), (50, 0.9), (100, 1.0)]
@@ -134,7 +134,7 @@ def test_bad_inputs():
 
 
 def test_non_default_criterion_picks_its_own_argmax_and_labels_it():
-    from orchestration.stages.selection import val_criteria
+    from orchestration.selection import val_criteria
     rows = _rows()
     pis = []
     for (p, lam), v in zip(GRID, (0.2, 0.1, 0.4, 0.3)):  # PIS argmax: (50, 0.9); SNIS argmax (20, 0.8)
@@ -163,7 +163,7 @@ def test_snis_selection_keeps_snis_label_and_columns():
 
 
 def test_default_criterion_is_is_and_val_snis_stays_the_papers():
-    from orchestration.stages.selection import DEFAULT_CRITERION, PAPER_CRITERION
+    from orchestration.selection import DEFAULT_CRITERION, PAPER_CRITERION
     assert (DEFAULT_CRITERION, PAPER_CRITERION) == ("IS", "SNIS")
     rows = _rows()   # SNIS argmax (20, 0.8)
     is_rows = [make_row(split="val", metric="IS", value=v, dataset="d", variant="A", method="poxm", p=p, lam=lam,
