@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from poxm_core.methods.registry import METHODS
 from poxm_core.training.batched import BatchedHeads, assign
 from poxm_core.training.command import pick_trial
 from poxm_core.training.epoch import engine_heads, train_data_for, train_epoch
@@ -26,6 +27,21 @@ GRID = {"logging": {},
 # the sampled softmax (k < L, so negatives repeat and collide with logged actions: the masking is exercised)
 SAMPLED = {"banditnet": {"lam": [0.5, 0.9], "lr": 0.01, "softmax": "sampled", "n_negatives": 12},
            "pm_banditnet": {"p": [4, 8], "lam": [0.5], "lr": 0.02, "softmax": "sampled", "n_negatives": 12}}
+
+
+def grid_of(name: str) -> dict:
+    """A method's small grid: GRID's where it has one, else from what the registry says the method uses
+    (p in {4, 8} if `uses_p`, lam 0.5 if `uses_lam`, lr 0.01), so a new method needs no entry here."""
+    if name in GRID:
+        return GRID[name]
+    m = METHODS[name]
+    return {"lr": 0.01, **({"p": [4, 8]} if m.uses_p else {}), **({"lam": [0.5]} if m.uses_lam else {})}
+
+
+# Every built-in method that trains on the shared policy network (not one with its own architecture, the
+# end-to-end skyline): each is checked batched against its sequential run, read from the registry.
+BATCHED_METHODS = sorted(n for n, m in METHODS.items()
+                         if m.trains and m.policy is None and type(m).__module__.startswith("poxm_core."))
 
 
 def _to64(heads, stacks, data) -> None:
@@ -85,11 +101,10 @@ def _compare(a, b, rtol, atol) -> None:
             torch.testing.assert_close(x, y, rtol=rtol, atol=atol, msg=lambda m, k=k: f"{k}: {m}")
 
 
-@pytest.mark.parametrize("method", ["poxm", "wpoxm", "dm", "pm_banditnet", "banditnet", "dr_poxm", "skyline",
-                                    "banditnet-sampled", "pm_banditnet-sampled"])
+@pytest.mark.parametrize("method", BATCHED_METHODS + [f"{n}-sampled" for n in SAMPLED])
 def test_batched_equals_sequential_per_method_float64(method):
     name, _, sampled = method.partition("-")
-    methods = {"logging": {}, "dm": GRID["dm"], name: SAMPLED[name] if sampled else GRID[name]}
+    methods = {"logging": {}, "dm": GRID["dm"], name: SAMPLED[name] if sampled else grid_of(name)}
     seq, lseq, _ = _train(methods, False, epochs=1, f64=True)      # one epoch: 8 steps of every head
     bat, lbat, data = _train(methods, True, epochs=1, f64=True)
     assert name in " ".join(engine_heads(data)["batched"]) and not engine_heads(data)["sequential"]
