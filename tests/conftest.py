@@ -1,10 +1,13 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules: one local Ray for the test run, and a check that the tests leave
+no file behind in the checkout."""
 from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -12,15 +15,87 @@ import pytest
 # (orchestration.cluster.ray_state); subprocesses (the CLI tests) inherit it.
 os.environ.setdefault("POXM_STATE_DIR", tempfile.mkdtemp(prefix="poxm-test-state-"))
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------- Ray
+
+class SharedRay:
+    """One local Ray of 2 CPUs for every in-process sweep of the test run: started by the first test
+    that asks for it, shut down when the run ends (or by a test that needs a Ray of its own, after
+    which the next test that asks starts it again). Started as `poxm` starts a local Ray: every Ray
+    process on 127.0.0.1 only, secret-looking variables held out of their environment."""
+
+    def up(self) -> None:
+        import ray
+        if ray.is_initialized():
+            return
+        from orchestration.cluster.ray_setup import LOOPBACK, loopback_only, secrets_withheld
+        with secrets_withheld(), loopback_only():
+            ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
+                     _node_ip_address=LOOPBACK)
+
+    def down(self) -> None:
+        if "ray" in sys.modules:
+            import ray
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+SHARED_RAY = SharedRay()
+
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray of 2 CPUs for the module's in-process sweeps, shut down after its last test."""
-    import ray
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    """The test run's one local Ray (SharedRay), for a module's in-process sweeps and Ray tasks."""
+    SHARED_RAY.up()
     yield
-    ray.shutdown()
 
+
+@pytest.fixture
+def fresh_ray():
+    """A Ray started for this test alone (a test that asserts what a new Ray holds); shared afterwards."""
+    SHARED_RAY.down()
+    SHARED_RAY.up()
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    SHARED_RAY.down()
+
+
+# ------------------------------------------------------------------------------- files left behind
+
+def _untracked() -> set[str] | None:
+    """Paths in the checkout that git neither tracks nor ignores (None outside a git checkout)."""
+    try:
+        r = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(filter(None, r.stdout.split("\0"))) if r.returncode == 0 else None
+
+
+# Source and docs: files people write in a checkout while its tests run, never what a test leaves
+_WRITTEN_BY_PEOPLE = (".py", ".md")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_files_left_in_the_checkout():
+    """Fails the test run (an error at its last teardown) when the checkout gained a file that git
+    neither tracks nor ignores: an MLflow store's mlartifacts/, a run directory, a cache. What a test
+    writes goes to its tmp_path; what .gitignore names (.venv/, .pytest_cache/) is named on purpose."""
+    before = _untracked()
+    yield
+    after = _untracked()
+    if before is None or after is None:
+        return
+    left = sorted(p for p in after - before if not p.endswith(_WRITTEN_BY_PEOPLE))
+    assert not left, (f"the tests left {len(left)} file(s) in the checkout that .gitignore does not name "
+                      f"(write them under tmp_path): {left[:20]}")
+
+
+# ---------------------------------------------------------------------------------------- streams
 
 @pytest.fixture
 def stderr_buffer(monkeypatch):

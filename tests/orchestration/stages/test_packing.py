@@ -230,9 +230,17 @@ def e2e():
     return test_sweep_e2e
 
 
+# the actors of the test run's shared Ray (conftest.SharedRay) before the `unpacked` sweep: the ones it
+# started are the others
+_ACTORS_BEFORE: set[str] = set()
+
+
 @pytest.fixture(scope="module")
 def unpacked(e2e, ray_session, tmp_path_factory):
+    import ray._private.state
+
     from orchestration.stages.sweep import run_sweep
+    _ACTORS_BEFORE.update(ray._private.state.actors())
     tmp = tmp_path_factory.mktemp("unpacked")
     res = dict(e2e.TINY["resources"], trials_per_job=1)
     out = run_sweep(load_config(e2e.write_config(tmp, resources=res)), runs_dir=tmp / "runs", progress=False)
@@ -246,10 +254,11 @@ def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(unpacked):
     dashboard here), DatasetManager (no Ray Datasets) or PreemptionWatcher (orchestration.stages.trial.
     leave_out_unused_callbacks); Ray Train's one resource coordinator was there (started by the sweep)."""
     import ray._private.state
-    classes = [a["ActorClassName"] for a in ray._private.state.actors().values()]
+    actors = ray._private.state.actors()
+    classes = [a["ActorClassName"] for k, a in actors.items() if k not in _ACTORS_BEFORE]    # the sweep's
     assert classes.count("TrainController") >= 2 and classes.count("RayTrainWorker") >= 2
     assert not {"PlacementGroupCleaner", "DatasetManager", "PreemptionWatcher"} & set(classes), classes
-    assert classes.count("_AutoscalingCoordinatorActor") == 1
+    assert [a["ActorClassName"] for a in actors.values()].count("_AutoscalingCoordinatorActor") == 1
 
 
 def _packed_config(e2e, tmp: Path, **resources) -> Path:

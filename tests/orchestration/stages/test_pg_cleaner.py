@@ -47,9 +47,10 @@ def test_state_api_available_follows_the_dashboard(monkeypatch, url, expected):
 
 
 @pytest.mark.slow
-def test_the_sweep_starts_ray_trains_resource_coordinator(ray_session):
+def test_the_sweep_starts_ray_trains_resource_coordinator(fresh_ray):
     """start_train_coordinator creates the one actor Ray Train's jobs ask for resources (by the name
-    Ray Train looks it up by), so that the first jobs do not wait for it to start."""
+    Ray Train looks it up by), so that the first jobs do not wait for it to start. A Ray of its own: the
+    test run's shared one holds the actor once any sweep has run."""
     import ray
 
     from orchestration.cluster.ray_setup import start_train_coordinator
