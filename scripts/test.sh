@@ -6,6 +6,7 @@
 #                                  longer training runs: about 107 tests, 17 min on 2 CPU cores alone)
 #   ./scripts/test.sh --slow       the slow tier only
 # Other arguments go to pytest, e.g. `./scripts/test.sh tests/orchestration/test_cli.py` or `./scripts/test.sh --all -k resume`.
+# Every run ends with its 25 slowest tests (set-up, call and tear-down each), so where the time goes is in the log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tier=(-m "not slow")
@@ -18,4 +19,4 @@ for a in "$@"; do
   esac
 done
 ./scripts/bootstrap.sh
-exec .venv/bin/python -m pytest -q ${tier[@]+"${tier[@]}"} ${args[@]+"${args[@]}"}
+exec .venv/bin/python -m pytest -q --durations=25 ${tier[@]+"${tier[@]}"} ${args[@]+"${args[@]}"}
