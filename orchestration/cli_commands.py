@@ -69,7 +69,8 @@ def cmd_resume(a) -> int:
 def _check_resume_inputs(a, plan) -> None:
     """`poxm resume`: the Ray address, the tracking URI (the one given, else the one the run records,
     used only when it is the run's own store or the user's) and the resources, before anything is written."""
-    from orchestration.cluster.preflight import check_address, check_local_resources, check_mlflow_uri
+    from orchestration.cluster.preflight import (check_address, check_local_resources, check_logged_tables,
+                                                 check_mlflow_uri)
     from orchestration.rundir import read_json
     from orchestration.tracking.store import checked_uri
     check_address(a.address)
@@ -83,6 +84,7 @@ def _check_resume_inputs(a, plan) -> None:
                 check_mlflow_uri(uri, "the run's MLflow store")
             note_store(uri, plan.rd.root)
     check_local_resources(plan.cfg, local=not (a.address or os.environ.get("RAY_ADDRESS")))
+    check_logged_tables(plan.cfg)
 
 
 def headline(run_dir: Path) -> str | None:

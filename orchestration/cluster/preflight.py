@@ -109,8 +109,21 @@ def check_mlflow_uri(uri: str | None, where: str) -> None:
                              "sqlite:////abs/path/mlflow.db or a database URL")
 
 
+def check_logged_tables(cfg) -> None:
+    """Every logged dataset's tables read and support-checked now (poxm_core.data.logged_checks: columns,
+    action ids, positions, propensities in [1e-6, 1], rewards, row count), so a bad value is one line
+    before Ray starts or anything is written, not a failed trial after."""
+    from poxm_core.config.schema import default_data_root
+    from poxm_core.data.logged import read_logged
+    root = Path(cfg.data_root) if cfg.data_root else default_data_root()
+    for d in cfg.datasets:
+        if d.logged is not None:
+            read_logged(d.logged, root)
+
+
 def check_run_inputs(cfg, address: str | None, mlflow_uri: str | None) -> None:
-    """`poxm run`: the Ray address and the tracking URI the sweep will use, then what a local Ray can give."""
+    """`poxm run`: the Ray address and the tracking URI the sweep will use, what a local Ray can give,
+    then the logged tables' support."""
     check_address(address)
     if cfg.mlflow.enabled:
         if mlflow_uri:
@@ -120,6 +133,7 @@ def check_run_inputs(cfg, address: str | None, mlflow_uri: str | None) -> None:
         elif cfg.mlflow.tracking_uri:
             check_mlflow_uri(cfg.mlflow.tracking_uri, "config key 'mlflow.tracking_uri'")
     check_local_resources(cfg, local=not (address or os.environ.get("RAY_ADDRESS")))
+    check_logged_tables(cfg)
 
 
 def local_cpus() -> float:

@@ -6,14 +6,16 @@ that logged it. The logging policy is the log itself: nothing is trained to stan
 
 Two readers, one container:
 
-- `read_obd(path, policy, campaign)`: the Open Bandit Dataset layout (`<policy>/<campaign>/<campaign>.csv`
-  and `item_context.csv`), read straight from obp's source archive (`.tar.gz`) or from a folder.
+- `read_obd(path, policy, campaign)` (poxm_core.data.obd, importable from here too): the Open Bandit
+  Dataset layout (`<policy>/<campaign>/<campaign>.csv` and `item_context.csv`), read straight from obp's
+  source archive (`.tar.gz`, within bounds on member and total size) or from a folder.
 - `read_logged_table(path, columns)`: a CSV or Parquet table whose column names `LoggedColumns` maps.
 
-Support checks (`check_table`), each a one-line `PoxmInputError` naming the file, the row and the
-column: every required column present; every context value present; the action an integer in the
-action set [0, n_actions); the position an integer within the slate; the propensity in (0, 1];
-the reward finite. Rows count from 1 after the header; for a CSV the line is given too.
+Support checks (`check_table`, poxm_core.data.logged_checks), each a one-line `PoxmInputError` naming
+the file, the row and the column: every required column present; every context value present; the
+action an integer in the action set [0, n_actions); the position an integer within the slate; the
+propensity in [1e-6, 1]; the reward finite; at most MAX_ROWS rows. Rows count from 1 after the header;
+for a CSV the line is given too. A table that is not readable CSV or Parquet is one line naming it.
 
 Context encoding: numeric columns are features as they are; categorical columns (hashed ids, strings)
 are one-hot, one feature per (column, value) in sorted order. The result is CSR float32 like every
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,12 +33,22 @@ import pandas as pd
 import scipy.sparse as sp
 
 from poxm_core.common.errors import PoxmInputError
+from poxm_core.data.logged_checks import (  # noqa: F401 -- the support checks, importable from here as before
+    MAX_ACTIONS, MAX_ROWS, MAX_SLATE, PROPENSITY_MIN, _first, _integers, _where, check_table)
 
-__all__ = ["LoggedColumns", "LoggedFeedback", "OBD_POLICIES", "OBD_CAMPAIGNS", "check_table", "encode_context",
-           "read_obd", "read_logged_table", "find_obd_source", "align_context", "read_logged", "logged_files"]
+__all__ = ["LoggedColumns", "LoggedFeedback", "check_table", "encode_context", "read_logged_table", "align_context",
+           "read_logged", "logged_files"]
 
-OBD_POLICIES = ("random", "bts")
-OBD_CAMPAIGNS = ("all", "men", "women")
+_OBD = ("OBD_POLICIES", "OBD_CAMPAIGNS", "read_obd", "find_obd_source", "obd_columns")
+
+
+def __getattr__(name: str):
+    """The Open Bandit Dataset's reader lives in poxm_core.data.obd (it builds on this module); its names
+    stay importable from here."""
+    if name in _OBD:
+        from poxm_core.data import obd
+        return getattr(obd, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -46,7 +57,7 @@ class LoggedColumns:
     action: str = "action"            # integer action id in [0, n_actions)
     position: str = "position"        # slot in the slate, counted from `position_base`
     reward: str = "reward"            # finite number (a click: 0/1)
-    propensity: str = "propensity"    # the logging policy's probability of that action at that position, in (0, 1]
+    propensity: str = "propensity"    # the logging policy's probability of that action at that position, in [1e-6, 1]
     context: tuple[str, ...] = ()     # numeric context columns (used as they are)
     categorical: tuple[str, ...] = ()  # categorical context columns (one-hot)
     position_base: int = 1            # the value of the first slot (OBD: 1)
@@ -123,86 +134,6 @@ class LoggedFeedback:
         return float(r.mean()), float(r.std(ddof=1) / np.sqrt(r.size)) if r.size > 1 else float("nan")
 
 
-# ---- checks ---------------------------------------------------------------------------------------
-
-def _where(file: str, i: int, col: str, csv: bool) -> str:
-    line = f" (line {i + 2})" if csv else ""
-    return f"{file}: row {i + 1}{line}, column '{col}'"
-
-
-def _shown(v) -> str:
-    """A cell as the file showed it: 0.0, 'x' (not np.float64(0.0))."""
-    return repr(v.item() if isinstance(v, np.generic) else v)
-
-
-def _first(bad: np.ndarray) -> int | None:
-    idx = np.flatnonzero(bad)
-    return int(idx[0]) if idx.size else None
-
-
-def _numeric(df: pd.DataFrame, col: str, file: str, csv: bool, what: str) -> np.ndarray:
-    """The column as float64; a value that is not a number is an error at its row."""
-    v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
-    i = _first(~np.isfinite(v))
-    if i is not None:
-        raise PoxmInputError(f"{_where(file, i, col, csv)}: expected {what}, got {_shown(df[col].iloc[i])}")
-    return v
-
-
-def _integers(df: pd.DataFrame, col: str, file: str, csv: bool, what: str) -> np.ndarray:
-    v = _numeric(df, col, file, csv, what)
-    i = _first(v != np.round(v))
-    if i is not None:
-        raise PoxmInputError(f"{_where(file, i, col, csv)}: expected {what}, got {_shown(df[col].iloc[i])}")
-    return v.astype(np.int64)
-
-
-def check_table(df: pd.DataFrame, cols: LoggedColumns, file: str, *, n_actions: int | None = None,
-                csv: bool = True) -> dict[str, np.ndarray | int]:
-    """The support checks of a logged table; returns action, position (0-based), reward, propensity,
-    n_actions, slate_size. The first violation raises one line naming the file, the row and the column."""
-    missing = [c for c in cols.required() if c not in df.columns]
-    if missing:
-        have = ", ".join(map(str, df.columns[:8])) + (", ..." if len(df.columns) > 8 else "")
-        raise PoxmInputError(f"{file}: header{' (line 1)' if csv else ''}, column '{missing[0]}': required column "
-                             f"missing (columns: {have})")
-    if len(df) == 0:
-        raise PoxmInputError(f"{file}: expected at least one row, got none")
-    for c in cols.context + cols.categorical:
-        present = df[c].notna().to_numpy() & (df[c].astype(str).str.strip() != "").to_numpy()
-        i = _first(~present)
-        if i is not None:
-            raise PoxmInputError(f"{_where(file, i, c, csv)}: expected a context value, got nothing")
-    for c in cols.context:
-        _numeric(df, c, file, csv, "a number (numeric context column; declare it categorical otherwise)")
-
-    n_actions = n_actions or cols.n_actions
-    action = _integers(df, cols.action, file, csv, "an integer action id")
-    if n_actions is None:
-        n_actions = int(action.max()) + 1 if action.size else 0
-    i = _first((action < 0) | (action >= n_actions))
-    if i is not None:
-        raise PoxmInputError(f"{_where(file, i, cols.action, csv)}: expected an action of the action set "
-                             f"[0, {n_actions}), got {action[i]}")
-
-    base = cols.position_base
-    position = _integers(df, cols.position, file, csv, "an integer position")
-    slate = cols.slate_size or max(int(position.max()) - base + 1, 1)
-    i = _first((position < base) | (position >= base + slate))
-    if i is not None:
-        raise PoxmInputError(f"{_where(file, i, cols.position, csv)}: expected a position within the slate "
-                             f"[{base}, {base + slate - 1}], got {position[i]}")
-
-    prop = _numeric(df, cols.propensity, file, csv, "a propensity in (0, 1]")
-    i = _first((prop <= 0) | (prop > 1))
-    if i is not None:
-        raise PoxmInputError(f"{_where(file, i, cols.propensity, csv)}: expected a propensity in (0, 1], "
-                             f"got {_shown(df[cols.propensity].iloc[i])}")
-    reward = _numeric(df, cols.reward, file, csv, "a finite reward")
-    return {"action": action, "position": position - base, "reward": reward, "propensity": prop,
-            "n_actions": int(n_actions), "slate_size": int(slate)}
-
-
 def encode_context(df: pd.DataFrame, numeric: tuple[str, ...], categorical: tuple[str, ...]
                    ) -> tuple[sp.csr_matrix, tuple[str, ...]]:
     """Numeric columns as they are, then one feature per (categorical column, value), values sorted:
@@ -222,7 +153,7 @@ def encode_context(df: pd.DataFrame, numeric: tuple[str, ...], categorical: tupl
     return X, tuple(names)
 
 
-def _action_features(df: pd.DataFrame, id_col: str, file: str, csv: bool) -> np.ndarray:
+def action_features_matrix(df: pd.DataFrame, id_col: str, file: str, csv: bool) -> np.ndarray:
     """(n_actions, F) float32 from a table with one row per action id 0..n_actions-1: numeric columns as
     they are, the other columns one-hot."""
     if id_col not in df.columns:
@@ -242,13 +173,19 @@ def _action_features(df: pd.DataFrame, id_col: str, file: str, csv: bool) -> np.
 
 # ---- readers --------------------------------------------------------------------------------------
 
-def _read_frame(data: bytes | Path, name: str) -> pd.DataFrame:
+def read_frame(data: bytes | Path, name: str) -> pd.DataFrame:
+    """A CSV or Parquet table, at most MAX_ROWS + 1 rows of it (check_table names a longer one); a file
+    that is not a readable table is one line naming it."""
     src = io.BytesIO(data) if isinstance(data, bytes) else data
     if name.endswith(".parquet"):
-        return pd.read_parquet(src)
+        try:
+            return pd.read_parquet(src)
+        except Exception as e:      # noqa: BLE001 -- pyarrow's errors (ArrowInvalid, OSError, ...) have no common base
+            first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            raise PoxmInputError(f"{name}: not a readable Parquet table ({first})") from None
     try:
-        return pd.read_csv(src, low_memory=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        return pd.read_csv(src, low_memory=False, nrows=MAX_ROWS + 1)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise PoxmInputError(f"{name}: not a readable CSV table ({str(e).splitlines()[0]})") from None
 
 
@@ -260,82 +197,25 @@ def read_logged_table(path, columns: LoggedColumns, *, action_features=None,
     if not path.is_file():
         raise PoxmInputError(f"{path}: logged table not found")
     csv = path.suffix != ".parquet"
-    df = _read_frame(path, str(path))
+    df = read_frame(path, str(path))
     feats, n_actions = None, columns.n_actions
     if action_features is not None:
         fpath = Path(action_features)
         if not fpath.is_file():
             raise PoxmInputError(f"{fpath}: action features table not found")
-        feats = _action_features(_read_frame(fpath, str(fpath)), action_id_column, str(fpath), fpath.suffix != ".parquet")
+        feats = action_features_matrix(read_frame(fpath, str(fpath)), action_id_column, str(fpath), fpath.suffix != ".parquet")
         if n_actions is not None and n_actions != feats.shape[0]:
             raise PoxmInputError(f"{fpath}: expected {n_actions} actions (columns.n_actions), got {feats.shape[0]}")
         n_actions = feats.shape[0]
-    return _build(df, columns, str(path), csv, n_actions, feats)
+    return build_feedback(df, columns, str(path), csv, n_actions, feats)
 
 
-def _build(df, columns, file, csv, n_actions, feats) -> LoggedFeedback:
+def build_feedback(df, columns, file, csv, n_actions, feats) -> LoggedFeedback:
     c = check_table(df, columns, file, n_actions=n_actions, csv=csv)
     X, names = encode_context(df, columns.context, columns.categorical)
     return LoggedFeedback(source=file, context=X, action=c["action"], position=c["position"], reward=c["reward"],
                           propensity=c["propensity"], n_actions=c["n_actions"], slate_size=c["slate_size"],
                           feature_names=names, action_features=feats)
-
-
-def find_obd_source(path) -> Path:
-    """The OBD source under `path`: the path itself if it is an archive or holds `random/` and `bts/`;
-    else the newest `original/obp-*.tar.gz` below it (the data root's `obd/` folder)."""
-    path = Path(path)
-    if path.is_file() or (path / "random").is_dir():
-        return path
-    found = sorted(path.glob("original/obp-*.tar.gz")) + sorted(path.glob("obp-*.tar.gz"))
-    if not found:
-        raise PoxmInputError(f"{path}: no Open Bandit Dataset here (expected random/ and bts/ folders "
-                             f"or original/obp-*.tar.gz)")
-    return found[-1]
-
-
-def _obd_member(tar: tarfile.TarFile, archive: Path, rel: str) -> tuple[bytes, str]:
-    for m in tar.getmembers():
-        if m.isfile() and m.name.endswith("/obd/" + rel):
-            return tar.extractfile(m).read(), f"{archive.name}:{m.name}"
-    raise PoxmInputError(f"{archive}: no member */obd/{rel} in the archive")
-
-
-def obd_columns(df: pd.DataFrame, n_actions: int) -> LoggedColumns:
-    """OBD's mapping: item_id, position (1-3), click, propensity_score; user_feature_* categorical,
-    user-item_affinity_* numeric."""
-    return LoggedColumns(action="item_id", position="position", reward="click", propensity="propensity_score",
-                         context=tuple(c for c in df.columns if str(c).startswith("user-item_affinity_")),
-                         categorical=tuple(c for c in df.columns if str(c).startswith("user_feature_")),
-                         position_base=1, slate_size=3, n_actions=n_actions)
-
-
-def read_obd(path, policy: str, campaign: str) -> LoggedFeedback:
-    """The log of `policy` ('random' or 'bts') in `campaign` ('all', 'men', 'women') of the Open Bandit
-    Dataset at `path` (obp's source archive, a folder holding it, or a folder with the
-    `<policy>/<campaign>/` layout). Rows in file order; the action set is item_context.csv's items."""
-    if policy not in OBD_POLICIES:
-        raise PoxmInputError(f"policy: expected one of {', '.join(OBD_POLICIES)}, got {policy!r}")
-    if campaign not in OBD_CAMPAIGNS:
-        raise PoxmInputError(f"campaign: expected one of {', '.join(OBD_CAMPAIGNS)}, got {campaign!r}")
-    src = find_obd_source(path)
-    rel_log, rel_items = f"{policy}/{campaign}/{campaign}.csv", f"{policy}/{campaign}/item_context.csv"
-    if src.is_file():
-        try:
-            with tarfile.open(src, "r:*") as tar:
-                (log_bytes, log_name), (item_bytes, item_name) = (_obd_member(tar, src, rel_log),
-                                                                  _obd_member(tar, src, rel_items))
-        except tarfile.TarError as e:
-            raise PoxmInputError(f"{src}: not a readable tar archive ({e})") from None
-        df, items = _read_frame(log_bytes, log_name), _read_frame(item_bytes, item_name)
-    else:
-        log_name, item_name = str(src / rel_log), str(src / rel_items)
-        for f in (log_name, item_name):
-            if not Path(f).is_file():
-                raise PoxmInputError(f"{f}: file not found")
-        df, items = _read_frame(Path(log_name), log_name), _read_frame(Path(item_name), item_name)
-    feats = _action_features(items, "item_id", item_name, True)
-    return _build(df, obd_columns(df, feats.shape[0]), log_name, True, feats.shape[0], feats)
 
 
 # ---- a config's logged dataset ---------------------------------------------------------------------
@@ -366,6 +246,7 @@ def logged_files(lcfg, data_root: Path) -> list[Path]:
         q = Path(p).expanduser()
         return q if q.is_absolute() else Path(data_root) / q
     if lcfg.source == "obd":
+        from poxm_core.data.obd import find_obd_source
         src = find_obd_source(where(lcfg.path, Path(data_root) / "obd"))
         return [src] if src.is_file() else sorted(f for f in src.rglob("*.csv"))
     files = [where(lcfg.path, Path(data_root))]
@@ -383,6 +264,7 @@ def read_logged(lcfg, data_root: Path) -> tuple[LoggedFeedback, LoggedFeedback |
     policy) in one campaign; a table: `path` and, when given, `target`, read with the same column map."""
     root = Path(data_root)
     if lcfg.source == "obd":
+        from poxm_core.data.obd import read_obd
         src = Path(lcfg.path).expanduser() if lcfg.path else root / "obd"
         src = src if src.is_absolute() else root / src
         campaign = lcfg.campaign or "all"

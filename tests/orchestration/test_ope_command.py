@@ -31,7 +31,7 @@ def test_ope_writes_the_table(tmp_path):
 
 
 @pytest.mark.parametrize("column, value, message", [
-    ("propensity_score", 0.0, "row 5 (line 6), column 'propensity_score': expected a propensity in (0, 1], got 0.0"),
+    ("propensity_score", 0.0, "row 5 (line 6), column 'propensity_score': expected a propensity in [1e-06, 1], got 0.0"),
     ("position", 4, "row 5 (line 6), column 'position': expected a position within the slate [1, 3], got 4"),
     ("item_id", 34, "row 5 (line 6), column 'item_id': expected an action of the action set [0, 34), got 34"),
 ])

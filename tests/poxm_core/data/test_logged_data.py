@@ -81,10 +81,10 @@ def test_action_features_fix_the_action_set(tmp_path):
 
 # (change to the table, the column map's overrides, the one line expected)
 MALFORMED = [
-    (lambda d: d.assign(ps=[0.25, 0.0, 1.0, 0.1]), {}, "log.csv: row 2 (line 3), column 'ps': expected a propensity in (0, 1], got 0.0"),
-    (lambda d: d.assign(ps=[0.25, 0.5, 1.5, 0.1]), {}, "log.csv: row 3 (line 4), column 'ps': expected a propensity in (0, 1], got 1.5"),
+    (lambda d: d.assign(ps=[0.25, 0.0, 1.0, 0.1]), {}, "log.csv: row 2 (line 3), column 'ps': expected a propensity in [1e-06, 1], got 0.0"),
+    (lambda d: d.assign(ps=[0.25, 0.5, 1.5, 0.1]), {}, "log.csv: row 3 (line 4), column 'ps': expected a propensity in [1e-06, 1], got 1.5"),
     (lambda d: d.assign(ps=[0.25, 0.5, -1, 0.1]), {}, "row 3 (line 4), column 'ps'"),
-    (lambda d: d.assign(ps=[0.25, "x", 1.0, 0.1]), {}, "row 2 (line 3), column 'ps': expected a propensity in (0, 1], got 'x'"),
+    (lambda d: d.assign(ps=[0.25, "x", 1.0, 0.1]), {}, "row 2 (line 3), column 'ps': expected a propensity in [1e-06, 1], got 'x'"),
     (lambda d: d.assign(pos=[1, 2, 4, 1]), {}, "row 3 (line 4), column 'pos': expected a position within the slate [1, 3], got 4"),
     (lambda d: d.assign(pos=[1, 0, 3, 1]), {}, "row 2 (line 3), column 'pos': expected a position within the slate [1, 3], got 0"),
     (lambda d: d.assign(pos=[1, 2, 1.5, 1]), {}, "row 3 (line 4), column 'pos': expected an integer position"),
