@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         _user_settings(a)
         if a.command in ("run", "resume"):
             _sigterm_as_interrupt()
+            for line in fault_injection_lines():
+                print(line, file=sys.stderr, flush=True)
         return COMMANDS[a.command](a)
     except PoxmInputError as exc:
         print(f"poxm: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
@@ -104,6 +106,20 @@ def _no_colour_reset_at_exit() -> None:
     for name, mod in list(sys.modules.items()):
         if name.endswith("colorama.initialise") and hasattr(mod, "reset_all"):
             atexit.unregister(mod.reset_all)
+
+
+# Fault injection for the test suite (orchestration.stages.epoch_reports): live in every install, so a
+# sweep that runs with one set says so (docs/orchestration.md, "Bad input and security").
+FAULT_SWITCHES = {"POXM_INJECT_CRASH_ONCE": "each targeted trial's worker dies after that epoch, once",
+                  "POXM_INJECT_HOLD": "trials wait after that epoch while the file exists"}
+
+
+def fault_injection_lines(environ=None) -> list[str]:
+    """One line per fault-injection switch set in the environment (none when none is)."""
+    import os
+    environ = os.environ if environ is None else environ
+    return [f"poxm: warning: fault injection {k}={environ[k]!r} is set: {what}; it is a test switch, unset it "
+            "for a real sweep" for k, what in FAULT_SWITCHES.items() if environ.get(k)]
 
 
 def _sigterm_as_interrupt() -> None:

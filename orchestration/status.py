@@ -10,37 +10,85 @@ from __future__ import annotations
 
 import time
 
-from orchestration.rundir import RunDir, driver_alive, read_json, trial_state
+from pathlib import Path
+
+from orchestration.rundir import RunDir, driver_alive, read_json
 from orchestration.tracking.store import safe_uri
+from poxm_core.common.errors import PoxmInputError
 
 STATES = ("done", "running", "interrupted", "errored", "pending")
 
 
+def _obj(path: Path) -> dict | None:
+    """A JSON file that must hold an object (None when absent); anything else is one line naming it."""
+    d = read_json(path)
+    if d is not None and not isinstance(d, dict):
+        raise PoxmInputError(f"{path}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _num(path: Path, d: dict, key: str, default=0.0) -> float:
+    """d[key] as a number (default when absent or empty); a value of another type is one line."""
+    v = d.get(key, default)
+    if v in ("", None):
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise PoxmInputError(f"{path}: key '{key}': expected a number, got {str(v)[:40]!r}")
+    return v
+
+
+def _text(path: Path, d: dict, key: str) -> str:
+    v = d.get(key, "")
+    return v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else str(v)[:80]
+
+
+def _trial_names(rd: RunDir, sw: dict) -> list[str]:
+    """sweep.json's trial names: plain folder names, else one line (a name is a folder of trials/)."""
+    names = sw.get("trials", [])
+    if not isinstance(names, list):
+        raise PoxmInputError(f"{rd.sweep}: key 'trials': expected a list of trial names, got {type(names).__name__}")
+    for n in names:
+        if not isinstance(n, str) or not n or n in (".", "..") or "/" in n or "\\" in n:
+            raise PoxmInputError(f"{rd.sweep}: key 'trials': {str(n)[:60]!r} is not a trial name (a plain folder name)")
+    return names
+
+
+def _trial_row(rd: RunDir, name: str, alive: bool) -> dict:
+    d = rd.trial(name)
+    done, st = _obj(d / "done.json"), _obj(d / "state.json")
+    st_path = d / ("done.json" if done is not None else "state.json")
+    st = {"state": "done", **done} if done is not None else (st if st is not None else {"state": "pending"})
+    state = st.get("state", "pending")
+    state = state if state in STATES else "errored" if state == "failed" else "pending"
+    if state == "running" and not alive:
+        state = "interrupted"
+    tpath = d / "timing.json"
+    attempts = (_obj(tpath) or {}).get("attempts", [])
+    if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
+        raise PoxmInputError(f"{tpath}: key 'attempts': expected a list of objects")
+    updated = _num(st_path, st, "updated", None)
+    return {"trial": name, "state": state,
+            "epoch": _text(st_path, st, "epoch"),
+            "epochs": _text(st_path, st, "epochs") or (_text(st_path, st, "epoch") if state == "done" else ""),
+            # tries: every start of the trial, killed ones included (state.json); attempts: finished ones
+            "attempts": max(len(attempts), int(_num(st_path, st, "tries", 0))),
+            "compute_s": round(sum(_num(tpath, a, "run_trial_s") for a in attempts), 1),
+            "updated_s_ago": round(time.time() - updated) if updated is not None else "",
+            "error": str(st.get("error", ""))[:300].splitlines()[0] if state == "errored" and st.get("error") else "",
+            "input_error": bool(st.get("input_error")) and state == "errored"}
+
+
 def trial_table(rd: RunDir) -> list[dict]:
+    """One row per trial of sweep.json, from its files; odd but parseable JSON is one line naming the file."""
     sw = rd.read_sweep()
     alive = driver_alive(rd) is not None
-    out = []
-    for name in sw.get("trials", []):
-        st = trial_state(rd.trial(name))
-        state = st.get("state", "pending")
-        if state == "running" and not alive:
-            state = "interrupted"
-        timing = read_json(rd.trial(name) / "timing.json", {"attempts": []}) or {"attempts": []}
-        out.append({"trial": name, "state": state,
-                    "epoch": st.get("epoch", ""), "epochs": st.get("epochs", st.get("epoch", "") if state == "done" else ""),
-                    # tries: every start of the trial, killed ones included (state.json); attempts: finished ones
-                    "attempts": max(len(timing["attempts"]), int(st.get("tries", 0) or 0)),
-                    "compute_s": round(sum(a.get("run_trial_s", 0.0) for a in timing["attempts"]), 1),
-                    "updated_s_ago": round(time.time() - st["updated"]) if "updated" in st else "",
-                    "error": st.get("error", "") if state == "errored" else ""})
-    return out
+    return [_trial_row(rd, name, alive) for name in _trial_names(rd, sw)]
 
 
 def _ray_state(rd: RunDir) -> str:
     """Where Ray's state of this sweep is on this machine (orchestration.cluster.ray_state), if anywhere.
     The run's config is read as plain data: nothing it names is imported or opened."""
     from orchestration.cluster.ray_state import ray_state_dir
-    from poxm_core.common.errors import PoxmInputError
     storage = rd.recorded().get("storage_path")
     if storage:
         return (f"{str(storage).rstrip('/')}/{rd.root.name}/ray (resources.storage_path as the run records it; "
@@ -69,7 +117,9 @@ def status_text(run_dir) -> str:
     live = driver_alive(rd)
     ml = read_json(rd.mlflow_runs, {}) or {}
     ml = ml if isinstance(ml, dict) else {}
-    lines = [f"sweep      {sw.get('id', rd.root.name)}  ({len(rows)} trials, {len(sw.get('grid', []))} grid points)",
+    grid = sw.get("grid", [])
+    lines = [f"sweep      {_text(rd.sweep, sw, 'id') or rd.root.name}  ({len(rows)} trials, "
+             f"{len(grid) if isinstance(grid, list) else '?'} grid points)",
              f"run dir    {rd.root}",
              f"driver     {'running (pid ' + str(live['pid']) + ')' if live else 'not running'}",
              f"mlflow     {safe_uri(str(ml['tracking_uri'])) if ml.get('tracking_uri') else '(not initialised yet)'}",
@@ -87,7 +137,41 @@ def status_text(run_dir) -> str:
             lines.append(f"{r['trial']:<{w}}  {r['state']:<11}  {ep:>7}  {r['attempts']:>5}  {r['compute_s']:>9}  {note}")
     # every trial done but the driver gone before gathering (killed at the end): the resume gathers and reports
     unreported = rows and not live and counts["done"] == len(rows) and not rd.rows_csv.is_file()
-    if counts["interrupted"] or counts["errored"] or (counts["pending"] and not live) or unreported:
-        lines.append("")
-        lines.append(f"continue with: poxm resume {rd.root}")
+    if (counts["interrupted"] or counts["errored"] or (counts["pending"] and not live) or unreported) \
+            and not sw.get("merged_from"):
+        lines += ["", *resume_advice(rd, rows, ml)]
     return "\n".join(lines)
+
+
+def resume_advice(rd: RunDir, rows: list[dict], ml: dict) -> list[str]:
+    """The `poxm resume` that continues this run, with every flag it needs: what the run names and poxm
+    takes only from the user (plugins, storage path, tracking URI, prepare cache) is named on the
+    command line, and what would refuse it (a ray/ folder inside) is said first. Without them the
+    resume would stop at its first check."""
+    from orchestration.cli_commands import poxm_command
+    from orchestration.tracking.store import is_run_dir_store
+    rec = rd.recorded()
+    flags, why = [], []
+    if rec.get("plugins"):
+        flags.append(f"--plugins {','.join(rec['plugins'])}")
+        why.append("plugins")
+    if rec.get("storage_path"):
+        flags.append(f"--storage-path {rec['storage_path']}")
+        why.append("storage path")
+    uri = rec.get("tracking_uri") or (str(ml["tracking_uri"]) if ml.get("tracking_uri") else None)
+    if uri and not is_run_dir_store(rd.root, uri):
+        flags.append(f"--mlflow-uri {safe_uri(uri)}")
+        why.append("MLflow server")
+    cache = _text(rd.sweep, rd.read_sweep(), "cache_dir")
+    if cache and Path(cache).expanduser().resolve() != rd.root.parent / "cache":
+        flags.append(f"--cache-dir {cache}")
+        why.append("prepare cache")
+    out = []
+    if (rd.root / "ray").exists():
+        out.append(f"first remove {rd.root / 'ray'} (Ray's saved state never lives in a run directory)")
+    if any(r.get("input_error") for r in rows):
+        out.append("first fix the input each errored trial names above")
+    cmd = " ".join([poxm_command(), "resume", str(rd.root), *flags])
+    out.append(f"continue with: {cmd}" + (f"   (the run's {', '.join(why)}: give them only if they are yours)"
+                                         if why else ""))
+    return out

@@ -221,6 +221,28 @@ def sweep_view(rd, ml: dict, exp_id: str) -> str:
     return view_script(exp_id, view_state(ml.get("parent_run_id"), criterion, datasets))
 
 
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 or 'localhost': reachable from this machine only."""
+    import ipaddress
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_line(host: str, port: int) -> str | None:
+    """What a non-loopback --host exposes, in one line (None on loopback): the proxy forwards every
+    request to MLflow's server, whose REST API reads and writes the store and has no login."""
+    if is_loopback_host(host):
+        return None
+    return (f"poxm: warning: --host {host} exposes this run's MLflow store on port {port} to every machine that "
+            "reaches this one: the UI and MLflow's REST API, which reads and writes (creates, changes and deletes "
+            "runs, metrics and artifacts) without a login; keep the default --host 127.0.0.1 and use an SSH "
+            "tunnel to browse from elsewhere")
+
+
 def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
     """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed."""
     from orchestration.rundir import RunDir, read_json
@@ -240,6 +262,9 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
         if not rd.mlflow_db.is_file():
             raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
         uri = "sqlite:///" + str(rd.mlflow_db)
+    exposed = exposure_line(host, port)
+    if exposed:
+        print(exposed, file=sys.stderr, flush=True)
     if check_port is not None:
         check_port(host, port)          # a busy or invalid port: one line, exit 2 (orchestration.cli)
     copy_dir = tempfile.TemporaryDirectory(prefix="poxm-ui-")

@@ -359,6 +359,7 @@ def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, 
     used to rewrite config.yaml with its own resources.*, which later resumes then used)."""
     import socket
     import subprocess
+    import sys
 
     from orchestration.stages.plan import plan_sweep, write_plan
     from orchestration.rundir import write_json
@@ -366,13 +367,10 @@ def test_refused_second_run_leaves_the_running_sweeps_files_unchanged(tmp_path, 
     plan = plan_sweep(load_config(QUICK, []), runs_dir=tmp_path / "runs", check_data=False)
     write_plan(plan)
     # stands for the first sweep's live driver: it holds the OS lock (the truth), driver.json names it
-    other = subprocess.Popen(["flock", "-x", str(plan.rd.driver_lock), "sleep", "60"])
+    other = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+                               "print('held', flush=True); time.sleep(60)", str(plan.rd.driver_lock)], stdout=subprocess.PIPE, text=True)
     try:
-        from orchestration.rundir import lock_held
-        for _ in range(200):         # until `flock` holds it
-            if lock_held(plan.rd):
-                break
-            __import__("time").sleep(0.05)
+        assert other.stdout.readline().strip() == "held"
         write_json(plan.rd.driver, {"pid": other.pid, "host": socket.gethostname(), "started": 0})
         before = {p: p.read_bytes() for p in plan.rd.root.rglob("*") if p.is_file()}
         rc, out, err = cli(capsys, "run", QUICK, "resources.cpus_per_trial=2", "--runs-dir", tmp_path / "runs")

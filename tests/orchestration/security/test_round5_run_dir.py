@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -114,13 +115,10 @@ def test_a_stale_driver_json_naming_a_live_process_does_not_block(tmp_path, caps
 
 def test_a_held_lock_is_a_live_driver_whatever_driver_json_says(tmp_path, capsys):
     rd = planned(tmp_path)
-    holder = subprocess.Popen(["flock", "-x", str(rd.driver_lock), "sleep", "60"])
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+                               "print('held', flush=True); time.sleep(60)", str(rd.driver_lock)], stdout=subprocess.PIPE, text=True)
     try:
-        from orchestration.rundir import lock_held
-        for _ in range(200):
-            if lock_held(rd):
-                break
-            __import__("time").sleep(0.05)
+        assert holder.stdout.readline().strip() == "held"
         rd.driver.write_text("[1, 2]\n")                # odd, and no pid in it
         assert driver_alive(rd) is not None
         with pytest.raises(Exception, match="in use by a running driver"):
@@ -128,3 +126,5 @@ def test_a_held_lock_is_a_live_driver_whatever_driver_json_says(tmp_path, capsys
     finally:
         holder.kill()
         holder.wait()
+    acquire_driver(rd)                                  # the holder's lock went with it
+    release_driver(rd)

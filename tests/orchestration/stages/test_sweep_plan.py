@@ -82,14 +82,26 @@ def test_driver_lock(tmp_path):
     rd = RunDir(tmp_path)
     acquire_driver(rd)
     acquire_driver(rd)                          # the same process may take it again
+    release_driver(rd)
     import socket
+    import subprocess
+    import sys
+    # the OS lock decides: a driver.json naming a live process whose lock is free is stale
     write_json(rd.driver, {"pid": os.getppid(), "host": socket.gethostname(), "started": 0})
-    with pytest.raises(PoxmInputError, match="in use"):
-        acquire_driver(rd)
-    write_json(rd.driver, {"pid": 2 ** 22 + 12345, "host": socket.gethostname(), "started": 0})  # a dead driver
     acquire_driver(rd)
     release_driver(rd)
     assert not rd.driver.exists()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+                               "print('held', flush=True); time.sleep(60)", str(rd.driver_lock)], stdout=subprocess.PIPE, text=True)   # another driver
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(PoxmInputError, match="in use"):
+            acquire_driver(rd)
+    finally:
+        holder.kill()
+        holder.wait()
+    acquire_driver(rd)                          # its lock went with it
+    release_driver(rd)
 
 
 def test_status_from_files(tmp_path):
@@ -107,7 +119,7 @@ def test_status_from_files(tmp_path):
     assert rows[b]["attempts"] == 3 and rows[c]["attempts"] == 0    # killed tries count
     text = st.status_text(rd.root)
     assert "done 1  running 0  interrupted 1  errored 1  pending 1" in text
-    assert "WorkerGroupError: boom" in text and f"poxm resume {rd.root}" in text
+    assert "WorkerGroupError: boom" in text and f" resume {rd.root}" in text
     acquire_driver(rd)                          # a live driver: 'running' is really running
     try:
         assert {r["trial"]: r["state"] for r in st.trial_table(rd)}[b] == "running"
@@ -117,10 +129,10 @@ def test_status_from_files(tmp_path):
         write_json(rd.trial(n) / "done.json", {"epoch": 10})
         set_trial_state(rd.trial(n), "done")
     text = st.status_text(rd.root)
-    assert "done 4  running 0" in text and f"poxm resume {rd.root}" in text
+    assert "done 4  running 0" in text and f" resume {rd.root}" in text
     rd.rows_csv.parent.mkdir(parents=True, exist_ok=True)
     rd.rows_csv.write_text("")                  # gathered: nothing to continue
-    assert "poxm resume" not in st.status_text(rd.root)
+    assert "continue with" not in st.status_text(rd.root)
 
 
 def test_union_of_compute_intervals():
