@@ -76,23 +76,37 @@ def _untracked() -> set[str] | None:
     return set(filter(None, r.stdout.split("\0"))) if r.returncode == 0 else None
 
 
-# Source and docs: files people write in a checkout while its tests run, never what a test leaves
-_WRITTEN_BY_PEOPLE = (".py", ".md")
+# Set by .ci/run (a clone of its own): a file left behind fails the test run. Elsewhere the checkout may be
+# shared with people adding files while the tests run, so the same list is a warning at the end of the run.
+STRICT_ENV = "POXM_TESTS_LEAVE_NOTHING"
+_LEFT: list[str] = []
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_files_left_in_the_checkout():
-    """Fails the test run (an error at its last teardown) when the checkout gained a file that git
-    neither tracks nor ignores: an MLflow store's mlartifacts/, a run directory, a cache. What a test
-    writes goes to its tmp_path; what .gitignore names (.venv/, .pytest_cache/) is named on purpose."""
+    """The checkout must not gain a file that git neither tracks nor ignores: an MLflow server's
+    mlartifacts/, a run directory, a cache. What a test writes goes to its tmp_path; what .gitignore
+    names (.venv/, .pytest_cache/) is named on purpose. With STRICT_ENV=1 a file left behind is an error
+    at the run's last teardown (the run fails); without, a warning at the end of the run."""
     before = _untracked()
     yield
     after = _untracked()
     if before is None or after is None:
         return
-    left = sorted(p for p in after - before if not p.endswith(_WRITTEN_BY_PEOPLE))
-    assert not left, (f"the tests left {len(left)} file(s) in the checkout that .gitignore does not name "
-                      f"(write them under tmp_path): {left[:20]}")
+    _LEFT[:] = sorted(after - before)
+    if os.environ.get(STRICT_ENV) == "1":
+        assert not _LEFT, (f"the tests left {len(_LEFT)} file(s) in the checkout that .gitignore does not name "
+                           f"(write them under tmp_path): {_LEFT[:20]}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LEFT and os.environ.get(STRICT_ENV) != "1":
+        terminalreporter.section("files the checkout gained during the tests", red=True, bold=True)
+        terminalreporter.line(f"{len(_LEFT)} file(s) git neither tracks nor ignores appeared while the tests ran "
+                              f"(left by a test, or added by someone else meanwhile; {STRICT_ENV}=1 makes this an "
+                              "error):", red=True)
+        for p in _LEFT[:20]:
+            terminalreporter.line(f"  {p}", red=True)
 
 
 # ---------------------------------------------------------------------------------------- streams

@@ -14,10 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 POXM = [sys.executable, "-m", "orchestration.cli"]
 
 
+_NOT_PASSED = ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "POXM_INJECT_CRASH_ONCE")
+
+
 def poxm_env() -> dict:
     """This environment without what would point the subprocess at another Ray, MLflow store or crash test."""
     env = dict(os.environ)
-    for k in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "POXM_INJECT_CRASH_ONCE"):
+    for k in _NOT_PASSED:
         env.pop(k, None)
     return env
 
@@ -69,7 +72,7 @@ def tiny_config(name: str, variants_T: list[float], epochs: int, **top) -> dict:
 def poxm_in_process(capture, *args) -> subprocess.CompletedProcess:
     """`poxm ARGS` through `orchestration.cli.main` in this process, seen as a finished subprocess (exit code,
     stdout, stderr), for the checks of an exit code and a message: no interpreter start-up, no imports
-    again. `capture` is pytest's capsys or capfd. What a command sets for the whole process (poxm's SIGTERM
+    again. `capture` is pytest's capsys (or capfd). What a command sets for the whole process (poxm's SIGTERM
     handler for run/resume, the user's plugin, storage and tracking settings) is put back afterwards."""
     from orchestration import rundir
     from orchestration.cli import main
@@ -77,11 +80,13 @@ def poxm_in_process(capture, *args) -> subprocess.CompletedProcess:
     argv = [str(a) for a in args]
     capture.readouterr()                      # what came before is not this command's
     term = signal.getsignal(signal.SIGTERM)
+    held = {k: os.environ.pop(k) for k in _NOT_PASSED if k in os.environ}     # as poxm_env() leaves them out
     try:
         rc = main(argv)
     except SystemExit as exc:                 # argparse's --help and --version
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
+        os.environ.update(held)
         signal.signal(signal.SIGTERM, term)
         rundir.set_user_settings()
         store.set_user_uri(None)

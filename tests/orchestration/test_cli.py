@@ -30,9 +30,9 @@ def poxm(*args, cwd=REPO) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def cli(capfd):
+def cli(capsys):
     """`cli(*args)`: `poxm ARGS` in-process, a CompletedProcess like `poxm`'s."""
-    return lambda *args: poxm_in_process(capfd, *args)
+    return lambda *args: poxm_in_process(capsys, *args)
 
 
 def write(tmp_path: Path, data: dict, name="c.yaml") -> Path:

@@ -3,14 +3,13 @@ key (files under the data root), and the two datasets shipped that way (StackEx-
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import yaml
-from poxm_process import POXM, REPO, poxm_env
+from poxm_process import REPO, poxm_in_process
 
 from poxm_core.config.schema import default_data_root, load_config
 from poxm_core.data import load_dataset, read_npz_pair, save_xy_npz
@@ -225,12 +224,10 @@ def test_missing_folder_or_file_fails_at_plan_time(tmp_path):
         plan_sweep(cfg, tmp_path / "runs")
 
 
-@pytest.mark.slow
-def test_cli_exit_2_one_line_for_labels_that_are_not_binary(tmp_path):
+def test_cli_exit_2_one_line_for_labels_that_are_not_binary(tmp_path, capsys):
     x, y = _bad(tmp_path, "not-binary")
     path = _config(tmp_path, {"train": ["X.npz", "Y.npz"], "split": {"test_fraction": 0.5}})
-    out = subprocess.run(POXM + ["prepare", str(path), f"runs_dir={tmp_path / 'runs'}"], cwd=REPO,
-                         env=poxm_env(), capture_output=True, text=True, timeout=120)
+    out = poxm_in_process(capsys, "prepare", path, f"runs_dir={tmp_path / 'runs'}")
     assert out.returncode == 2, out.stderr
     lines = [l for l in out.stderr.splitlines() if l.strip()]
     assert lines[-1].endswith(f"{y}: labels must be 0 or 1, found 2 in row 1, column 1 (0-based; 1 such entries)")
