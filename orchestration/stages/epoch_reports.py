@@ -7,6 +7,14 @@ through its report), and the epoch that fault injection targets. Fault injection
 resume tests) kills the worker right after that epoch's report, so it is decided here too; a hold
 (HOLD_ENV, for the node-loss test) keeps a trial waiting after an epoch while a file exists, so that
 several trials are mid-training at once however slowly the machine starts them.
+
+What a report to Ray costs: Ray copies a reported checkpoint folder into its storage (a trial of 60
+heads: hundreds of MB, every epoch) and Tune snapshots its experiment state every `num_to_keep`
+checkpoints of a trial. Where the trial folder is on the driver's filesystem (no storage mode), a resume
+takes the newer of Ray's checkpoint and the folder's (trial.resume_point), so Ray needs one only now and
+then: a due report carries its checkpoint only when RAY_CHECKPOINT_S (POXM_RAY_CHECKPOINT_S, default 60 s)
+have passed since the last one it carried; the others go without (metrics only). Resume stays exact:
+the folder keeps every checkpoint the trainer writes.
 """
 from __future__ import annotations
 
@@ -19,6 +27,20 @@ from orchestration.stages.report_pace import ReportPace
 CRASH_ENV = "POXM_INJECT_CRASH_ONCE"   # '<epoch>' or '<epoch>:<trial name>': crash after that epoch's report, once
 HOLD_ENV = "POXM_INJECT_HOLD"          # '<epoch>:<file>': after that epoch, wait while the file exists (at most HOLD_MAX_S)
 HOLD_MAX_S = 600.0
+RAY_CHECKPOINT_ENV = "POXM_RAY_CHECKPOINT_S"
+RAY_CHECKPOINT_S = 60.0
+
+
+def ray_checkpoint_s(environ=None) -> float:
+    """Seconds between the checkpoints a trial hands Ray outside storage mode (module doc); 0: every one."""
+    raw = (os.environ if environ is None else environ).get(RAY_CHECKPOINT_ENV, "").strip()
+    if not raw:
+        return RAY_CHECKPOINT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{RAY_CHECKPOINT_ENV}={raw!r}: expected seconds (0: every checkpoint)") from None
+    return max(value, 0.0)
 
 
 def crash_spec() -> str | None:
@@ -83,6 +105,9 @@ class EpochReports:
         self.head_epochs_before, self.packed = head_epochs_before, packed
         self.hold = hold_spec()
         self.session = session        # ray_session.RaySession (None: Ray Train's)
+        self.ray_every_s = ray_checkpoint_s()
+        self._clock = time.monotonic
+        self._ray_ckpt_at: float | None = None    # when a report last carried a checkpoint to Ray
 
     def __call__(self, epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         if self.logger is not None:
@@ -92,18 +117,27 @@ class EpochReports:
         # is reported; otherwise the trial folder keeps them and only a poll's worth of epochs are reported
         must = crashes_after(self.crash, self.trial, epoch) or (self.files.store is not None and ckpt_dir is not None)
         if self.pace is None or self.pace.epoch_report_due(epoch, self.epochs, forced=must):
-            self._to_ray(epoch, metrics, ckpt_dir)
+            carry = ckpt_dir is not None and (must or self._ray_checkpoint_due())
+            self._to_ray(epoch, metrics, ckpt_dir if carry else None)
             if self.pace is not None:
                 self.pace.sent()
         crash_once(self.crash, self.trial, epoch, self.out_dir)
         hold(self.hold, epoch)
+
+    def _ray_checkpoint_due(self) -> bool:
+        """Storage mode: always (its checkpoints reach storage only this way); else every ray_every_s."""
+        now = self._clock()
+        if self.files.store is None and self._ray_ckpt_at is not None and now - self._ray_ckpt_at < self.ray_every_s:
+            return False
+        self._ray_ckpt_at = now
+        return True
 
     def _to_ray(self, epoch: int, metrics: dict, ckpt_dir: Path | None) -> None:
         from orchestration.stages.ray_session import RaySession
 
         session = self.session or RaySession("train")
         extra = {"epoch": epoch, "member": self.member, "head_epochs": self.head_epochs_before + self.heads * epoch}
-        if ckpt_dir is None:   # training.checkpoint_every > 1: no checkpoint this epoch
+        if ckpt_dir is None:   # none this epoch (training.checkpoint_every > 1), or Ray had one recently
             session.report({**metrics, **extra})
             return
         name = f"{self.trial}.epoch_{epoch:04d}" if self.packed else f"epoch_{epoch:04d}"
