@@ -31,7 +31,8 @@ def stage_track(plan: SweepPlan, cli_uri: str | None) -> tuple[str, str, str, di
     cfg_dict.pop("runs_dir", None)        # a machine path, and not what the sweep computes
     note = tracking.sweep_description(cfg_dict, plan.id, len(plan.specs), len(plan.grid()),
                                       protocol_name(cfg.training))
-    parent = tracking.ensure_parent(uri, exp_id, plan.id, {**tags, "run_dir": plan.rd.root.name},
+    owner = {tracking.OWNER_TAG: str(plan.rd.read_sweep().get("state_key") or "")}   # this run directory's runs only
+    parent = tracking.ensure_parent(uri, exp_id, plan.id, {**tags, "run_dir": plan.rd.root.name, **owner},
                                     params=tracking.flat_params(cfg_dict), description=note)
     return uri, exp_id, parent, tags
 

@@ -116,15 +116,31 @@ def _search_all(c, exp_id: str, filter_string: str) -> list:
             return out
 
 
+OWNER_TAG = "poxm.run_dir_key"   # the run directory's own key (sweep.json state_key): whose runs these are
+
+
+def owned(found: list, owner: str | None) -> list:
+    """The parent runs of `found` that belong to the run directory keyed `owner`: those tagged with it,
+    else those of a poxm that tagged no owner (adopted by the first run directory that continues
+    them); never another run directory's. No owner: all of them."""
+    if not owner:
+        return found
+    mine = [r for r in found if r.data.tags.get(OWNER_TAG) == owner]
+    return mine or [r for r in found if OWNER_TAG not in r.data.tags]
+
+
 def ensure_parent(uri: str, exp_id: str, sweep: str, tags: Mapping[str, str],
                   params: Mapping[str, str] | None = None, description: str | None = None) -> str:
     """The sweep's parent run (found by tags, else created), set RUNNING; `params` (the resolved
     config, flattened) are logged where not logged yet (MLflow params cannot change), `description`
-    becomes the run's note (mlflow.note.content)."""
+    becomes the run's note (mlflow.note.content). With tags[OWNER_TAG] (the run directory's own key),
+    only a parent of that run directory is found (`owned`): two run directories of one config on one
+    server never share runs."""
     from mlflow.entities import Param
 
     c = client(uri)
     found = _search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'sweep' and tags.`{SWEEP_TAG}` = '{sweep}'")
+    found = owned(found, tags.get(OWNER_TAG))
     if found:
         run = sorted(found, key=lambda r: r.info.start_time)[0]
         rid, have = run.info.run_id, dict(run.data.params)
@@ -163,7 +179,7 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
                   point_tags: Mapping[str, Mapping[str, str]] | None = None,
                   on_progress: Callable[[dict[str, str]], None] | None = None, every: int = 64,
                   stop: threading.Event | None = None) -> dict[str, str]:
-    """One run per grid point: the existing one (by tags poxm.sweep + poxm.point) or a new one with
+    """One run per grid point: the existing one (by tags poxm.sweep + poxm.point, under `parent`) or a new one with
     its params and tags, status SCHEDULED until its trial starts. Returns {point_key: run_id}, in the
     order of `points`. `on_progress(so far)`: called after the existing runs are found and then every
     `every` new runs (the trials waiting for theirs see them early); `stop` set: return what exists."""
@@ -171,7 +187,9 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
 
     c = client(uri)
     have: dict[str, str] = {}
-    for r in sorted(_search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'point' and tags.`{SWEEP_TAG}` = '{sweep}'"),
+    # the points of this parent only: another run directory's sweep of the same config has its own parent
+    for r in sorted(_search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'point' and tags.`{SWEEP_TAG}` = '{sweep}' "
+                                           f"and tags.`{PARENT_TAG}` = '{parent}'"),
                     key=lambda r: r.info.start_time):
         have.setdefault(r.data.tags.get(POINT_TAG, ""), r.info.run_id)
     keyed = [(point_key(p), p, t) for p, t in points]
