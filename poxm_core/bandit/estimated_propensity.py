@@ -31,7 +31,7 @@ from poxm_core.common.seeds import rng as seeded_rng
 from poxm_core.estimators.plackett_luce import _lse_np
 
 __all__ = ["PropensityModel", "fit_propensity_model", "crossfit_log_rho", "slate_propensities",
-           "with_estimated_propensities", "FOLDS", "FOLDS_STREAM"]
+           "with_estimated_propensities", "dataset_propensities", "FOLDS", "FOLDS_STREAM"]
 
 FOLDS = 5
 FOLDS_STREAM = ("estimated-propensity", "folds")
@@ -171,3 +171,13 @@ def with_estimated_propensities(prepared, folds: int = FOLDS, seed: int = 0):
     meta = {**prepared.meta, "propensities": {"kind": "estimated", "folds": int(folds), "seed": int(seed),
                                               "a": model.a, "model": "softmax over C(x) of a * logit + rank bias"}}
     return dataclasses.replace(prepared, policy_train=policy, meta=meta, **logs)
+
+
+def dataset_propensities(cfg, dataset: str, prepared):
+    """`prepared` as the dataset's `logging_propensities` option says: unchanged for 'recorded' (the
+    default), `with_estimated_propensities` (seeded by the prepared seed) for 'estimated'; idempotent."""
+    if cfg.dataset(dataset).logging_propensities != "estimated":
+        return prepared
+    if (prepared.meta.get("propensities") or {}).get("kind") == "estimated":
+        return prepared
+    return with_estimated_propensities(prepared, seed=int(prepared.seed))

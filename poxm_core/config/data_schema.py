@@ -223,6 +223,11 @@ class DatasetConfig(_Strict):
     propensity_B: float | None = Field(None, gt=0, description="Jain et al. B; default from the registry (required for a dataset declared by `format`)")
     logged: LoggedConfig | None = Field(None, exclude_if=_unset, description="real logged feedback instead of an XMC dataset (docs/data.md, \"Learning from a log\"): the log is the logging policy")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="share of training instances held out as the validation log")
+    logging_propensities: Literal["recorded", "estimated"] | None = Field(
+        None, exclude_if=_unset,
+        description="recorded (default): the logged propensities; estimated: ignore them and use a model of the "
+                    "logging policy fitted on the training log (cross-fitted; docs/estimators.md, \"Logs without "
+                    "propensities\") for every importance weight of the methods and estimators")
     variants: list[VariantConfig] = Field(description="logging variants (alpha, beta, T); a logged dataset: how Phi^p orders the action set (`selector`), default [{name: log}]")
 
     @model_validator(mode="before")
@@ -246,7 +251,8 @@ class DatasetConfig(_Strict):
         if not names:
             raise ValueError("at least one variant is needed")
         if self.logged is not None:
-            for key in ("format", "synthetic", "path", "split", "propensity", "propensity_A", "propensity_B"):
+            for key in ("format", "synthetic", "path", "split", "propensity", "propensity_A", "propensity_B",
+                        "logging_propensities"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"'{key}' is for an XMC dataset; a logged dataset declares its data under 'logged'")
             for v in self.variants:

@@ -48,6 +48,7 @@ import pandas as pd
 import torch
 import yaml
 
+from poxm_core.bandit.estimated_propensity import dataset_propensities
 from poxm_core.common.atomic import atomic_file, write_text
 from poxm_core.config.schema import SweepConfig, protocol_name, resolved_dict
 from poxm_core.common.errors import DivergedError, PoxmInputError
@@ -243,6 +244,8 @@ def run_trial(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Pa
     Set-up (`_begin`), phase 1, phase 2, the final report, the outputs; what follows each epoch's training
     (its validation estimates, checkpoint and on_epoch, and when each happens) is the EpochSchedule's.
     """
+    # the dataset option `logging_propensities: estimated`: every rho and q from a model fitted on the log
+    prepared = dataset_propensities(cfg, spec.dataset, prepared)
     t = _begin(cfg, spec, prepared, Path(out_dir), resume_from, on_epoch)
     timing, E = t.timing, cfg.training.epochs
     schedule = EpochSchedule(spec, t.ev, t.out_dir, t.rows, t.state, t.rhash, timing=timing, on_epoch=on_epoch,

@@ -101,3 +101,35 @@ def test_the_likelihood_is_the_plackett_luce_one():
         d[i, k] = 1e-6
         fd = (_pl_nll(s + d, pos, drawn)[0] - _pl_nll(s - d, pos, drawn)[0]) / 2e-6
         assert grad[i, k] == pytest.approx(fd, rel=1e-5, abs=1e-8)     # fd: ~1e-9 of round-off
+
+
+def test_the_dataset_option_reaches_every_importance_weight_of_a_trial(tmp_path):
+    """`logging_propensities: estimated`: the trial trains and estimates with the fitted rho and q; the
+    recorded default leaves the prepared inputs alone."""
+    from poxm_core.bandit.estimated_propensity import dataset_propensities
+    from poxm_core.config.schema import load_config
+    from poxm_core.training import run_trial, trial_specs
+
+    prep = tiny_prepared()
+
+    def cfg(option):
+        ds = {"name": "tiny", "variants": [{"name": "A", "alpha": 0.5}], **option}
+        return load_config(data={"name": "tiny-sweep", "seeds": [0], "device": "cpu", "datasets": [ds],
+                                 "methods": {"logging": {}, "poxm": {"p": [4], "lam": [0.5], "lr": 0.01}},
+                                 "training": {"epochs": 1, "batch_size": 16, "mc_slates": 8, "eval_max_support": 10}})
+
+    recorded, estimated = cfg({}), cfg({"logging_propensities": "estimated"})
+    assert dataset_propensities(recorded, "tiny", prep) is prep
+    est = dataset_propensities(estimated, "tiny", prep)
+    assert dataset_propensities(estimated, "tiny", est) is est          # idempotent
+    rows = {}
+    for name, c in (("recorded", recorded), ("estimated", estimated)):
+        df = run_trial(c, trial_specs(c, "seed")[0], prep, tmp_path / name, progress=False)
+        fin = df[df["final"].astype(bool) & (df.split == "val") & (df.metric == "IS")]
+        rows[name] = fin.set_index("method").value
+    # the logging head is the trial's own rho (recorded, or fitted): its weights are 1 either way
+    mean_r = prep.log_val.rewards.sum(1).mean()
+    assert rows["recorded"]["logging"] == pytest.approx(mean_r, rel=1e-6)
+    assert rows["estimated"]["logging"] == pytest.approx(mean_r, rel=1e-6)
+    # POXM's loss and its validation weights read q: both moved
+    assert rows["estimated"]["poxm"] != pytest.approx(rows["recorded"]["poxm"], rel=1e-3)
