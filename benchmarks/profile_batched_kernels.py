@@ -7,7 +7,7 @@ activity (kernels replayed from CUDA graphs are traced one by one). Printed per 
 seconds, its kernels' busy seconds (union of their intervals), kernels and busy milliseconds per batch,
 and the top kernels by total time with their count per batch.
 
-  python benchmarks/profile_batched_kernels.py --parts grid bibtex --n-fit 40000 [--json OUT]
+  python -m benchmarks.profile batched-kernels --parts grid bibtex --n-fit 40000 [--json OUT]
 """
 from __future__ import annotations
 

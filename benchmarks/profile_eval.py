@@ -3,7 +3,7 @@ estimates, the final ones (with DR), V_true and the test metrics of every visibl
 device (the stages' cost hardly depends on the trained values); with --train-epochs, first the seconds
 of each training epoch of the trial's phases.
 
-  python benchmarks/profile_eval.py configs/bibtex.yaml device=cuda --cache-dir DIR [--dataset D
+  python -m benchmarks.profile eval configs/bibtex.yaml device=cuda --cache-dir DIR [--dataset D
       --variant V --seed S] [--json OUT.json]
 
 Prints one line per head (its policy kind and the seconds of each stage) and the totals; the trial

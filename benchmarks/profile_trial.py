@@ -9,7 +9,7 @@ Builds the Amazon-670K-shaped data of bench_trial.py (prepare not timed), then f
     test metrics, V_true (host-side cProfile of the final report);
   - the grid's per-epoch validation estimates (16 heads).
 
-  python benchmarks/profile_trial.py --out $OUT [--model-epochs 1] [--parts single grid eval]
+  python -m benchmarks.profile trial --out $OUT [--model-epochs 1] [--parts single grid eval]
 """
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def record_attempt(files: TrialFiles, job: WorkerJob, seconds: dict, start: floa
                                # its worker function began (after Ray Train's start-up) and had torch and CUDA
                                **(starts or {}),
                                "ray_node_id": ray.get_runtime_context().get_node_id(),
-                               # which cards Ray gave this trial (benchmarks/multi_gpu_sweep.sh checks the spread)
+                               # which cards Ray gave this trial (scripts/device.sh multi-gpu checks the spread)
                                "gpu_ids": [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])],
                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     files.write_json("timing.json", timing)

@@ -1,8 +1,8 @@
-"""benchmarks/profile_gpu_busy.py: kernels attributed to the trial's stages and their busy time, from a
-hand-made chrome trace (the GPU trace itself needs a GPU; the script's run on CPU is checked end to end)."""
+"""orchestration.gpu_busy: kernels attributed to the trial's stages and their busy time, from a hand-made
+chrome trace (the GPU trace itself needs a GPU; `python -m benchmarks.profile gpu-busy` on CPU is checked
+end to end)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.gpu_busy import attribute
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "profile_gpu_busy.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("profile_gpu_busy", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _x(cat, name, ts_ms, dur_ms):      # the trace counts microseconds
@@ -35,7 +29,7 @@ def test_kernels_go_to_the_stage_that_launched_them_and_overlaps_count_once():
         _x("kernel", "topk", 210, 5),
         _x("user_annotation", "other", 300, 10), {"ph": "i", "cat": "kernel", "name": "instant", "ts": 0},
     ]
-    out = _module().attribute(events, top=2)
+    out = attribute(events, top=2)
     assert out["kernels"] == 5
     assert out["gpu_busy_s"] == pytest.approx((5 + 40 + 10 + 5) / 1e3)
     assert out["stages"]["setup"] == {"busy_s": 0.005, "kernels": 1, "wall_s": 0.0}
@@ -47,7 +41,7 @@ def test_kernels_go_to_the_stage_that_launched_them_and_overlaps_count_once():
 @pytest.mark.slow
 def test_runs_a_trial_on_cpu(tmp_path):
     out = tmp_path / "busy.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(ROOT / "configs" / "quickstart.yaml"), "training.epochs=1",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.profile", "gpu-busy", str(ROOT / "configs" / "quickstart.yaml"), "training.epochs=1",
                         "model.epochs=1", "datasets.0.synthetic.scale=0.05", "--cache-dir", str(tmp_path / "cache"),
                         "--variant", "B", "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -1,0 +1,1 @@
+"""The benchmark suite: `python -m benchmarks NAME [--quick]` (benchmarks/registry.py lists them)."""
