@@ -184,6 +184,24 @@ def trial_state(trial_dir: Path) -> dict:
     return st
 
 
+def recomputed_trials(rd: RunDir, names: list[str]) -> list[str]:
+    """Trials that finished once (timing.json records an attempt, written only when a trial ends) but
+    have no done.json now: removed to recompute the trial (the advice for damaged result files). Ray
+    Tune's saved experiment counts their jobs as finished, so `poxm resume` fits a fresh Tuner for them
+    (orchestration.stages.merge.tune_covers); the other trials' done.json keeps them as they are."""
+    out = []
+    for n in names:
+        if (rd.trial(n) / "done.json").is_file():
+            continue
+        try:
+            timing = read_json(rd.trial(n) / "timing.json")
+        except PoxmInputError:
+            timing = None
+        if isinstance(timing, dict) and isinstance(timing.get("attempts"), list) and timing["attempts"]:
+            out.append(n)
+    return out
+
+
 def set_trial_state(trial_dir: Path, state: str, **extra) -> None:
     prev = read_json(trial_dir / "state.json", {}) or {}
     prev.update(extra)

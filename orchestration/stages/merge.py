@@ -25,7 +25,7 @@ import pandas as pd
 
 from orchestration.report.instances import load_arrays
 from orchestration.stages.plan import SweepPlan, plan_from_run_dir, plan_sweep
-from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, write_json)
+from orchestration.rundir import (NON_IDENTITY_KEYS, RunDir, driver_alive, read_json, recomputed_trials, write_json)
 from poxm_core.common.atomic import publish, write_text
 from poxm_core.config.schema import SweepConfig, config_hash, resolved_dict, resolved_yaml
 from poxm_core.common.errors import PoxmInputError
@@ -79,6 +79,8 @@ def tune_covers(plan: SweepPlan) -> bool:
     continues it. After seeds were added it does not (a restored Tuner takes no new trials): a fresh
     Tuner then runs over every trial, and the finished ones return at once (their done.json)."""
     covered = plan.rd.read_sweep().get("tune_trials")
+    if recomputed_trials(plan.rd, plan.names):   # finished once in Tune's state: only a fresh Tuner runs them
+        return False
     return covered is None or set(plan.names) <= set(covered)
 
 
