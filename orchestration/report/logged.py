@@ -69,23 +69,65 @@ def _order(methods) -> list[str]:
     return [m for m in METHOD_ORDER if m in methods] + sorted(m for m in methods if m not in METHOD_ORDER)
 
 
-def ope_tables(d: str, rows: pd.DataFrame, selection: pd.DataFrame, label: str, prepare: pd.DataFrame,
-               criterion: str, target_name: str) -> tuple[T.Table, T.Table]:
-    """(the summary table, the per-seed table) of dataset d at the selected heads."""
-    sel = selection[(selection["selection"] == label) & (selection["dataset"] == d)]
+def _selected_long(d: str, rows: pd.DataFrame, sel: pd.DataFrame, label: str) -> pd.DataFrame:
+    """Dataset d's final rows of every evaluation split and 'val' at the selected heads (no loss), with
+    each value's 95 % interval from its standard error."""
     per = []
     for split in (*EVAL_SPLITS, "val"):
         got = selected_rows(rows, sel, label, split=split)
         per.append(got[got["dataset"] == d])
     long = pd.concat(per, ignore_index=True)
     long = long[~long["metric"].isin(["loss"])]
-    long = long.assign(ci_low=long["value"] - 1.96 * long["stderr"], ci_high=long["value"] + 1.96 * long["stderr"])
+    return long.assign(ci_low=long["value"] - 1.96 * long["stderr"], ci_high=long["value"] + 1.96 * long["stderr"])
+
+
+def _seed_table(d: str, long: pd.DataFrame) -> T.Table:
     seeds = long[["variant", "method", "p", "lam", "seed", "split", "metric", "value", "stderr", "ci_low", "ci_high"]]
     seeds = seeds.sort_values(["variant", "method", "seed", "split", "metric"], kind="stable").reset_index(drop=True)
-    seed_table = T.Table(name=f"ope_seeds_{d}", title=f"{d}: every seed's estimates at the selected heads",
-                         columns=list(seeds.columns), rows=[[str(x) for x in r] for r in seeds.itertuples(index=False)],
-                         frame=seeds)
+    return T.Table(name=f"ope_seeds_{d}", title=f"{d}: every seed's estimates at the selected heads",
+                   columns=list(seeds.columns), rows=[[str(x) for x in r] for r in seeds.itertuples(index=False)],
+                   frame=seeds)
 
+
+def _ope_row(v: str, m: str, g: pd.DataFrame, pts: pd.DataFrame, have: set, criterion: str) -> tuple[list, dict]:
+    """One (variant, method)'s summary row and CSV record: its choices, then per evaluation split the
+    shown estimates (mean ± sd over seeds) and the IS interval's half-width, then the criterion's value."""
+    row = [v, m, "; ".join(_point(r) for r in pts.itertuples()), str(pts["seed"].nunique())]
+    rec = {"variant": v, "method": m, "n_seeds": int(pts["seed"].nunique())}
+    for s in EVAL_SPLITS:
+        if s not in have:
+            continue
+        for met in SHOWN:
+            x = g[(g["split"] == s) & (g["metric"] == met)]["value"]
+            row.append(_mean_sd(x))
+            rec[f"{s}_{met}_mean"] = float(x.mean()) if len(x) else math.nan
+            rec[f"{s}_{met}_sd"] = float(x.std(ddof=1)) if len(x) > 1 else math.nan
+        se = g[(g["split"] == s) & (g["metric"] == "IS")]["stderr"].astype(float)
+        row.append(_pct(1.96 * se.mean()) if len(se) else "—")
+        rec[f"{s}_IS_ci_halfwidth"] = float(1.96 * se.mean()) if len(se) else math.nan
+    x = g[(g["split"] == "val") & (g["metric"] == criterion)]["value"]
+    row.append(_mean_sd(x))
+    rec[f"val_{criterion}_mean"] = float(x.mean()) if len(x) else math.nan
+    return row, rec
+
+
+def _on_policy_row(prepare: pd.DataFrame, d: str, have: set) -> tuple[list, list[dict]]:
+    """The logs' own click rates: the logging policy's on its held-out rows, the target policy's on its log."""
+    onp, recs = ["on-policy", "the log's own click rate", "", ""], []
+    for s in EVAL_SPLITS:
+        if s in have:
+            rate, se = (_prepare_value(prepare, d, f"data/reward_rate_{s}"),
+                        _prepare_value(prepare, d, f"data/reward_rate_{s}_se"))
+            onp += [_pct(rate), "", "", _pct(1.96 * se)]
+            recs.append({"variant": "on-policy", "method": s, f"{s}_IS_mean": rate, f"{s}_IS_ci_halfwidth": 1.96 * se})
+    return onp + [""], recs
+
+
+def ope_tables(d: str, rows: pd.DataFrame, selection: pd.DataFrame, label: str, prepare: pd.DataFrame,
+               criterion: str, target_name: str) -> tuple[T.Table, T.Table]:
+    """(the summary table, the per-seed table) of dataset d at the selected heads."""
+    sel = selection[(selection["selection"] == label) & (selection["dataset"] == d)]
+    long = _selected_long(d, rows, sel, label)
     have = {s for s in EVAL_SPLITS if (long["split"] == s).any()}
     cols = ["variant", "method", f"selected by {criterion} (per seed)", "seeds"]
     for s in EVAL_SPLITS:
@@ -93,40 +135,16 @@ def ope_tables(d: str, rows: pd.DataFrame, selection: pd.DataFrame, label: str, 
             cols += [f"{s} {m}" for m in SHOWN] + [f"{s} IS ±95 %"]
     cols.append(f"val {criterion}")
     out, frame = [], []
-    variants = list(dict.fromkeys(sel["variant"].astype(str)))
-    for v in variants:
+    for v in dict.fromkeys(sel["variant"].astype(str)):
         sv = long[long["variant"] == v]
         for m in _order(sv["method"]):
-            g = sv[sv["method"] == m]
             pts = sel[(sel["variant"] == v) & (sel["method"] == m)].sort_values("seed")
-            row = [v, m, "; ".join(_point(r) for r in pts.itertuples()), str(pts["seed"].nunique())]
-            rec = {"variant": v, "method": m, "n_seeds": int(pts["seed"].nunique())}
-            for s in EVAL_SPLITS:
-                if s not in have:
-                    continue
-                for met in SHOWN:
-                    x = g[(g["split"] == s) & (g["metric"] == met)]["value"]
-                    row.append(_mean_sd(x))
-                    rec[f"{s}_{met}_mean"] = float(x.mean()) if len(x) else math.nan
-                    rec[f"{s}_{met}_sd"] = float(x.std(ddof=1)) if len(x) > 1 else math.nan
-                se = g[(g["split"] == s) & (g["metric"] == "IS")]["stderr"].astype(float)
-                row.append(_pct(1.96 * se.mean()) if len(se) else "—")
-                rec[f"{s}_IS_ci_halfwidth"] = float(1.96 * se.mean()) if len(se) else math.nan
-            x = g[(g["split"] == "val") & (g["metric"] == criterion)]["value"]
-            row.append(_mean_sd(x))
-            rec[f"val_{criterion}_mean"] = float(x.mean()) if len(x) else math.nan
+            row, rec = _ope_row(v, m, sv[sv["method"] == m], pts, have, criterion)
             out.append(row)
             frame.append(rec)
-    # the logs' own click rates: the logging policy's on its held-out rows, the target policy's on its log
-    onp = ["on-policy", "the log's own click rate", "", ""]
-    for s in EVAL_SPLITS:
-        if s in have:
-            rate, se = (_prepare_value(prepare, d, f"data/reward_rate_{s}"),
-                        _prepare_value(prepare, d, f"data/reward_rate_{s}_se"))
-            onp += [_pct(rate), "", "", _pct(1.96 * se)]
-            frame.append({"variant": "on-policy", "method": s, f"{s}_IS_mean": rate, f"{s}_IS_ci_halfwidth": 1.96 * se})
-    onp.append("")
+    onp, recs = _on_policy_row(prepare, d, have)
     out.append(onp)
+    frame += recs
     notes = [f"Click rates × 100 (per shown action). Each estimate is at the (p, λ) that {criterion} chose on the "
              "validation log, per seed; mean ± sd over seeds. test: the held-out test rows of the log learned from; "
              f"target: {target_name}. ±95 %: the mean over seeds of 1.96 × the IS estimate's standard error "
@@ -136,7 +154,7 @@ def ope_tables(d: str, rows: pd.DataFrame, selection: pd.DataFrame, label: str, 
              "measured on its own log. DR uses the trial's reward model (DM); no row here reads a label."]
     summary = T.Table(name=f"ope_{d}", title=f"{d}: off-policy estimates of the learned policies", columns=cols,
                       rows=out, italic_rows={len(out) - 1}, notes=notes, frame=pd.DataFrame(frame))
-    return summary, seed_table
+    return summary, _seed_table(d, long)
 
 
 def phi_table(d: str, prepare: pd.DataFrame, n_actions: float) -> T.Table | None:
