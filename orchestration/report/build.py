@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -26,221 +25,35 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from orchestration.report import claims as C
 from orchestration.report import figures as F
-from orchestration.report import paper
 from orchestration.report import tables as T
-from orchestration.report.aggregate import (EXPECT_KEYS, expected_from_config, expected_from_grid,
-                                            expected_from_rows, seed_stats)
+from orchestration.report.aggregate import expected_from_config, expected_from_grid, expected_from_rows, seed_stats
+from orchestration.report.blocks import claims_blocks, dataset_tables, figure_blocks, table_blocks
+from orchestration.report.coverage import coverage_notes
 from orchestration.report.figure_pool import FigurePool
-from orchestration.report.index import render_html, render_markdown
-from orchestration.report.inference import MIN_SEEDS
 from orchestration.report.gap_share import gap_shares, gap_table
 from orchestration.report.grid_edges import grid_edges, grid_edges_table
+from orchestration.report.index import render_html, render_markdown
+from orchestration.report.inputs import (read_config, read_grid, read_prepare, read_rows, run_protocol,  # noqa: F401  (read_rows: callers)
+                                         selection_criterion, variant_params)
 from orchestration.report.stability import stability, stability_table
 from orchestration.rundir import write_selection
-from orchestration.selection import (DEFAULT_CRITERION, PAPER_CRITERION, POINT, RunSelection, check_criterion,
-                              check_rows, select_run, selected_rows, selection_label, val_criteria)
+from orchestration.selection import PAPER_CRITERION, RunSelection, select_run, selected_rows, selection_label, val_criteria
 from poxm_core.common.atomic import publish, write_text
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.common.results import COLUMNS, INSTANCES, PREPARE_COLUMNS
+from poxm_core.common.results import INSTANCES
 
 # the run's one selection file, from the report's folder (a published folder keeps it beside index.md:
 # scripts/publish_results.py rewrites the link)
 SELECTION_LINK = "../results/selection.csv"
 
 
-# --------------------------------------------------------------------------------------------
-# inputs
-
-def read_rows(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise PoxmInputError(f"{path}: result rows not found (run the sweep, or check the run directory)")
-    try:
-        df = pd.read_csv(path, keep_default_na=True)
-    except pd.errors.EmptyDataError:
-        return check_rows(pd.DataFrame(columns=COLUMNS))
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise PoxmInputError(f"{path}:1: expected columns {COLUMNS}, missing {missing}")
-    try:
-        return check_rows(df, name=str(path))
-    except (ValueError, TypeError) as exc:
-        raise PoxmInputError(f"{path}: {exc}") from None
-
-
-def read_prepare(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else "object") for c in PREPARE_COLUMNS})
-    df = pd.read_csv(path)
-    missing = [c for c in PREPARE_COLUMNS if c not in df.columns]
-    if missing:
-        raise PoxmInputError(f"{path}:1: expected columns {PREPARE_COLUMNS}, missing {missing}")
-    df = df[PREPARE_COLUMNS].copy()
-    for c in ("dataset", "variant", "metric"):
-        df[c] = df[c].astype(str)
-    df["value"] = pd.to_numeric(df["value"], errors="coerce")
-    return df
-
-
-def read_config(path: Path) -> dict:
-    """The resolved config as plain data (not re-validated: a report of an old run must still build)."""
-    if not path.exists():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise PoxmInputError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    return data if isinstance(data, dict) else {}
-
-
-def read_grid(path: Path) -> list[dict] | None:
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PoxmInputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    grid = data.get("grid") if isinstance(data, dict) else data
-    if not isinstance(grid, list):
-        raise PoxmInputError(f"{path}: expected a list of grid points (or {{'grid': [...]}}), got {type(grid).__name__}")
-    for i, g in enumerate(grid):
-        if not isinstance(g, dict) or any(k not in g for k in EXPECT_KEYS):
-            raise PoxmInputError(f"{path}: grid point {i} must be an object with keys {POINT}, got {g!r}")
-    return grid
-
-
-def _variant_params(config: dict, prepare: pd.DataFrame | None = None) -> dict[tuple[str, str], dict]:
-    """(dataset, variant) -> the variant's config entry; a matched variant's T (solved at prepare time,
-    per seed) shown from results/prepare.csv as 'solved: mean [min–max], ratio r for target t'."""
-    out = {}
-    for d in config.get("datasets", []) or []:
-        for v in d.get("variants", []) or []:
-            if isinstance(d, dict) and isinstance(v, dict) and "name" in d and "name" in v:
-                out[(str(d["name"]), str(v["name"]))] = dict(v)
-    if prepare is not None and len(prepare) and "metric" in prepare:
-        for (ds, vn), entry in out.items():
-            if entry.get("T") is not None or not entry.get("match"):
-                continue
-            here = prepare[(prepare["dataset"].astype(str) == ds) & (prepare["variant"].astype(str) == vn)]
-            T = here[here["metric"] == "variant/T"]["value"].astype(float)
-            r = here[here["metric"] == "match/ratio"]["value"].astype(float)
-            t = here[here["metric"] == "match/target"]["value"].astype(float)
-            if len(T):
-                span = f" [{T.min():.3g}–{T.max():.3g}]" if len(T) > 1 else ""
-                entry["T"] = (f"{T.mean():.3g}{span} solved: ratio {r.mean():.3f} for target {t.mean():.2f}"
-                              if len(r) and len(t) else f"{T.mean():.3g}{span} solved")
-    return out
-
-
-def selection_criterion(config: dict) -> str:
-    """config['selection']['criterion'] when present (read defensively: an old run's config has no
-    such key), else the default, 'IS'. A value that cannot be a criterion is an input error."""
-    sel = config.get("selection") if isinstance(config, dict) else None
-    crit = sel.get("criterion") if isinstance(sel, dict) else None
-    if crit is None or (isinstance(crit, str) and not crit.strip()):
-        return DEFAULT_CRITERION
-    try:
-        return check_criterion(crit)
-    except ValueError as exc:
-        raise PoxmInputError(f"config.yaml: selection.criterion: {exc}") from None
-
-
-def run_protocol(config: dict) -> str | None:
-    """The training protocol the run recorded (config['training']['protocol'], e.g. 'paper' or
-    'paper+init=logging'; a top-level 'protocol' is accepted too), or None when the config has none."""
-    if not isinstance(config, dict):
-        return None
-    tr = config.get("training")
-    for v in ((tr.get("protocol") if isinstance(tr, dict) else None), config.get("protocol")):
-        if v is not None and not isinstance(v, (dict, list)) and str(v).strip():
-            return str(v).strip()
-    if isinstance(tr, dict):   # a resolved config: the protocol follows from its training settings
-        from poxm_core.config.schema import TrainingConfig, protocol_name
-        try:
-            return protocol_name(TrainingConfig(**{k: v for k, v in tr.items() if k in TrainingConfig.model_fields}))
-        except Exception:   # an older run's config (e.g. training.lr): the protocol was not recorded
-            return None
-    return None
-
-
-def _stamp_table(t: T.Table, protocol: str | None) -> T.Table:
-    """Name the protocol in the table's caption (title) and CSV."""
-    if protocol:
-        t.title = f"{t.title} (protocol: {protocol})"
-        if len(t.frame.columns):
-            t.frame = t.frame.assign(protocol=protocol)
-    return t
-
-
-def _stamp_figure(fig: F.Figure, protocol: str | None) -> F.Figure:
-    return dataclasses.replace(fig, caption=f"{fig.caption} Protocol: {protocol}.") if protocol else fig
-
-
 def _ordered(values, preferred: list) -> list:
     values = list(dict.fromkeys(values))
     return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
 
-
-# --------------------------------------------------------------------------------------------
-# coverage notes: what is missing or partial, never silently dropped
-
-def _grid_frame(grid: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame([{k: g.get(k) for k in POINT} for g in grid], columns=POINT)
-    df["p"] = pd.to_numeric(df["p"].fillna(-1)).astype("int64")
-    df["lam"] = pd.to_numeric(df["lam"]).astype("float64")
-    df["seed"] = df["seed"].astype("int64")
-    for c in ("dataset", "variant", "method"):
-        df[c] = df[c].astype(str)
-    return df.drop_duplicates()
-
-
-def coverage_notes(rows: pd.DataFrame, selection: pd.DataFrame, expected: pd.DataFrame,
-                   grid: list[dict] | None, source: str, limit: int = 40,
-                   criterion: str = DEFAULT_CRITERION) -> list[str]:
-    notes = [f"Expected trials taken from {source}."]
-    snis = selection[selection["selection"] == selection_label(criterion)]
-    have = set(map(tuple, snis[EXPECT_KEYS].to_numpy()))
-    missing = [t for t in map(tuple, expected[EXPECT_KEYS].to_numpy()) if t not in have]
-    if missing:
-        by: dict[tuple, list] = {}
-        for d, v, m, s in missing:
-            by.setdefault((d, v, m), []).append(int(s))
-        n_exp = expected.groupby(["dataset", "variant", "method"])["seed"].nunique().to_dict()
-        items = []
-        for (d, v, m), seeds in sorted(by.items()):
-            kind = "missing" if len(seeds) == n_exp[(d, v, m)] else "partial"
-            items.append(f"{kind}: {d} / {v} / {m}: no selected result for seed(s) {sorted(seeds)} "
-                         f"({n_exp[(d, v, m)] - len(seeds)}/{n_exp[(d, v, m)]} seeds present)")
-        notes += items[:limit] + ([f"... and {len(items) - limit} more"] if len(items) > limit else [])
-    else:
-        notes.append("Every expected (dataset, variant, method, seed) has a selected result.")
-    if grid is not None:
-        g = _grid_frame(grid)
-        final = rows[rows["final"]][POINT].drop_duplicates()
-        done = g.merge(final.assign(_done=True), on=POINT, how="left")
-        todo = done[done["_done"].isna()]
-        if len(todo):
-            short = (todo.groupby(["dataset", "variant", "method", "seed"]).size().rename("n_missing")
-                     .reset_index().merge(g.groupby(["dataset", "variant", "method", "seed"]).size()
-                                          .rename("n_grid").reset_index()))
-            notes.append(f"{len(todo)} of {len(g)} grid points have no final result; selection ran over "
-                         "the finished points only:")
-            lines = [f"{r.dataset} / {r.variant} / {r.method} / seed {r.seed}: "
-                     f"{r.n_grid - r.n_missing}/{r.n_grid} grid points finished" for r in short.itertuples()]
-            notes += lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
-        else:
-            notes.append(f"All {len(g)} grid points of sweep.json finished.")
-    extra = sorted(set(map(tuple, snis[EXPECT_KEYS].to_numpy())) - set(map(tuple, expected[EXPECT_KEYS].to_numpy())))
-    if extra:
-        notes.append(f"{len(extra)} result(s) outside the expected grid are included, e.g. {extra[0]}.")
-    return notes
-
-
-# --------------------------------------------------------------------------------------------
-# build
 
 def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) -> None:
     rows = read_rows(run_dir / "results" / "rows.csv")
@@ -318,186 +131,173 @@ class ReportInputs:
     estimators: dict
 
 
-def _selected_blocks(inp: ReportInputs) -> None:
-    """The rest of _write_report, once the selection-free figures are being drawn: selection,
-    aggregation, claims, the tables and the other figures, index.md and index.html."""
-    run_dir, out, chosen, rows, prepare, config = inp.run_dir, inp.out, inp.chosen, inp.rows, inp.prepare, inp.config
-    grid, expected, source, datasets, variants_of = inp.grid, inp.expected, inp.source, inp.datasets, inp.variants_of
-    rows_of, tdir, fdir, pool, covering, estimators = (inp.rows_of, inp.tdir, inp.fdir, inp.pool, inp.covering,
-                                                       inp.estimators)
-    if chosen is None:    # a report built on its own (library use): select here, once, and keep it beside the rows
-        chosen = select_run(rows, selection_criterion(config))
-        write_selection(run_dir, chosen.frame())
-    criterion = chosen.criterion
-    protocol = run_protocol(config)
-    label = selection_label(criterion)
-    selection = chosen.selection
-    chosen_test = selected_rows(rows, selection, label)
-    stats = seed_stats(chosen_test)
-    params = _variant_params(config, prepare)
-    criteria = val_criteria(rows)
-    # the paper's criterion beside the run's: its choices, tables and claims stay in every report
-    paper_sel = chosen.paper
-    if paper_sel is not None:
-        paper_stats = seed_stats(selected_rows(rows, paper_sel, selection_label(PAPER_CRITERION)))
-    shown = [criterion] + ([PAPER_CRITERION] if paper_sel is not None else [])
-    inst_file = run_dir / "results" / INSTANCES
-    with (np.load(inst_file) if inst_file.is_file() else contextlib.nullcontext()) as instances:
-        claim_frames = [f for f in (C.claims(rows, s, c, instances) for c, s in zip(shown, [selection, paper_sel]))
-                        if len(f)]
-    claim_frame = pd.concat(claim_frames, ignore_index=True) if claim_frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+    """The run's selection and what the report reads of it: the criterion's choices (`selection`) and
+    the paper's beside them (`paper`, or None), their seed statistics at the chosen heads, the chosen
+    heads' test rows, the criteria shown (the run's, then the paper's), the variants' config entries."""
+    run: RunSelection
+    protocol: str | None
+    selection: pd.DataFrame
+    paper: pd.DataFrame | None
+    stats: pd.DataFrame
+    paper_stats: pd.DataFrame | None
+    chosen_test: pd.DataFrame
+    shown: list[str]
+    params: dict
 
-    name = str(config.get("name", run_dir.name))
+    @property
+    def criterion(self) -> str:
+        return self.run.criterion
+
+    @property
+    def label(self) -> str:
+        return selection_label(self.run.criterion)
+
+    def pairs(self) -> list[tuple[str, pd.DataFrame | None]]:
+        """(criterion, its choices) for the run's criterion, then the paper's (None when not beside it)."""
+        return list(zip(self.shown, [self.selection, self.paper]))
+
+
+def _chosen(inp: ReportInputs) -> Chosen:
+    """The run's selection (made here, once, and kept beside the rows when the report is built on its
+    own: library use) and the statistics every part of the report reads."""
+    run = inp.chosen
+    if run is None:
+        run = select_run(inp.rows, selection_criterion(inp.config))
+        write_selection(inp.run_dir, run.frame())
+    chosen_test = selected_rows(inp.rows, run.selection, selection_label(run.criterion))
+    paper_stats = (None if run.paper is None else
+                   seed_stats(selected_rows(inp.rows, run.paper, selection_label(PAPER_CRITERION))))
+    return Chosen(run=run, protocol=run_protocol(inp.config), selection=run.selection, paper=run.paper,
+                  stats=seed_stats(chosen_test), paper_stats=paper_stats, chosen_test=chosen_test,
+                  shown=[run.criterion] + ([PAPER_CRITERION] if run.paper is not None else []),
+                  params=variant_params(inp.config, inp.prepare))
+
+
+def _claim_frame(inp: ReportInputs, ch: Chosen) -> pd.DataFrame:
+    """The claims under each criterion shown, on the per-instance values when the run kept them."""
+    inst_file = inp.run_dir / "results" / INSTANCES
+    with (np.load(inst_file) if inst_file.is_file() else contextlib.nullcontext()) as instances:
+        frames = [f for f in (C.claims(inp.rows, s, c, instances) for c, s in ch.pairs()) if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
+
+
+def _run_blocks(inp: ReportInputs, ch: Chosen) -> tuple[list[tuple], list[tuple]]:
+    """(the warning that opens the report when the criterion has no validation rows, or nothing; the
+    'Run' section: the header, that warning, the coverage notes)."""
+    config, rows = inp.config, inp.rows
     folds = (config.get("selection") or {}).get("cross_fit") if isinstance(config.get("selection"), dict) else None
     where = f"cross-fitted over {folds} folds of the whole log" if folds else "validation log"
-    header = (f"Run directory `{run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
-              f"Selection criterion: **{criterion}** ({where}); "
-              + (f"protocol: **{protocol}**. " if protocol else "protocol: not recorded in config.yaml. ")
-              + f"Regenerate with `poxm report {_shown(run_dir)}`.")
-    # Order: title, claims, headline R@5 table, the paper's figures (covering, robustness), then the rest.
-    blocks: list[tuple] = [("h1", f"poxm report — {name}")]
-    blocks += _claims_blocks(claim_frame, shown, tdir, out, protocol)
-    rest: list[tuple] = [("h2", "Run"), ("p", header)]
-    if criteria and criterion not in criteria and (rows["final"] & (rows["split"] == "val")).any():
-        warn = ("p", f"**The selection criterion {criterion} has no validation rows** (present: "
-                     f"{', '.join(criteria)}): methods with several grid points are not selected.")
-        blocks.append(warn)
-        rest.append(warn)
-    rest += [("h2", "Coverage of the sweep"),
-             ("ul", coverage_notes(rows, selection, expected, grid, source, criterion=criterion))]
+    header = (f"Run directory `{inp.run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
+              f"Selection criterion: **{ch.criterion}** ({where}); "
+              + (f"protocol: **{ch.protocol}**. " if ch.protocol else "protocol: not recorded in config.yaml. ")
+              + f"Regenerate with `poxm report {_shown(inp.run_dir)}`.")
+    run: list[tuple] = [("h2", "Run"), ("p", header)]
+    criteria = val_criteria(rows)
+    warn: list[tuple] = []
+    if criteria and ch.criterion not in criteria and (rows["final"] & (rows["split"] == "val")).any():
+        warn = [("p", f"**The selection criterion {ch.criterion} has no validation rows** (present: "
+                      f"{', '.join(criteria)}): methods with several grid points are not selected.")]
+    run += warn + [("h2", "Coverage of the sweep"),
+                   ("ul", coverage_notes(rows, ch.selection, inp.expected, inp.grid, inp.source, criterion=ch.criterion))]
+    return warn, run
 
-    def figure(fig: F.Figure | None) -> list[tuple]:
-        if fig is None:
-            return []
-        fig = _stamp_figure(fig, protocol)
-        return [("figure", str(fig.paths[0].relative_to(out)), fig.title, fig.caption,
-                 [(p.suffix[1:].upper(), str(p.relative_to(out))) for p in fig.paths])]
 
-    # the tables next: the processes take work in the order it is asked for
-    sections = {d: pool.submit(_dataset_tables, d, variants_of[d], stats, expected, selection, criterion,
-                               params, (paper_stats, paper_sel) if paper_sel is not None else None,
-                               rows_of[d], prepare, protocol, tdir, out)
-                for d in datasets}
-    blocks.append(("h2", "Headline: test R@5"))
-    for d in datasets:
-        if variants_of[d]:
-            blocks += _table_blocks(T.headline_table(d, variants_of[d], stats, expected, criterion, params),
-                                    protocol, tdir, out)
-    gaps = gap_shares(rows, selection, criterion)
+def _submit_dataset_tables(inp: ReportInputs, ch: Chosen) -> dict:
+    """Each dataset's tables, handed to the worker processes (they take work in the order it is asked for)."""
+    snis = (ch.paper_stats, ch.paper) if ch.paper is not None else None
+    return {d: inp.pool.submit(dataset_tables, d, inp.variants_of[d], ch.stats, inp.expected, ch.selection,
+                               ch.criterion, ch.params, snis, inp.rows_of[d], inp.prepare, ch.protocol, inp.tdir,
+                               inp.out)
+            for d in inp.datasets}
+
+
+def _headline_blocks(inp: ReportInputs, ch: Chosen) -> list[tuple]:
+    """The headline R@5 table per dataset, then the share of the logging -> skyline gap closed."""
+    blocks: list[tuple] = [("h2", "Headline: test R@5")]
+    for d in inp.datasets:
+        if inp.variants_of[d]:
+            blocks += table_blocks(T.headline_table(d, inp.variants_of[d], ch.stats, inp.expected, ch.criterion,
+                                                    ch.params), ch.protocol, inp.tdir, inp.out)
+    gaps = gap_shares(inp.rows, ch.selection, ch.criterion)
     if len(gaps):
         blocks.append(("h2", "Share of the logging → skyline gap closed"))
-        blocks += _table_blocks(gap_table(gaps), protocol, tdir, out)
-    blocks.append(("h2", "The paper's figures"))
-    for d in datasets:
-        blocks += [("pending", covering[d]),
-                   ("pending", pool.submit(F.robustness_figure, rows_of[d], selection, prepare, d, fdir,
-                                           criterion=criterion))]
-    blocks += rest
-    for d in datasets:
+        blocks += table_blocks(gap_table(gaps), ch.protocol, inp.tdir, inp.out)
+    return blocks
+
+
+def _paper_figure_blocks(inp: ReportInputs, ch: Chosen) -> list[tuple]:
+    """The paper's figures per dataset (covering, already drawing; robustness), as pending blocks."""
+    blocks: list[tuple] = [("h2", "The paper's figures")]
+    for d in inp.datasets:
+        blocks += [("pending", inp.covering[d]),
+                   ("pending", inp.pool.submit(F.robustness_figure, inp.rows_of[d], ch.selection, inp.prepare, d,
+                                               inp.fdir, criterion=ch.criterion))]
+    return blocks
+
+
+def _dataset_blocks(inp: ReportInputs, ch: Chosen, sections: dict) -> list[tuple]:
+    """Per dataset: each variant's tables and estimator figure, the dataset's own tables, its sharpness figure."""
+    blocks: list[tuple] = []
+    for d in inp.datasets:
         blocks.append(("h2", f"Dataset {d}"))
-        for i, v in enumerate(variants_of[d]):
+        for i, v in enumerate(inp.variants_of[d]):
             blocks.append(("pending blocks", sections[d], i))
-            blocks.append(("pending", estimators[(d, v)]))
-        blocks.append(("pending blocks", sections[d], len(variants_of[d])))
-        blocks.append(("pending", pool.submit(F.sharpness_figure, chosen_test, params, d, fdir, criterion=criterion)))
-    resolved = []
+            blocks.append(("pending", inp.estimators[(d, v)]))
+        blocks.append(("pending blocks", sections[d], len(inp.variants_of[d])))
+        blocks.append(("pending", inp.pool.submit(F.sharpness_figure, ch.chosen_test, ch.params, d, inp.fdir,
+                                                  criterion=ch.criterion)))
+    return blocks
+
+
+def _resolved(blocks: list[tuple], protocol: str | None, out: Path) -> list[tuple]:
+    """The pending figures and tables, waited for in order, as their index blocks."""
+    resolved: list[tuple] = []
     for blk in blocks:
         if blk[0] == "pending":
-            resolved += figure(blk[1].result())
+            resolved += figure_blocks(blk[1].result(), protocol, out)
         elif blk[0] == "pending blocks":
             resolved += blk[1].result()[blk[2]]
         else:
             resolved.append(blk)
-    blocks = resolved
-    blocks += [("h2", "Selection"),
-               ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {criterion} estimate on the "
-                     f"validation log (selection='{label}'; criterion from config.yaml `selection.criterion`, "
-                     "default IS; ties → smaller p, then smaller λ)"
-                     + (f"; beside it the paper's criterion {PAPER_CRITERION} (selection="
-                        f"'{selection_label(PAPER_CRITERION)}')" if paper_sel is not None else "")
-                     + ", and apart, the oracle choice by test R@5 (selection='oracle', uses test labels, "
-                       "never used by the tables)."),
-               ("links", [("selection.csv", SELECTION_LINK)])]
-    blocks += _table_blocks(stability_table([stability(s, c) for c, s in zip(shown, [selection, paper_sel])], shown),
-                            protocol, tdir, out)
-    edges = [grid_edges(rows, s, c) for c, s in zip(shown, [selection, paper_sel])]
+    return resolved
+
+
+def _selection_blocks(inp: ReportInputs, ch: Chosen) -> list[tuple]:
+    """How the heads were chosen, the link to selection.csv, the stability and grid-edge tables."""
+    blocks: list[tuple] = [
+        ("h2", "Selection"),
+        ("p", f"Per (dataset, variant, method, seed): the (p, λ) with the highest {ch.criterion} estimate on the "
+              f"validation log (selection='{ch.label}'; criterion from config.yaml `selection.criterion`, "
+              "default IS; ties → smaller p, then smaller λ)"
+              + (f"; beside it the paper's criterion {PAPER_CRITERION} (selection="
+                 f"'{selection_label(PAPER_CRITERION)}')" if ch.paper is not None else "")
+              + ", and apart, the oracle choice by test R@5 (selection='oracle', uses test labels, "
+                "never used by the tables)."),
+        ("links", [("selection.csv", SELECTION_LINK)])]
+    blocks += table_blocks(stability_table([stability(s, c) for c, s in ch.pairs()], ch.shown),
+                           ch.protocol, inp.tdir, inp.out)
+    edges = [grid_edges(inp.rows, s, c) for c, s in ch.pairs()]
     if any(len(e) for e in edges):
-        blocks += _table_blocks(grid_edges_table(edges, shown), protocol, tdir, out)
-    write_text(out / "index.md", render_markdown(blocks))
-    write_text(out / "index.html", render_html(blocks, f"poxm report — {name}", out))
+        blocks += table_blocks(grid_edges_table(edges, ch.shown), ch.protocol, inp.tdir, inp.out)
+    return blocks
 
 
-def _table_blocks(t: T.Table, protocol: str | None, tdir: Path, out: Path) -> list[tuple]:
-    """A table stamped with the protocol, written (csv, md, tex), and its index blocks."""
-    t = _stamp_table(t, protocol)
-    return [("table", t), ("links", [(ext.upper(), str(p.relative_to(out))) for ext, p in T.write_table(t, tdir).items()])]
-
-
-def _dataset_tables(d: str, variants: list[str], stats: pd.DataFrame, expected: pd.DataFrame, selection: pd.DataFrame,
-                    criterion: str, params: dict, snis: tuple | None, rows_d: pd.DataFrame, prepare: pd.DataFrame,
-                    protocol: str | None, tdir: Path, out: Path) -> list[list[tuple]]:
-    """A dataset's tables, written, as index blocks: one list per variant (its heading, the results,
-    greedy and selection tables, and the same under the paper's criterion when `snis` = (its seed
-    statistics, its selection)), then one for the dataset's criteria-against-test and logging-policy
-    tables. Run by the report's worker processes (figure_pool), one dataset each."""
-    parts = []
-    for v in variants:
-        blocks: list[tuple] = [("h3", f"{d}, variant {v}")]
-        show_paper = paper.matches_paper(d, v, params.get((d, v)))
-        if d in paper.TABLE2 and not show_paper:
-            blocks.append(("p", f"The paper's Table 2 used logging policy (α, β, T) = "
-                                f"{paper.PAPER_LOGGING[d]}; this variant differs, so its numbers are not shown."))
-        for t in (T.metric_table("results", d, v, stats, expected, selection, show_paper, criterion=criterion),
-                  T.metric_table("greedy", d, v, stats, expected, selection, criterion=criterion,
-                                 params=params.get((d, v))),
-                  T.selection_table(d, v, selection, expected, criterion=criterion)):
-            blocks += _table_blocks(t, protocol, tdir, out)
-        if snis is not None:
-            blocks.append(("p", f"(p, λ) selected by {PAPER_CRITERION}, the paper's criterion:"))
-            for t in _paper_tables(d, v, snis[0], snis[1], expected, show_paper, params.get((d, v))):
-                blocks += _table_blocks(t, protocol, tdir, out)
-        parts.append(blocks)
-    blocks = []
-    sp = T.spearman_data(rows_d, d)   # both read only the dataset's final rows
-    if len(sp):
-        blocks += [("h3", f"{d}: selection criteria against test R@5")] + _table_blocks(T.spearman_table(d, sp, criterion),
-                                                                                     protocol, tdir, out)
-    if (prepare["dataset"] == d).any():
-        blocks += [("h3", f"{d}: logging policy")] + _table_blocks(T.logging_stats_table(d, prepare, rows_d),
-                                                                  protocol, tdir, out)
-    parts.append(blocks)
-    return parts
-
-
-def _claims_blocks(frame: pd.DataFrame, criteria: list[str], tdir: Path, out: Path,
-                   protocol: str | None) -> list[tuple]:
-    """The report's opening: a sentence, then the claims table (tables/claims.{csv,md,tex})."""
-    names = " and ".join(C.criterion_name(c) for c in criteria)
-    if frame.empty:
-        return [("p", "Claims: none can be checked here (no claim has both of its methods, or both "
-                      "variants A and C, in this run's results).")]
-    t = _stamp_table(C.claims_table(frame, criteria), protocol)
-    paths = T.write_table(t, tdir)
-    n = pd.to_numeric(frame["n"], errors="coerce").max() if "n" in frame else float("nan")
-    enough = bool(n >= MIN_SEEDS)            # below it no cell has an interval or a verdict (claims.py)
-    how = ("a 95 % interval that covers seed variation and test-set sampling, the seeds that agree, and a "
-           "verdict from a test corrected for multiplicity within each claim (Holm)" if enough else
-           f"the seeds that agree; no interval and no verdict below {MIN_SEEDS} seeds")
-    return [("p", f"What this benchmark says about each claim of the paper (and rows of ours), per dataset and "
-                  f"variant: the mean paired difference over seeds at the selected heads, {how}, under {names}."),
-            ("table", t), ("links", [(ext.upper(), str(p.relative_to(out))) for ext, p in paths.items()])]
-
-
-def _paper_tables(d: str, v: str, stats: pd.DataFrame, paper_sel: pd.DataFrame, expected: pd.DataFrame,
-                  show_paper: bool, params: dict | None = None) -> list[T.Table]:
-    """The results, greedy and selection tables of (d, v) under SNIS, named *_snis_<d>_<v>."""
-    out = [T.metric_table("results", d, v, stats, expected, paper_sel, show_paper, criterion=PAPER_CRITERION),
-           T.metric_table("greedy", d, v, stats, expected, paper_sel, criterion=PAPER_CRITERION, params=params),
-           T.selection_table(d, v, paper_sel, expected, criterion=PAPER_CRITERION)]
-    for t in out:
-        kind, rest = t.name.split("_", 1)
-        t.name = f"{kind}_{selection_label(PAPER_CRITERION)}_{rest}"
-    return out
+def _selected_blocks(inp: ReportInputs) -> None:
+    """The rest of _write_report, once the selection-free figures are being drawn: selection,
+    aggregation, claims, the tables and the other figures, index.md and index.html. Order: title,
+    claims, headline R@5 table, the paper's figures (covering, robustness), then the rest."""
+    ch = _chosen(inp)
+    name = str(inp.config.get("name", inp.run_dir.name))
+    warn, run = _run_blocks(inp, ch)
+    blocks: list[tuple] = [("h1", f"poxm report — {name}")]
+    blocks += claims_blocks(_claim_frame(inp, ch), ch.shown, inp.tdir, inp.out, ch.protocol) + warn
+    sections = _submit_dataset_tables(inp, ch)
+    blocks += _headline_blocks(inp, ch) + _paper_figure_blocks(inp, ch) + run + _dataset_blocks(inp, ch, sections)
+    blocks = _resolved(blocks, ch.protocol, inp.out) + _selection_blocks(inp, ch)
+    write_text(inp.out / "index.md", render_markdown(blocks))
+    write_text(inp.out / "index.html", render_html(blocks, f"poxm report — {name}", inp.out))
 
 
 def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = None) -> Path:

@@ -26,7 +26,7 @@ import pandas as pd
 from orchestration.report.accuracy_figure import (PRUNED_ESTIMATORS, estimator_error_data,  # noqa: F401
                                                   estimator_figure)
 from orchestration.report.figure_common import Figure, errorbar, mean_sd, mean_sd_by, p_axis, save, spread_note
-from orchestration.report.tables import method_name
+from orchestration.report.method_names import method_name
 from orchestration.selection import CRITERION_ORDER, DEFAULT_CRITERION, GROUP, POINT, selection_label
 
 # Display order of the estimators; any other validation estimator present follows, sorted.
@@ -252,7 +252,7 @@ def _float(v) -> float:
 
 def beta0_variants(params: dict, dataset: str) -> dict[str, dict]:
     """{variant: its parameters} for the variants of `dataset` (config.yaml datasets[].variants,
-    ``build._variant_params``) with beta = 0 and a finite temperature T > 0."""
+    ``inputs.variant_params``) with beta = 0 and a finite temperature T > 0."""
     out = {}
     for (d, v), prm in params.items():
         if d != dataset or not isinstance(prm, dict):

@@ -16,7 +16,7 @@ import pandas as pd
 
 from orchestration.report.claims import _last_values, _per_seed
 from orchestration.report.table_format import Table
-from orchestration.report.tables import method_list, method_name
+from orchestration.report.method_names import method_list, method_name
 from orchestration.selection import selected_rows, selection_label
 
 GAP_COLUMNS = ["criterion", "dataset", "variant", "method", "skyline", "share", "share_min", "share_max", "n"]

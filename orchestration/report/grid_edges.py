@@ -14,7 +14,7 @@ import math
 import pandas as pd
 
 from orchestration.report.table_format import Table
-from orchestration.report.tables import method_list, method_name
+from orchestration.report.method_names import method_list, method_name
 from orchestration.selection import PAPER_CRITERION, selection_label
 
 EDGE_COLUMNS = ["criterion", "method", "points", "p_values", "lam_values", "choices", "p_edge", "lam_edge",

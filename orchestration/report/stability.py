@@ -13,7 +13,7 @@ import pandas as pd
 
 from orchestration.report.aggregate import MISSING, _lam_text
 from orchestration.report.table_format import Table
-from orchestration.report.tables import method_list, method_name
+from orchestration.report.method_names import method_list, method_name
 from orchestration.selection import PAPER_CRITERION, selection_label
 
 STABILITY_COLUMNS = ["criterion", "dataset", "variant", "method", "p", "lam", "share", "n_modal", "n_seeds",

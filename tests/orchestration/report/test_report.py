@@ -273,7 +273,8 @@ def _grid_point(method, p, lam, seed, r5, val, dataset="d", variant="A"):
 
 
 def test_spearman_hand_computed_monotone_reversed_and_too_few_points():
-    from orchestration.report.tables import spearman_data, spearman_table, to_latex, to_markdown
+    from orchestration.report.spearman import spearman_data, spearman_table
+    from orchestration.report.tables import to_latex, to_markdown
     rows = []
     r5 = [0.1, 0.2, 0.3, 0.4]
     for i, (p, lam) in enumerate([(10, 0.7), (10, 0.8), (20, 0.7), (20, 0.8)]):
@@ -303,7 +304,7 @@ def test_spearman_hand_computed_monotone_reversed_and_too_few_points():
 
 
 def test_spearman_pooled_across_methods_and_mean_over_seeds():
-    from orchestration.report.tables import spearman_data, spearman_table
+    from orchestration.report.spearman import spearman_data, spearman_table
     rows = []
     for seed in (0, 1):
         # poxm and banditnet together: criterion order equals R@5 order over all 4 points -> +1 pooled
@@ -555,7 +556,7 @@ def test_spearman_matches_scipy_with_ties_constants_and_missing():
 
     from scipy.stats import spearmanr
 
-    from orchestration.report.tables import _spearman
+    from orchestration.report.spearman import _spearman
     rng = np.random.default_rng(7)
     for trial in range(400):
         n = int(rng.integers(3, 40))

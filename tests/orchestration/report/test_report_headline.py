@@ -12,8 +12,8 @@ import pytest
 from orchestration.report import build_report
 from orchestration.report import figures as F
 from orchestration.report.aggregate import expected_from_rows, seed_stats
-from orchestration.report.tables import (greedy_logging_name, headline_table, logging_policy_values,
-                                         logging_stats_table, metric_table)
+from orchestration.report.logging_table import logging_policy_values, logging_stats_table
+from orchestration.report.tables import greedy_logging_name, headline_table, metric_table
 from orchestration.selection import select, selected_rows
 from poxm_core.common.results import make_row, to_frame
 

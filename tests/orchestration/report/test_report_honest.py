@@ -131,7 +131,7 @@ def test_gap_share_caption_at_one_seed_promises_no_range():
 
 
 def test_claims_sentence_below_three_seeds_promises_no_interval(tmp_path):
-    from orchestration.report.build import _claims_blocks
+    from orchestration.report.blocks import claims_blocks as _claims_blocks
     from orchestration.report.claims import CLAIM_COLUMNS
 
     def blocks(n):

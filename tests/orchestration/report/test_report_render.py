@@ -16,7 +16,8 @@ from orchestration.report.accuracy_figure import bias_trend, target_note
 from orchestration.report.aggregate import bootstrap_ci, expected_from_grid, seed_stats
 from orchestration.report.figure_common import spread_note
 from orchestration.report.index import render_html
-from orchestration.report.tables import logging_stats_table, metric_table
+from orchestration.report.logging_table import logging_stats_table
+from orchestration.report.tables import metric_table
 from orchestration.selection import select, selected_rows
 from poxm_core.common.results import make_row, to_frame
 
