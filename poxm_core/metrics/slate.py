@@ -11,6 +11,7 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -238,6 +239,106 @@ def _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, out_rows=Non
         _first_rows(out_rows, a, p_hit, (pr * w).sum(1))
 
 
+def _chunk_rows(Y, m: int, S: int, kmax: int, exact: bool, device, chunk_elems: int) -> int:
+    """Rows per chunk: the working arrays of one chunk hold about `chunk_elems` elements (on a GPU more,
+    unless the caller set them: a chunk costs a few hundred kernels whatever its size). Monte-Carlo
+    chunks are whole noise blocks, so the draws do not depend on the chunking."""
+    if exact:
+        r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
+        budget = GPU_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
+        return max(1, budget // elements_per_row(m, max(r, 1), kmax))
+    budget = GPU_MC_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
+    return max(1, budget // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
+
+
+def _per_instance_arrays(per_instance: dict | None, ks: list[int], n: int) -> dict[tuple[str, int], np.ndarray]:
+    """{(name, k): zeros(n)} for each metric `per_instance` names; an unknown name is an input error."""
+    want = {}
+    for name in (per_instance or {}):
+        nm, _, k = name.partition("@")
+        if nm not in NAMES or not k.isdigit() or int(k) not in ks:
+            raise PoxmInputError(f"per_instance: {name!r} is not one of the computed metrics "
+                                 f"{[f'{x}@{k}' for x in NAMES for k in ks]}")
+        want[nm, int(k)] = np.zeros(n)
+    return want
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """One call's checked inputs, cut into chunks of `chunk` rows that are computed independently."""
+    Y: object
+    support: np.ndarray
+    probs: np.ndarray
+    inv: np.ndarray
+    ks: list[int]
+    S: int
+    seed: int
+    exact: bool
+    chunk: int
+    device: object
+    want: dict                  # per-instance arrays to fill ({} for none)
+
+    def sums(self, a: int):
+        """Chunk [a, a + chunk)'s (sum of best_i per k, additions to est, additions to var)."""
+        n, L = self.Y.shape
+        kmax, m = self.ks[-1], self.support.shape[1]
+        cd = discount_cumsum(kmax)
+        disc = np.diff(cd)
+        b = min(n, a + self.chunk)
+        keys = true_keys(self.Y, a, b)
+        ny, best = truth_summaries(keys, b - a, L, self.inv, kmax)
+        idcg = cd[np.minimum(np.arange(1, kmax + 1)[None, :], ny[:, None])]
+        pr = self.probs[a:b]
+        hit = member(keys, self.support[a:b], L)
+        w = np.where(hit, self.inv[np.maximum(self.support[a:b], 0)], 0.0)
+        e = {(nm, k): 0.0 for nm in NAMES for k in self.ks}
+        v = {(nm, k): 0.0 for nm in NAMES for k in self.ks}
+        want, kk = self.want or None, min(kmax, m)
+        if self.exact:
+            _exact_chunk(pr, hit, w, self.ks, idcg, disc, e, self.device, want, a)
+        elif self.device is not None:
+            _mc_chunk_torch(pr, hit, w, self.ks, idcg, disc, self.seed, a, self.S, kk, e, v, self.device, want)
+        else:
+            _mc_chunk(pr, hit, w, self.ks, idcg, disc, self.seed, a, self.S, kk, e, v, want)
+        return best.sum(0), e, v
+
+    def totals(self):
+        """(est, var, sum of best_i per k) over every chunk. On the CPU the chunks run on a thread pool
+        (NumPy's large array operations release the GIL); their sums are added in chunk order, so the
+        result is the same float for float as the sequential loop's."""
+        est = {(nm, k): 0.0 for nm in NAMES for k in self.ks}
+        var = {(nm, k): 0.0 for nm in NAMES for k in self.ks}
+        best_sum = np.zeros(self.ks[-1])
+        starts = range(0, self.Y.shape[0], self.chunk)
+        for best_c, e, v in (map(self.sums, starts) if self.device is not None else _map_chunks(self.sums, starts)):
+            best_sum += best_c
+            for key in est:
+                est[key] += e[key]
+                var[key] += v[key]
+        return est, var, best_sum
+
+
+def _estimates(est: dict, var: dict, best_sum: np.ndarray, ks: list[int], n: int, S: int,
+               exact: bool) -> dict[str, float]:
+    """Each metric's value (PSR over the sum of best_i, the others over n) and its standard error:
+    0 where exact, nan for one slate, else the Monte-Carlo error."""
+    out: dict[str, float] = {}
+    for k in ks:
+        mc = not exact and k > 1
+        for nm in NAMES:
+            den = (best_sum[k - 1] if nm == "PSR" else n)
+            value = est[nm, k] / den if den > 0 else 0.0
+            if not mc:
+                se = 0.0
+            elif S == 1:
+                se = math.nan
+            else:
+                se = math.sqrt(var[nm, k] / S) / den if den > 0 else 0.0
+            out[f"{nm}@{k}"] = float(value)
+            out[f"{nm}@{k}_se"] = float(se)
+    return out
+
+
 def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int = 32, seed: int = 0,
                        exact_budget: int = EXACT_BUDGET, *, chunk_elems: int = CHUNK_ELEMS,
                        device=None, per_instance: dict | None = None) -> dict[str, float]:
@@ -275,7 +376,6 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     Y = check_labels(Y)
     n, L = Y.shape
     ks = check_ks(ks)
-    kmax = ks[-1]
     support = check_ids("support", support, L, n)
     probs = check_probs(support, probs)
     inv = check_inv_prop(inv_prop, L)
@@ -284,73 +384,12 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     exact_budget = check_count("exact_budget", exact_budget, 0)
     chunk_elems = check_count("chunk_elems", chunk_elems, 1)
     m = support.shape[1]
-    kk = min(kmax, m)
-    cd = discount_cumsum(kmax)
-    disc = np.diff(cd)
-    exact = kmax == 1 or n * m <= exact_budget
-    if exact:
-        r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
-        # on a GPU larger chunks: the quadrature is a few hundred small kernels a chunk whatever its size
-        budget = GPU_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
-        chunk = max(1, budget // elements_per_row(m, max(r, 1), kmax))
-    else:
-        budget = GPU_MC_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
-        chunk = max(1, budget // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
-
-    want = {}
-    for name in (per_instance or {}):
-        nm, _, k = name.partition("@")
-        if nm not in NAMES or not k.isdigit() or int(k) not in ks:
-            raise PoxmInputError(f"per_instance: {name!r} is not one of the computed metrics "
-                                 f"{[f'{x}@{k}' for x in NAMES for k in ks]}")
-        want[nm, int(k)] = np.zeros(n)
-
-    def one(a: int):
-        """The chunk's (sum of best_i, additions to est, additions to var): chunks are independent."""
-        b = min(n, a + chunk)
-        keys = true_keys(Y, a, b)
-        ny, best = truth_summaries(keys, b - a, L, inv, kmax)
-        idcg = cd[np.minimum(np.arange(1, kmax + 1)[None, :], ny[:, None])]
-        pr = probs[a:b]
-        hit = member(keys, support[a:b], L)
-        w = np.where(hit, inv[np.maximum(support[a:b], 0)], 0.0)
-        e = {(nm, k): 0.0 for nm in NAMES for k in ks}
-        v = {(nm, k): 0.0 for nm in NAMES for k in ks}
-        if exact:
-            _exact_chunk(pr, hit, w, ks, idcg, disc, e, device, want or None, a)
-        elif device is not None:
-            _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, device, want or None)
-        else:
-            _mc_chunk(pr, hit, w, ks, idcg, disc, seed, a, S, kk, e, v, want or None)
-        return best.sum(0), e, v
-
-    est = {(nm, k): 0.0 for nm in NAMES for k in ks}
-    var = {(nm, k): 0.0 for nm in NAMES for k in ks}
-    best_sum = np.zeros(kmax)
-    # chunks run on a thread pool (NumPy's large array operations release the GIL); their sums are
-    # added in chunk order, so the result is the same float for float as the sequential loop's
-    starts = range(0, n, chunk)
-    for best_c, e, v in (map(one, starts) if device is not None else _map_chunks(one, starts)):
-        best_sum += best_c
-        for key in est:
-            est[key] += e[key]
-            var[key] += v[key]
-
-    out: dict[str, float] = {}
-    for k in ks:
-        mc = not exact and k > 1
-        for nm in NAMES:
-            den = (best_sum[k - 1] if nm == "PSR" else n)
-            value = est[nm, k] / den if den > 0 else 0.0
-            if not mc:
-                se = 0.0
-            elif S == 1:
-                se = math.nan
-            else:
-                se = math.sqrt(var[nm, k] / S) / den if den > 0 else 0.0
-            out[f"{nm}@{k}"] = float(value)
-            out[f"{nm}@{k}_se"] = float(se)
+    exact = ks[-1] == 1 or n * m <= exact_budget
+    want = _per_instance_arrays(per_instance, ks, n)
+    chunks = _Chunks(Y, support, probs, inv, ks, S, seed, exact, _chunk_rows(Y, m, S, ks[-1], exact, device, chunk_elems),
+                     device, want)
+    est, var, best_sum = chunks.totals()
     for (nm, k), arr in want.items():    # PSR: each row's numerator over the mean denominator
         den = best_sum[k - 1] / n if nm == "PSR" else 1.0
         per_instance[f"{nm}@{k}"] = arr / den if den > 0 else np.zeros(n)
-    return out
+    return _estimates(est, var, best_sum, ks, n, S, exact)
