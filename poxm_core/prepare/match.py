@@ -129,10 +129,8 @@ class MatchProblem:
                                          np.full(self.cand.shape, 1.0 / self.cand.shape[1]))) / self.reference_p5
 
 
-def solve_temperature(problem: MatchProblem, target: float, where: str, tol: float = TOL,
-                      say: Callable[[str], None] | None = None) -> dict:
-    """The T at which problem.ratio(T) is within `tol` of `target`, and what the manifest records.
-    `where` names the dataset, variant and config key in an error (one line, PoxmInputError)."""
+def _limits_around(problem: MatchProblem, target: float, where: str) -> tuple[float, float]:
+    """(the ratio as T -> 0, as T -> inf), once `target` lies strictly between them; else one line."""
     if not problem.reference_p5 > 0:
         raise PoxmInputError(f"{where}: the supervised reference's P@5 on the {problem.Y.shape[0]} held-out "
                              f"training rows is 0; no ratio to match")
@@ -142,6 +140,45 @@ def solve_temperature(problem: MatchProblem, target: float, where: str, tol: flo
             f"{where}: target {target:g} is out of reach: this logging model's rho reaches ratios between "
             f"{rinf:.4f} (T -> inf, uniform over C(x)) and {r0:.4f} (T -> 0, greedy) on "
             f"{problem.Y.shape[0]} held-out training rows (reference P@5 {problem.reference_p5:.4f})")
+    return r0, rinf
+
+
+def _root_on_log_T(f: Callable[[float], float], tol: float, out_of_range: Callable[[], Exception]) -> None:
+    """Drive f(log T) = ratio - target to within `tol`, starting at T = 1: bracket by steps of _STEP
+    (within [T_MIN, T_MAX], else `out_of_range()` is raised), then Illinois. The caller reads the
+    point that stopped the solve from its own trace of f's evaluations."""
+    x = 0.0
+    fx = f(x)
+    if abs(fx) <= tol:
+        return
+    # bracket: a sharper T where the ratio is above the target, a flatter one where it is below
+    step = _STEP if fx > 0 else -_STEP
+    a, fa = x, fx
+    while True:
+        b = a + step
+        if not math.log(T_MIN) - 1e-12 <= b <= math.log(T_MAX) + 1e-12:
+            raise out_of_range()
+        fb = f(b)
+        if abs(fb) <= tol or (fb > 0) != (fa > 0):
+            break
+        a, fa = b, fb
+    x, fx = b, fb
+    # Illinois (regula falsi with the retained end's value halved) on log T
+    while abs(fx) > tol:
+        c = x - fx * (x - a) / (fx - fa)
+        fc = f(c)
+        if (fc > 0) != (fx > 0):
+            a, fa = x, fx
+        else:
+            fa /= 2.0
+        x, fx = c, fc
+
+
+def solve_temperature(problem: MatchProblem, target: float, where: str, tol: float = TOL,
+                      say: Callable[[str], None] | None = None) -> dict:
+    """The T at which problem.ratio(T) is within `tol` of `target`, and what the manifest records.
+    `where` names the dataset, variant and config key in an error (one line, PoxmInputError)."""
+    r0, rinf = _limits_around(problem, target, where)
     trace: list[tuple[float, float]] = []
 
     def f(x: float) -> float:
@@ -160,30 +197,7 @@ def solve_temperature(problem: MatchProblem, target: float, where: str, tol: flo
                               f"T -> 0 ({r0:.4f}) but no T in [{T_MIN:g}, {T_MAX:g}] reaches it (ratio "
                               f"{r:.4f} at T = {T:g})")
 
-    x = 0.0
-    fx = f(x)
-    if abs(fx) > tol:
-        # bracket: a sharper T where the ratio is above the target, a flatter one where it is below
-        step = _STEP if fx > 0 else -_STEP
-        a, fa = x, fx
-        while True:
-            b = a + step
-            if not math.log(T_MIN) - 1e-12 <= b <= math.log(T_MAX) + 1e-12:
-                raise out_of_range()
-            fb = f(b)
-            if abs(fb) <= tol or (fb > 0) != (fa > 0):
-                break
-            a, fa = b, fb
-        x, fx = b, fb
-        # Illinois (regula falsi with the retained end's value halved) on log T
-        while abs(fx) > tol:
-            c = x - fx * (x - a) / (fx - fa)
-            fc = f(c)
-            if (fc > 0) != (fx > 0):
-                a, fa = x, fx
-            else:
-                fa /= 2.0
-            x, fx = c, fc
+    _root_on_log_T(f, tol, out_of_range)
     T, ratio = trace[-1]            # the last point evaluated is the one that stopped the solve
     pts = sorted(trace)
     monotone = all(r2 <= r1 + 1e-9 for (_, r1), (_, r2) in zip([(0.0, r0)] + pts, pts + [(math.inf, rinf)]))
