@@ -18,6 +18,11 @@ Printed and written (--json): both wall times, `gpu_sweep_vs_plain_throughput` =
 and the sweep's orchestration share
 (benchmarks/orchestration_share.py: the share of the sweep's wall time with no trial computing).
 --perf merges both figures into docs/benchmarks/perf.json (card, GPU count, date, commit, command).
+A config of more trials than slots is named by its waves: `..._3waves` (target >= 1.0: reused processes
+pay off). --plain-only and then --plain-seconds split the two sides over two calls of the same machine
+(a device call's time limit). --executors tune,train runs the sweep once under each executor against one plain run (the
+first named gives the figure; each one's figures under `by_executor`), and prints each trial's GPU
+memory estimate beside its measured peak and any trial that did not finish.
 When resources.mps is true, one MPS daemon serves both sides (started here if none runs).
 """
 from __future__ import annotations
@@ -96,11 +101,43 @@ def run_plain(config: str, overrides: list[str], specs, cache: Path, out: Path, 
     return wall
 
 
+def trial_memory(run_dir: Path) -> list[dict]:
+    """Each trial's GPU memory from its summary.json: the estimate before it ran and the measured peaks."""
+    out = []
+    for f in sorted((run_dir / "trials").glob("*/summary.json")):
+        mem = json.loads(f.read_text()).get("memory")
+        if mem:
+            out.append({"trial": f.parent.name, **mem})
+    return out
+
+
+def died(run_dir: Path) -> list[str]:
+    """Trials of the sweep without done.json (a plain process that fails stops the benchmark)."""
+    names = json.loads((run_dir / "sweep.json").read_text())["trials"]
+    return [n for n in names if not (run_dir / "trials" / n / "done.json").is_file()]
+
+
+def run_sweep(config: str, overrides: list[str], executor: str, sweep_dir: Path, cache: Path) -> tuple[float, Path]:
+    """Wall seconds of `poxm run` under `executor` (empty: the config's), and its run directory."""
+    out = sweep_dir / (executor or "default")
+    out.mkdir(parents=True, exist_ok=True)
+    extra = [f"resources.executor={executor}"] if executor else []
+    t = time.perf_counter()
+    subprocess.run(_poxm("run", config, *overrides, *extra, "--runs-dir", str(out), "--cache-dir", str(cache)),
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t, next(p for p in out.iterdir() if (p / "sweep.json").exists())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config")
     ap.add_argument("overrides", nargs="*", help="config overrides, the same for both sides")
     ap.add_argument("--runs-dir", required=True, help="an empty folder: cache/, sweep/, plain/ go there")
+    ap.add_argument("--executors", default="", help="comma-separated resources.executor values: the sweep "
+                    "once under each (one plain run for all; the first gives the figure); default: the config's")
+    ap.add_argument("--plain-seconds", type=float, help="the plain side's wall seconds, measured by an earlier "
+                    "call on the same machine (--plain-only): only the sweep runs now")
+    ap.add_argument("--plain-only", action="store_true", help="only the plain side: print its seconds")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--perf", help="merge the figures into this perf.json")
     a = ap.parse_args(argv)
@@ -110,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         d.mkdir(parents=True, exist_ok=True)
     cfg, specs = _trials(a.config, a.overrides)
     n_slots, slots = _slots(cfg)
-    print(f"{len(specs)} trials, {n_slots} at a time; device {cfg.device}", flush=True)
+    waves = -(-len(specs) // n_slots)
+    print(f"{len(specs)} trials, {n_slots} at a time ({waves} wave(s)); device {cfg.device}", flush=True)
 
     t = time.perf_counter()
     subprocess.run(_poxm("prepare", a.config, *a.overrides, "--cache-dir", str(cache)), check=True, cwd=ROOT,
@@ -123,23 +161,40 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.cluster.mps import mps_for_sweep
     mps = mps_for_sweep(cfg.device, bool(cfg.resources.mps), True, say=lambda m: None) \
         if cfg.device == "cuda" else nullcontext()
-    with mps:
-        t = time.perf_counter()
-        subprocess.run(_poxm("run", a.config, *a.overrides, "--runs-dir", str(sweep_dir), "--cache-dir", str(cache)),
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        sweep_s = time.perf_counter() - t
-        print(f"sweep    {sweep_s:7.1f} s (poxm run: Ray, trials, gather, report)", flush=True)
-        plain_s = run_plain(a.config, a.overrides, specs, cache, plain_dir, slots,
-                            threads=max(1, int(cfg.resources.cpus_per_trial or 1)))
-        print(f"plain    {plain_s:7.1f} s ({len(specs)} poxm train processes, {n_slots} at a time)", flush=True)
-    run_dir = next(p for p in sweep_dir.iterdir() if (p / "sweep.json").exists())
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from orchestration_share import share as orchestration_share
-    share = float(orchestration_share(run_dir)["orchestration_share"])
-    ratio = plain_s / sweep_s
+    runs: dict[str, dict] = {}
+    with mps:
+        if a.plain_only:
+            plain_s = run_plain(a.config, a.overrides, specs, cache, plain_dir, slots,
+                                threads=max(1, int(cfg.resources.cpus_per_trial or 1)))
+            print(f"plain    {plain_s:7.1f} s ({len(specs)} poxm train processes, {n_slots} at a time)", flush=True)
+            return 0
+        for ex in [e.strip() for e in a.executors.split(",")] if a.executors else [""]:
+            sweep_s, run_dir = run_sweep(a.config, a.overrides, ex, sweep_dir, cache)
+            runs[ex or "default"] = {"sweep_seconds": round(sweep_s, 1), "run_dir": run_dir,
+                                     "orchestration_share": round(float(orchestration_share(run_dir)["orchestration_share"]), 3),
+                                     "died": died(run_dir), "memory": trial_memory(run_dir)}
+            print(f"sweep    {sweep_s:7.1f} s (poxm run, executor {ex or 'default'}: Ray, trials, gather, report); "
+                  f"orchestration share {runs[ex or 'default']['orchestration_share']:.3f}", flush=True)
+        plain_s = a.plain_seconds or run_plain(a.config, a.overrides, specs, cache, plain_dir, slots,
+                                               threads=max(1, int(cfg.resources.cpus_per_trial or 1)))
+        print(f"plain    {plain_s:7.1f} s ({len(specs)} poxm train processes, {n_slots} at a time"
+              f"{', measured by an earlier call' if a.plain_seconds else ''})", flush=True)
+    for ex, r in runs.items():
+        r["plain_over_sweep"] = round(plain_s / r["sweep_seconds"], 3)
+        for m in r["memory"]:
+            print(f"  memory {ex} {m['trial']}: estimate {m['estimate_mb']:.0f} MB, peak "
+                  f"{m.get('peak_mb', float('nan')):.0f} MB (first epoch {m.get('peak_first_epoch_mb', float('nan')):.0f})")
+        if r["died"]:
+            print(f"  {ex}: {len(r['died'])} trial(s) did not finish: {', '.join(r['died'])}", flush=True)
+    first = next(iter(runs.values()))
+    ratio, share = first["plain_over_sweep"], first["orchestration_share"]
     kind = "gpu" if cfg.device == "cuda" else "cpu"     # the targets are the GPU's; a CPU run is named apart
-    print(f"{kind}_sweep_vs_plain_throughput {ratio:.3f} (GPU target >= 0.85); orchestration share {share:.3f} "
-          "(GPU target <= 0.10)", flush=True)
+    suffix = "" if waves == 1 else f"_{waves}waves"
+    target = ">= 0.85" if waves == 1 else ">= 1.0"
+    print(f"{kind}_sweep_vs_plain_throughput{suffix} {ratio:.3f} (GPU target {target}); orchestration share "
+          f"{share:.3f} (GPU target <= 0.10)", flush=True)
     card = "cpu"
     if cfg.device == "cuda":
         import torch
@@ -147,15 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip() or None
     common = {"card": card, "gpus": len({s for s in slots if s is not None}), "date": dt.date.today().isoformat(),
-              "commit": commit, "trials": len(specs), "slots": n_slots,
+              "commit": commit, "trials": len(specs), "slots": n_slots, "waves": waves,
               "command": "python benchmarks/sweep_vs_plain.py " + " ".join([a.config, *a.overrides])
-              + " --runs-dir <new folder>"}
-    figures = {f"{kind}_sweep_vs_plain_throughput": {"value": round(ratio, 3), "target": ">= 0.85",
-                                                    "sweep_seconds": round(sweep_s, 1), "plain_seconds": round(plain_s, 1),
-                                                    "prepare_seconds": round(prepare_s, 1), **common},
-               f"{kind}_orchestration_share": {"value": round(share, 3), "target": "<= 0.10", **common}}
+              + (f" --executors {a.executors}" if a.executors else "") + " --runs-dir <new folder>"}
+    by_ex = {ex: {k: v for k, v in r.items() if k not in ("run_dir", "memory")} for ex, r in runs.items()}
+    figures = {f"{kind}_sweep_vs_plain_throughput{suffix}": {
+                   "value": ratio, "target": target, "executor": next(iter(runs)),
+                   "sweep_seconds": first["sweep_seconds"], "plain_seconds": round(plain_s, 1),
+                   "prepare_seconds": round(prepare_s, 1), "by_executor": by_ex, **common},
+               f"{kind}_orchestration_share{suffix}": {"value": share, "target": "<= 0.10", **common}}
     if a.json:
-        Path(a.json).write_text(json.dumps(figures, indent=1) + "\n")
+        Path(a.json).write_text(json.dumps({**figures, "memory": {ex: r["memory"] for ex, r in runs.items()}},
+                                           indent=1) + "\n")
     if a.perf:
         from poxm_core.common.atomic import write_text
         perf = json.loads(Path(a.perf).read_text())

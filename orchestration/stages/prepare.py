@@ -77,6 +77,24 @@ def _prepare_remote(cfg_dict: dict, dataset: str, seed: int, cache_dir: str | No
             "timing": {"start": round(started, 3), "imported": round(imported, 3), "end": round(time.time(), 3)}}
 
 
+def cached_result(plan: SweepPlan, dataset: str, seed: int) -> dict | None:
+    """A (dataset, seed)'s task result read off the driver's cache when every variant of it is there
+    already (a repeated or resumed sweep): no task then, whose imports alone took seconds while it held a
+    trial's GPU share. None in storage mode (the driver does not read the nodes' caches) or when one is missing."""
+    if plan.storage is not None:
+        return None
+    from poxm_core.prepare.cache import is_complete, variant_record
+    from orchestration.stages.tune import variant_at
+
+    ats = {v.name: variant_at(plan.cfg, dataset, seed, v.name) for v in plan.cfg.dataset(dataset).variants}
+    cache = Path(plan.cache_dir)
+    if not all(is_complete(cache / rel) for at in ats.values() for rel in at.levels):
+        return None
+    now = round(time.time(), 3)
+    return {"variants": {v: variant_record(cache, cache / at.dir) for v, at in ats.items()}, "seconds": 0.0,
+            "timing": {"start": now, "imported": now, "end": now}}
+
+
 def task_resources(plan: SweepPlan) -> dict:
     """What one prepare task asks Ray for: a trial's CPUs and, when trials use a GPU, a trial's share of one."""
     r = plan.cfg.resources
@@ -116,12 +134,14 @@ class PrepareRun:
         self.plan, self.say = plan, say
         _FAILED.pop(str(plan.rd.root), None)      # this invocation's stages have not failed (yet)
         self.keys = [(d.name, s) for d in plan.cfg.datasets for s in plan.cfg.seeds]
+        cached = {k: r for k in self.keys if (r := cached_result(plan, *k)) is not None}
+        todo = [k for k in self.keys if k not in cached]
         per_task = task_resources(plan)
         self.overlapped = bool(overlap and plan.storage is None
-                               and fits_at_once(len(self.keys), per_task, ray.cluster_resources()))
+                               and (not todo or fits_at_once(len(todo), per_task, ray.cluster_resources())))
         self._pgs: dict = {}
-        if self.overlapped:
-            pgs = {k: placement_group([per_task]) for k in self.keys}
+        if self.overlapped and todo:
+            pgs = {k: placement_group([per_task]) for k in todo}
             ready, _ = ray.wait([pg.ready() for pg in pgs.values()], num_returns=len(pgs), timeout=RESERVE_TIMEOUT_S)
             if len(ready) == len(pgs):
                 self._pgs = pgs
@@ -133,8 +153,8 @@ class PrepareRun:
         cfg_dict = config_input(plan.cfg)
         store = plan.storage
         cache = None if store is not None else str(plan.cache_dir)
-        self.refs = {}
-        for k in self.keys:
+        self.refs = {k: ray.put(r) for k, r in cached.items()}
+        for k in todo:
             opts = {}
             if k in self._pgs:
                 opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(self._pgs[k], placement_group_bundle_index=0)

@@ -1,9 +1,10 @@
 """How a job's trials talk to Ray: reports (metrics, with a checkpoint or not) and the latest checkpoint
 to continue from. Two executors (resources.executor):
 
-- 'train' (default): the trials run in the one worker of a Ray Train job (`ray.train.report`,
+- 'train': the trials run in the one worker of a Ray Train job (`ray.train.report`,
   `ray.train.get_checkpoint`); Ray Train names each checkpoint folder as asked ('<trial>.epoch_XXXX').
-- 'tune': the trials run in Ray Tune's trial process itself, a function trainable holding the trial's
+- 'tune' (the default, DEFAULT_EXECUTOR: measured faster on a GPU, docs/orchestration.md): the trials run
+  in Ray Tune's trial process itself, a function trainable holding the trial's
   CPUs and GPU (`ray.tune.report`, `ray.tune.get_checkpoint`): no Ray Train controller, worker group or
   worker process to start. Tune names checkpoint folders itself, so the name a checkpoint would have had
   is written into it (OWNER_FILE) and read back from there.
@@ -16,12 +17,19 @@ from __future__ import annotations
 from pathlib import Path
 
 EXECUTORS = ("train", "tune")
+DEFAULT_EXECUTOR = "tune"      # resources.executor unset
+TUNE_REPORT_S = 10.0           # under 'tune', an epoch report waits for Tune's loop to take it: at most one this often
+
+
+def executor_of(resources) -> str:
+    """resources.executor, or the default when unset."""
+    return getattr(resources, "executor", None) or DEFAULT_EXECUTOR
 OWNER_FILE = "ray_checkpoint_name"     # in a checkpoint reported to Tune: the name Ray Train would have given it
 
 
 class RaySession:
     def __init__(self, executor: str | None = "train"):
-        executor = executor or "train"
+        executor = executor or DEFAULT_EXECUTOR
         if executor not in EXECUTORS:
             raise ValueError(f"resources.executor={executor!r}: expected one of {', '.join(EXECUTORS)}")
         self.executor = executor

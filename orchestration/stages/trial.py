@@ -39,7 +39,7 @@ from orchestration.stages.epoch_reports import CRASH_ENV as CRASH_ENV, crash_spe
 from orchestration.stages.epoch_reports import EpochReports, crashes_after as crashes_after
 from orchestration.cluster.mps import MPS_LIMIT_ENV
 from orchestration.stages.packing import card_bytes, is_oom, mps_memory_limit, record_oom
-from orchestration.stages.ray_session import RaySession, checkpoint_name
+from orchestration.stages.ray_session import TUNE_REPORT_S, RaySession, checkpoint_name, executor_of
 from orchestration.stages.report_pace import ReportPace
 from orchestration.rundir import read_json
 # a trial's files: re-exported, tune.py, the tests and the benchmarks name them through this stage
@@ -83,7 +83,8 @@ def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> N
         ckpt_trial = base.rpartition(".epoch_")[0] if ".epoch_" in base else members[0].name
     loaded: dict = {}                 # the last prepared variant loaded: {variant_dir: Prepared}
     head_epochs = 0                   # of this job, for the progress bar
-    pace = ReportPace()               # epoch reports only as often as Ray Train takes them
+    # epoch reports only as often as Ray Train takes them; under Tune, whose report waits for its loop, rarer
+    pace = ReportPace(TUNE_REPORT_S if session.executor == "tune" else None)
     for i, m in enumerate(members):
         files = TrialFiles(m.name, job.run_root, job.storage)
         n_heads = len(m.spec["heads"])
@@ -280,7 +281,7 @@ def drive_trial(config: dict, sweep: SweepInputs) -> None:
     share = float(config["trial"].get("gpu", sweep.resources.gpus_per_trial))     # packing.py
     limit = mps_limit(sweep, share)
     try:
-        if (sweep.resources.executor or "train") == "tune":
+        if executor_of(sweep.resources) == "tune":
             if limit is not None:      # this process is the MPS client: its limit before its CUDA context
                 os.environ.setdefault(MPS_LIMIT_ENV, limit)
             worker_loop({"job": job}, RaySession("tune"))

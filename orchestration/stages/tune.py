@@ -10,6 +10,7 @@ from ray.tune import Callback
 
 from orchestration.stages.handoff import PreparedAt, SweepInputs
 from orchestration.stages.plan import SweepPlan
+from orchestration.stages.ray_session import executor_of
 
 DRIVER_MEMORY = 64 * 1024 ** 2   # the Tune driver actor of a trial asks for memory only, no CPU (see trial_resources)
 TUNE_NAME = "tune"
@@ -186,7 +187,7 @@ def trial_resources(plan: SweepPlan, gpu: float | None = None) -> dict:
     trials run in the Tune trial's own process, which holds the trial's CPUs and GPU. `gpu`: the job's GPU
     share (packing.py: by memory as well as by count), default resources.gpus_per_trial."""
     res = plan.cfg.resources
-    return job_resources(res.executor or "train", res.cpus_per_trial, res.gpus_per_trial if gpu is None else gpu)
+    return job_resources(executor_of(res), res.cpus_per_trial, res.gpus_per_trial if gpu is None else gpu)
 
 
 def job_resources(executor: str, cpus: float, gpu: float) -> dict:
@@ -213,9 +214,9 @@ def make_tuner(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
     from orchestration.stages.trial import drive_trial, trial_dirname
 
     res = plan.cfg.resources
-    bundle = functools.partial(_job_bundle, res.executor or "train", res.cpus_per_trial, res.gpus_per_trial)
+    bundle = functools.partial(_job_bundle, executor_of(res), res.cpus_per_trial, res.gpus_per_trial)
     trainable = ray.tune.with_resources(ray.tune.with_parameters(drive_trial, sweep=sweep), bundle)
-    in_tune = (plan.cfg.resources.executor or "train") == "tune"
+    in_tune = executor_of(plan.cfg.resources) == "tune"
     storage = ray_storage(plan)
     path = f"{storage}/{name}"
     if restore and ray.tune.Tuner.can_restore(path):

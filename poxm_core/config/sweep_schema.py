@@ -134,9 +134,10 @@ class ResourcesConfig(_Strict):
                     "trial is of one dataset with the same heads")
     executor: Literal["train", "tune"] | None = Field(
         None, exclude_if=_unset,
-        description="where a job's trials run: 'train' (default) in the one worker of a Ray Train job; 'tune' in Ray "
-                    "Tune's trial process itself, which then holds the trial's CPUs and GPU (no Ray Train controller "
-                    "or worker group to start a job; Tune's retries instead of Ray Train's; docs/orchestration.md)")
+        description="where a job's trials run: 'tune' (default: measured faster on a GPU) in Ray Tune's trial "
+                    "process itself, which then holds the trial's CPUs and GPU (no Ray Train controller or worker "
+                    "group to start a job; Tune's retries instead of Ray Train's); 'train' in the one worker of a Ray "
+                    "Train job (docs/orchestration.md)")
     mps: bool | None = Field(
         None, exclude_if=_unset,
         description="true: trials sharing a GPU run under NVIDIA's Multi-Process Service (a local sweep starts its "

@@ -26,7 +26,8 @@ def test_a_checkpoints_name_is_its_folders_or_its_owner_files(tmp_path):
 
 
 def test_the_executor_is_named_when_unknown():
-    assert RaySession(None).executor == "train" and RaySession("tune").executor == "tune"
+    # unset: the default, 'tune' (measured faster on a GPU: docs/orchestration.md)
+    assert RaySession(None).executor == "tune" and RaySession("train").executor == "train"
     with pytest.raises(ValueError, match="resources.executor='ray': expected one of train, tune"):
         RaySession("ray")
 
@@ -49,6 +50,7 @@ def test_a_tune_trial_asks_for_the_trials_resources_only_with_the_tune_executor(
 
     def plan(**r):
         return SimpleNamespace(cfg=SimpleNamespace(resources=ResourcesConfig(**r)))
-    assert trial_resources(plan(cpus_per_trial=2, gpus_per_trial=0.25)) == {"memory": DRIVER_MEMORY}
+    assert trial_resources(plan(cpus_per_trial=2, gpus_per_trial=0.25, executor="train")) == {"memory": DRIVER_MEMORY}
+    assert trial_resources(plan(cpus_per_trial=2, gpus_per_trial=0.25)) == {"CPU": 2, "GPU": 0.25}    # the default
     assert trial_resources(plan(cpus_per_trial=2, gpus_per_trial=0.25, executor="tune")) == {"CPU": 2, "GPU": 0.25}
     assert trial_resources(plan(cpus_per_trial=1, executor="tune")) == {"CPU": 1}
