@@ -157,7 +157,7 @@ def _outcome(out) -> int:
     if out.ok:
         return 0
     print(f"poxm: {len(out.errored)} trial(s) errored, {out.n_trials - len(out.done)} not done; "
-          f"see `{cmd} status {out.run_dir}`, fix, then `{cmd} resume {out.run_dir}`", file=sys.stderr)
+          f"see `{cmd} status {out.run_dir}`, fix, then `{_resume_command(out.run_dir)}`", file=sys.stderr)
     return EXIT_TRIALS_FAILED
 
 
@@ -175,6 +175,16 @@ def check_port_free(host: str, port: int) -> None:
         except OSError as exc:
             raise PoxmInputError(f"--port {port}: {host}:{port} is not free ({exc.strerror}); "
                                  f"pick another, e.g. --port {port + 1}") from None
+
+
+def _resume_command(run_dir) -> str:
+    """The resume that continues `run_dir`, with the flags it needs (orchestration.status.resume_command)."""
+    from orchestration.rundir import RunDir
+    from orchestration.status import resume_command
+    try:
+        return resume_command(RunDir(Path(run_dir).resolve()))
+    except PoxmInputError:        # an odd record: the plain command, whose first check names it
+        return f"{poxm_command()} resume {run_dir}"
 
 
 def cmd_status(a) -> int:

@@ -143,13 +143,17 @@ def status_text(run_dir) -> str:
     return "\n".join(lines)
 
 
-def resume_advice(rd: RunDir, rows: list[dict], ml: dict) -> list[str]:
-    """The `poxm resume` that continues this run, with every flag it needs: what the run names and poxm
-    takes only from the user (plugins, storage path, tracking URI, prepare cache) is named on the
-    command line, and what would refuse it (a ray/ folder inside) is said first. Without them the
+def resume_flags(rd: RunDir, ml: dict | None = None) -> tuple[list[str], list[str]]:
+    """(flags, what they vouch for) of the `poxm resume` this run needs: what the run names and poxm
+    takes only from the user (plugins, storage path, tracking URI, prepare cache); without them the
     resume would stop at its first check."""
-    from orchestration.cli_commands import poxm_command
     from orchestration.tracking.store import is_run_dir_store
+    if ml is None:
+        try:
+            ml = read_json(rd.mlflow_runs, {}) or {}
+        except PoxmInputError:
+            ml = {}
+    ml = ml if isinstance(ml, dict) else {}
     rec = rd.recorded()
     flags, why = [], []
     if rec.get("plugins"):
@@ -166,12 +170,24 @@ def resume_advice(rd: RunDir, rows: list[dict], ml: dict) -> list[str]:
     if cache and Path(cache).expanduser().resolve() != rd.root.parent / "cache":
         flags.append(f"--cache-dir {cache}")
         why.append("prepare cache")
+    return flags, why
+
+
+def resume_command(rd: RunDir, ml: dict | None = None) -> str:
+    """The `poxm resume` that continues this run (resume_flags), as this shell calls poxm."""
+    from orchestration.cli_commands import poxm_command
+    return " ".join([poxm_command(), "resume", str(rd.root), *resume_flags(rd, ml)[0]])
+
+
+def resume_advice(rd: RunDir, rows: list[dict], ml: dict) -> list[str]:
+    """The resume that continues this run, with every flag it needs (resume_flags), after what would
+    refuse it (a ray/ folder inside, an input error a trial names)."""
+    why = resume_flags(rd, ml)[1]
     out = []
     if (rd.root / "ray").exists():
         out.append(f"first remove {rd.root / 'ray'} (Ray's saved state never lives in a run directory)")
     if any(r.get("input_error") for r in rows):
         out.append("first fix the input each errored trial names above")
-    cmd = " ".join([poxm_command(), "resume", str(rd.root), *flags])
-    out.append(f"continue with: {cmd}" + (f"   (the run's {', '.join(why)}: give them only if they are yours)"
-                                         if why else ""))
+    out.append(f"continue with: {resume_command(rd, ml)}" + (f"   (the run's {', '.join(why)}: give them only if "
+                                                              "they are yours)" if why else ""))
     return out

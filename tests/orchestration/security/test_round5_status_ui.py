@@ -122,3 +122,17 @@ def test_fault_injection_switches_say_they_are_on(tmp_path, capsys, monkeypatch,
     lines = err.strip().splitlines()
     assert lines[0].startswith(f"poxm: warning: fault injection {epoch_reports.CRASH_ENV}='2' is set")
     assert len(lines) == 2 and lines[1].startswith("poxm: error: ")
+
+
+def test_the_end_of_a_failed_sweep_names_the_resume_that_works(tmp_path, capsys):
+    """A sweep run with its own --cache-dir ends with errored trials: the resume it suggests gives that
+    cache (without it, resume refuses the recorded one in one line)."""
+    from types import SimpleNamespace
+
+    from orchestration.cli_commands import _outcome
+    rd = planned(tmp_path)
+    write_json(rd.sweep, {**rd.read_sweep(), "cache_dir": str(tmp_path / "big-cache")})
+    out = SimpleNamespace(run_dir=rd.root, report=None, ok=False, errored=["t"], n_trials=2, done=["u"])
+    assert _outcome(out) == 1
+    err = capsys.readouterr().err
+    assert f"resume {rd.root} --cache-dir {tmp_path / 'big-cache'}`" in err, err
