@@ -243,38 +243,64 @@ def exposure_line(host: str, port: int) -> str | None:
             "tunnel to browse from elsewhere")
 
 
-def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
-    """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed."""
-    from orchestration.rundir import RunDir, read_json
-    from orchestration.tracking.store import browse_copy, checked_uri, is_run_dir_store, safe_uri
+def _store_to_serve(rd, ml: dict, exp_id: str, say) -> str | None:
+    """The URI of the store `poxm ui` serves: the one mlflow_runs.json records when it is the run
+    directory's own or another sqlite file you give (checked_uri), else run_dir/mlflow.db (one line when
+    there is none yet). None when the sweep logs to a server: its runs' address is said instead
+    (nothing is sent to it, and no credentials are shown)."""
+    from orchestration.tracking.store import checked_uri, is_run_dir_store, safe_uri
 
-    rd = RunDir.existing(run_dir)
-    ml = read_json(rd.mlflow_runs, {}) or {}
-    ml = ml if isinstance(ml, dict) else {}
     recorded = str(ml.get("tracking_uri") or "")
-    exp_id = str(ml.get("experiment_id", ""))
     if recorded and not is_run_dir_store(rd.root, recorded) and not recorded.startswith("sqlite:"):
-        # a server: only shown (nothing is sent to it), without credentials
         say(f"this sweep logs to {safe_uri(recorded)}: its runs: {runs_url(safe_uri(recorded), exp_id or '?')}")
-        return 0
+        return None
     uri = checked_uri(rd.root, ml) if recorded else None     # another sqlite file: only the one you give
     if uri is None:
         if not rd.mlflow_db.is_file():
             raise PoxmInputError(f"{rd.mlflow_db}: no MLflow store yet (has the sweep started?)")
         uri = "sqlite:///" + str(rd.mlflow_db)
+    return uri
+
+
+def _browsed(rd, uri: str, copy_dir: tempfile.TemporaryDirectory) -> str:
+    """The URI to serve: the run directory's own store is never written here (a read-only archive or a
+    copied run), so it is served from a relocated copy in `copy_dir`; any other store as it is."""
+    from orchestration.tracking.store import browse_copy, is_run_dir_store
+
+    if not is_run_dir_store(rd.root, uri):
+        return uri
+    try:
+        return browse_copy(rd.root, Path(copy_dir.name))
+    except BaseException:
+        copy_dir.cleanup()
+        raise
+
+
+def _say_failure(exc: Exception, log) -> None:
+    """The server's failure in one line, with the last lines it wrote (its banner and warnings)."""
+    log.seek(0)
+    tail = log.read().strip().splitlines()[-15:]
+    print(f"poxm: error: {exc}" + "".join(f"\n  {line}" for line in tail), file=sys.stderr)
+
+
+def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
+    """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed."""
+    from orchestration.rundir import RunDir, read_json
+
+    rd = RunDir.existing(run_dir)
+    ml = read_json(rd.mlflow_runs, {}) or {}
+    ml = ml if isinstance(ml, dict) else {}
+    exp_id = str(ml.get("experiment_id", ""))
+    uri = _store_to_serve(rd, ml, exp_id, say)
+    if uri is None:
+        return 0
     exposed = exposure_line(host, port)
     if exposed:
         print(exposed, file=sys.stderr, flush=True)
     if check_port is not None:
         check_port(host, port)          # a busy or invalid port: one line, exit 2 (orchestration.cli)
     copy_dir = tempfile.TemporaryDirectory(prefix="poxm-ui-")
-    if is_run_dir_store(rd.root, uri):
-        # never written here: a read-only archive or a copied run is served from a relocated copy
-        try:
-            uri = browse_copy(rd.root, Path(copy_dir.name))
-        except BaseException:
-            copy_dir.cleanup()
-            raise
+    uri = _browsed(rd, uri, copy_dir)
     log = tempfile.TemporaryFile(mode="w+", prefix="poxm-ui-")   # the server's banner and warnings
     inner = free_port()        # the MLflow server; the user's host:port is the proxy's (module doc)
     proc = subprocess.Popen(server_command(uri, "127.0.0.1", inner, rd.mlartifacts), env=server_env(),
@@ -297,9 +323,7 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
             start_proxy(host, port, inner, sweep_view(rd, ml, exp_id))
         except (RuntimeError, OSError) as exc:
             stop_group(proc)
-            log.seek(0)
-            tail = log.read().strip().splitlines()[-15:]
-            print(f"poxm: error: {exc}" + "".join(f"\n  {line}" for line in tail), file=sys.stderr)
+            _say_failure(exc, log)
             return 1
         url = runs_url(base, exp_id) if exp_id else base
         say(f"MLflow UI: {url}", flush=True)
