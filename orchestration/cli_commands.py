@@ -82,6 +82,9 @@ def _check_resume_inputs(a, plan) -> None:
             uri = checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
             if uri is not None:
                 check_mlflow_uri(uri, "the run's MLflow store")
+            elif os.environ.get("MLFLOW_TRACKING_URI"):     # what the sweep will use (orchestration.tracking.store)
+                uri = os.environ["MLFLOW_TRACKING_URI"]
+                check_mlflow_uri(uri, "$MLFLOW_TRACKING_URI")
             note_store(uri, plan.rd.root)
     check_local_resources(plan.cfg, local=not (a.address or os.environ.get("RAY_ADDRESS")))
     check_logged_tables(plan.cfg)

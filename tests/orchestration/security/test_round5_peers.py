@@ -96,3 +96,11 @@ def test_a_real_gcs_on_loopback_passes(tmp_path, monkeypatch):
         check_address(c.address)
     finally:
         c.stop()
+
+
+def test_resume_checks_the_server_named_by_the_environment(tmp_path, capsys, monkeypatch, no_sweep, answers_500):
+    """No mlflow_runs.json yet, $MLFLOW_TRACKING_URI names the user's server: it is asked before anything."""
+    rd = planned(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{answers_500.server_address[1]}")
+    rc, out, err = cli(capsys, "resume", rd.root)
+    one_line(rc, err, "$MLFLOW_TRACKING_URI", "HTTP 500")
