@@ -144,11 +144,14 @@ def refuse_links(run_root: Path) -> None:
     """A symbolic link anywhere inside the run directory is refused in one line naming it: poxm writes
     trials' rows, state and checkpoints there and deletes temporary files, and a link would carry each
     of those to its target. The run directory itself may be reached through a link the user gave."""
-    root = Path(run_root)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                raise PoxmInputError(
-                    f"{p}: a symbolic link inside the run directory (to {os.readlink(p)}); poxm reads and writes "
-                    "only inside the run directory: replace the link with the folder or file itself, or remove it")
+    todo = [str(run_root)]
+    while todo:                 # os.scandir: each entry's type from the directory listing, no stat per file
+        with os.scandir(todo.pop()) as it:
+            for e in it:
+                if e.is_symlink():
+                    raise PoxmInputError(
+                        f"{e.path}: a symbolic link inside the run directory (to {os.readlink(e.path)}); poxm reads "
+                        "and writes only inside the run directory: replace the link with the folder or file itself, "
+                        "or remove it")
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(e.path)
