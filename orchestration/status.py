@@ -1,7 +1,7 @@
 """`poxm status RUN_DIR`: the sweep's trials and stages from the run directory's files (no Ray).
 
 A trial is  done         trials/<t>/done.json exists
-            running      state.json says running and the driver (driver.json) is alive
+            running      state.json says running and a driver holds the run directory's lock (driver.lock)
             interrupted  state.json says running but no driver is alive (killed): `poxm resume` continues it
             errored      its last attempt failed (state.json holds the first line of the error)
             pending      not started
