@@ -1,7 +1,8 @@
 """`poxm ope`: off-policy evaluation against the truth on the Open Bandit Dataset (docs/results/obd/).
 
 For each campaign, the Bernoulli TS policy's value is estimated from the uniform-random log and the
-random policy's value from the TS log, by every applicable estimator of the registry and DM
+random policy's value from the TS log, by every applicable estimator of the registry (MIPS and OffCEM
+over k-means clusters of the items' features, --clusters) and DM
 (`poxm_core.bandit.logged_ope`), each beside the target's on-policy click rate in its own log. Writes
 `ope.csv` (every number) and `ope.md` (the table) into --out. Everything is read and checked before
 anything is written, so bad input leaves nothing behind.
@@ -32,6 +33,9 @@ def add_ope_parser(sub) -> None:
                                                    "(default: <data root>/obd)")
     p.add_argument("--campaigns", default=",".join(OBD_CAMPAIGNS), help="comma-separated campaigns")
     p.add_argument("--p", default="10,20", help="comma-separated p of sIS (Phi^p: top-p of the logging policy)")
+    p.add_argument("--clusters", type=int, default=10,
+                   help="k of the item clusters MIPS and OffCEM marginalise over (k-means of the items' features; "
+                        "0: no cluster estimators)")
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of the mean relative error")
     p.add_argument("--seed", type=int, default=0, help="seed of the reward model's folds and the bootstrap")
     p.add_argument("--out", metavar="DIR", default="ope-obd", help="where ope.csv and ope.md go")
@@ -53,7 +57,9 @@ def cmd_ope(a: argparse.Namespace) -> int:
     p_list = _ints(a.p, "p")
     if a.n_boot < 2:
         raise PoxmInputError(f"--n-boot: expected an int >= 2, got {a.n_boot}")
-    df = obd_ope_frame(data, campaigns, p_list, a.n_boot, a.seed)     # every read and check before any write
+    if a.clusters < 0:
+        raise PoxmInputError(f"--clusters: expected an int >= 0, got {a.clusters}")
+    df = obd_ope_frame(data, campaigns, p_list, a.n_boot, a.seed, a.clusters)   # every read and check before any write
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "ope.csv", df.to_csv(index=False, float_format="%.6g"))

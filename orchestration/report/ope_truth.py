@@ -20,7 +20,7 @@ DIRECTIONS = (("bts", "random"), ("random", "bts"))   # (target policy, the log 
 
 
 def ope_rows(eval_log, target_log, *, campaign: str, target: str, log: str, p_list=(10, 20), n_boot: int = 200,
-             seed: int = 0) -> list[dict]:
+             seed: int = 0, clusters=None) -> list[dict]:
     """The rows of one direction: the policy of `target_log` (named `target`) estimated from `eval_log` (named
     `log`) by every estimator `evaluate_against_truth` applies, beside its on-policy value (the columns of
     `obd_ope_frame`)."""
@@ -29,22 +29,37 @@ def ope_rows(eval_log, target_log, *, campaign: str, target: str, log: str, p_li
              "ess": r.ess, "truth": r.truth, "truth_stderr": r.truth_stderr,
              "rel_error": r.rel_error, "rel_error_boot": r.rel_error_boot, "covers": r.covers,
              "z": r.z, "n": eval_log.n}
-            for r in evaluate_against_truth(eval_log, target_log, p_list=p_list, n_boot=n_boot, seed=seed)]
+            for r in evaluate_against_truth(eval_log, target_log, p_list=p_list, n_boot=n_boot, seed=seed,
+                                            clusters=clusters)]
 
 
-def obd_ope_frame(data, campaigns=OBD_CAMPAIGNS, p_list=(10, 20), n_boot: int = 200, seed: int = 0) -> pd.DataFrame:
+def obd_ope_frame(data, campaigns=OBD_CAMPAIGNS, p_list=(10, 20), n_boot: int = 200, seed: int = 0,
+                  clusters: int = 0) -> pd.DataFrame:
     """Long-form rows: campaign, target, log, estimator, value, stderr, ci_low, ci_high, ess, truth,
-    truth_stderr, rel_error, rel_error_boot, covers, z, n."""
+    truth_stderr, rel_error, rel_error_boot, covers, z, n. `clusters` = k > 0: the items grouped by k-means
+    of their features (`prepare.clusters.fit_label_clusters`, seed `seed`), for MIPS and OffCEM."""
     for c in campaigns:
         if c not in OBD_CAMPAIGNS:
             raise PoxmInputError(f"--campaigns: expected some of {', '.join(OBD_CAMPAIGNS)}, got {c!r}")
     rows = []
     for c in campaigns:
         logs = {pol: read_obd(data, pol, c) for pol in ("random", "bts")}
+        groups = item_clusters(logs["random"], clusters, seed) if clusters else None
         for target, source in DIRECTIONS:
             rows += ope_rows(logs[source], logs[target], campaign=c, target=target, log=source, p_list=p_list,
-                             n_boot=n_boot, seed=seed)
+                             n_boot=n_boot, seed=seed, clusters=groups)
     return pd.DataFrame(rows)
+
+
+def item_clusters(log, k: int, seed: int):
+    """(A,) cluster id of each action: k-means of the log's action features (OBD: the items' features)."""
+    from poxm_core.prepare.clusters import fit_label_clusters
+
+    if log.action_features is None:
+        raise PoxmInputError(f"{log.source}: --clusters needs the actions' features (OBD: item_context.csv)")
+    if not 1 <= k <= log.n_actions:
+        raise PoxmInputError(f"--clusters: expected an int in [1, {log.n_actions}] (the actions), got {k}")
+    return fit_label_clusters(log.action_features, k, seed)
 
 
 def _pct(v: float) -> str:

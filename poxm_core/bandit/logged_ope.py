@@ -12,7 +12,9 @@ array whose columns sum to 1 (`position_marginals`). Then, for a row i,
     w_i       = pi(a_i | k_i) / p_i                                          (IS, SNIS, DR, PIS)
     w_i(Phi)  = 1{a_i in Phi_k} pi(a_i | k_i) / pi(Phi_k | k_i) / p_i        (sIS: pi renormalised on Phi^p)
     Phi^p_k   = the p actions of largest logging marginal rho(. | k), ties by smaller id (`selector`)
-    dm_i      = sum_a pi(a | k_i) rhat(a, k_i),  rhat_logged_i = rhat(a_i, k_i)      (DR, DM)
+    dm_i      = sum_a pi(a | k_i) rhat(a, k_i),  rhat_logged_i = rhat(a_i, k_i)      (DR, DM, OffCEM)
+    w_i(e)    = pi(e_i | k_i) / rho_i(e_i),  e_i = cluster of a_i                    (MIPS, OffCEM; given clusters)
+    pi(e | k) = sum_{a in e} pi(a | k);  rho_i(e_i) = p_i rho(e_i | k_i) / rho(a_i | k_i) (`cluster_row_weights`)
 
 With ell = 1 the prefix product of PIS is the single ratio, so PIS equals IS on these logs (OBD's sample
 keeps one row per impression; the slate's other rows are not in it). Each estimator's interval is its
@@ -30,7 +32,7 @@ from poxm_core.common.seeds import rng as seeded_rng
 from poxm_core.data.logged import LoggedFeedback
 from poxm_core.estimators.registry import ESTIMATORS
 
-__all__ = ["position_marginals", "selector", "row_weights", "cell_reward_model", "crossfit_reward",
+__all__ = ["position_marginals", "selector", "row_weights", "cluster_row_weights", "cell_reward_model", "crossfit_reward",
            "OPEResult", "evaluate_against_truth", "NOT_VALUE_ESTIMATES", "FOLDS_STREAM", "BOOTSTRAP_STREAM"]
 
 # Registered estimators that are not estimates of a policy value, hence not compared with the truth:
@@ -84,6 +86,21 @@ def row_weights(log: LoggedFeedback, pi: np.ndarray, support: np.ndarray | None 
         mass = pi.sum(axis=0, keepdims=True)
         pi = np.where(mass > 0, pi / np.where(mass > 0, mass, 1.0), 0.0)
     return pi[log.action, log.position] / log.propensity
+
+
+def cluster_row_weights(log: LoggedFeedback, pi: np.ndarray, rho: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+    """(n,) w_i(e) = pi(e_i | k_i) / rho_i(e_i) (module doc): the logged row's propensity p_i scaled from its
+    action to its cluster by the logging marginals rho (A, K), so a uniform log gives rho_i(e) = |e| p_i.
+    cluster: (A,) int cluster id of each action. With singleton clusters it is `row_weights(log, pi)`."""
+    cluster = np.asarray(cluster, dtype=np.int64)
+    if cluster.shape != (log.n_actions,):
+        raise PoxmInputError(f"cluster: expected one id per action, shape ({log.n_actions},), got {cluster.shape}")
+    E = int(cluster.max()) + 1
+    pi_e, rho_e = np.zeros((E, log.slate_size)), np.zeros((E, log.slate_size))
+    np.add.at(pi_e, cluster, pi)
+    np.add.at(rho_e, cluster, rho)
+    e, a, k = cluster[log.action], log.action, log.position
+    return pi_e[e, k] * rho[a, k] / (log.propensity * rho_e[e, k])
 
 
 def cell_reward_model(action: np.ndarray, position: np.ndarray, reward: np.ndarray, n_actions: int,
@@ -164,12 +181,14 @@ def _boot_rel_error(point, w, r, aux, truth, n_boot, seed) -> float:
 
 def evaluate_against_truth(eval_log: LoggedFeedback, target_log: LoggedFeedback, *, p_list=(10, 20),
                            alpha: float = 0.05, n_boot: int = 200, seed: int = 0,
-                           prior_rows: float = 100.0) -> list[OPEResult]:
+                           prior_rows: float = 100.0, clusters: np.ndarray | None = None) -> list[OPEResult]:
     """The target log's policy evaluated on `eval_log` by every registered value estimator that applies,
     plus DM (the cross-fitted reward model alone), each beside the target's on-policy value.
 
     Target policy: `position_marginals(target_log)`; Phi^p: top-p of `position_marginals(eval_log)`.
-    An estimator needing arrays these logs do not have (`needs`, or aux other than DR's) is skipped."""
+    An estimator needing arrays these logs do not have (`needs`, or aux other than DR's) is skipped; one
+    whose weights are cluster weights (it `needs` 'action_cluster': MIPS, OffCEM) gets `cluster_row_weights`
+    when `clusters` ((A,) cluster id per action) is given."""
     if (eval_log.n_actions, eval_log.slate_size) != (target_log.n_actions, target_log.slate_size):
         raise PoxmInputError(f"{target_log.source}: expected the action set and slate of {eval_log.source} "
                              f"({eval_log.n_actions} actions, {eval_log.slate_size} slots), got "
@@ -183,13 +202,17 @@ def evaluate_against_truth(eval_log: LoggedFeedback, target_log: LoggedFeedback,
     w_full = row_weights(eval_log, pi)[:, None]
     out = []
     for cls in ESTIMATORS.values():
-        if (not cls.reported or cls.name in NOT_VALUE_ESTIMATES or getattr(cls, "needs", ())
+        by_cluster = clusters is not None and "action_cluster" in cls.needs
+        if (not cls.reported or cls.name in NOT_VALUE_ESTIMATES or (cls.needs and not by_cluster)
                 or not set(cls.aux_names) <= _AUX_WE_GIVE):
             continue
         est = cls(alpha=alpha)
         aux = {k: aux_all[k] for k in cls.aux_names}
-        cases = ([(f"{cls.label} p={p}", row_weights(eval_log, pi, selector(rho, p))[:, None]) for p in p_list]
-                 if cls.support == "selector" else [(cls.label, w_full)])
+        if by_cluster:      # the whole action set is the support here (no selector to restrict it)
+            cases = [(cls.label, cluster_row_weights(eval_log, pi, rho, clusters)[:, None])]
+        else:
+            cases = ([(f"{cls.label} p={p}", row_weights(eval_log, pi, selector(rho, p))[:, None]) for p in p_list]
+                     if cls.support == "selector" else [(cls.label, w_full)])
         for label, w in cases:
             e = est.estimate(w, r, **aux)
             boot = _boot_rel_error(est.point, w, r, aux, truth, n_boot, seed)
