@@ -65,7 +65,7 @@ CAND = [[3, 1, 4, 0, 2, 9]]
 def test_registry_entries_are_complete(name):
     m = get_method(name)
     assert m.name == name
-    assert m.train_support in {"none", "logged", "all", "phi", "candidates", "full labels"}
+    assert m.train_support in {"none", "logged", "all", "phi", "candidates", "clusters", "full labels"}
     assert m.test_policy in {"rho", "greedy", "softmax"}
     assert m.test_support(m.Options()) in {"rho", "phi", "candidates", "all"}
     assert (m.train_support == "none") == (not m.trains)
