@@ -30,3 +30,25 @@ def test_remove_done_json_then_resume_recomputes_the_trial(tmp_path, capsys, mon
     assert rc == 0, err[-3000:]
     assert (rd.trial(name) / "done.json").is_file() and rows.read_text().endswith("\n")
     assert recomputed_trials(rd, rd.read_sweep()["trials"]) == []
+
+
+def test_a_trial_that_finished_once_makes_resume_fit_a_fresh_tuner(tmp_path):
+    """Without Ray: a trial with an attempt in timing.json and no done.json (its done.json removed to
+    recompute it) means Ray Tune's saved experiment does not cover the plan (tune_covers), so the resume
+    fits a fresh Tuner, which runs it; a trial that never finished, or one that is done, does not."""
+    from conftest import planned
+
+    from orchestration.rundir import write_json
+    from orchestration.stages.merge import tune_covers
+    from orchestration.stages.plan import plan_from_run_dir
+    rd = planned(tmp_path)
+    plan = plan_from_run_dir(rd.root)
+    name = plan.names[0]
+    assert tune_covers(plan)
+    write_json(rd.trial(name) / "timing.json", {"attempts": []})          # started, never finished
+    assert tune_covers(plan)
+    write_json(rd.trial(name) / "timing.json", {"attempts": [{"run_trial_s": 1.0}]})
+    write_json(rd.trial(name) / "done.json", {"epoch": 1})
+    assert tune_covers(plan)                                               # finished and done
+    (rd.trial(name) / "done.json").unlink()                                # the advice, followed
+    assert not tune_covers(plan)
