@@ -11,6 +11,7 @@ from orchestration.rundir import RunDir, recomputed_trials
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)    # two sweeps through real Ray: ~4.5 min on the loaded 2-core machine
 def test_remove_done_json_then_resume_recomputes_the_trial(tmp_path, capsys, monkeypatch):
     from conftest import write_cfg
     monkeypatch.setenv("POXM_STATE_DIR", str(tmp_path / "state"))
