@@ -60,6 +60,7 @@ CLAIMS = (
     Claim("wpoxm_vs_poxm", "wPOXM > POXM", "wpoxm", "poxm", "PSR@5", "paper"),
     Claim("dr_poxm_vs_poxm", "DR-POXM > POXM", "dr_poxm", "poxm", "R@5", "ours"),
     Claim("dm_vs_logging", "DM > logging policy", "dm", "logging", "R@5", "ours"),
+    Claim("poxm_vs_supervised_logs", "POXM > supervised on the logs", "poxm", "supervised_logs", "R@5", "ours"),
     Claim("poxm_vs_logging_greedy", "POXM > logging policy's greedy top-5", "poxm", "logging", "R@5", "ours",
           second_metric="P@5"),
 )

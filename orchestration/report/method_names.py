@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from orchestration.selection import PAPER_CRITERION
 
-METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "skyline", "skyline_e2e"]
+METHOD_ORDER = ["logging", "dm", "banditnet", "pm_banditnet", "poxm", "wpoxm", "dr_poxm", "supervised_logs", "potec",
+                "skyline", "skyline_e2e"]
 METHOD_NAMES = {"logging": "Logging policy", "dm": "Direct Method", "banditnet": "BanditNet",
                 "pm_banditnet": "PM-BanditNet", "poxm": "POXM", "wpoxm": "wPOXM",
                 "skyline": "Supervised skyline (frozen inputs)", "dr_poxm": "DR-POXM",
-                "skyline_e2e": "Supervised skyline (end to end, the paper's)"}
+                "skyline_e2e": "Supervised skyline (end to end, the paper's)",
+                "supervised_logs": "Supervised on the logs", "potec": "POTEC (slates)"}
 
 
 def criterion_title(criterion: str) -> str:
