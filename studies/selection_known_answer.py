@@ -45,7 +45,7 @@ from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from studies.known_answer import LinearPolicy, phi_logits, train_dm, value_softmax  # noqa: E402
+from poxm_core.bandit.known_answer_learners import LinearPolicy, phi_logits, train_dm, value_softmax  # noqa: E402
 from poxm_core.bandit import fold_splits, validation_split  # noqa: E402
 from poxm_core.bandit.known_answer import (KnownAnswerLog, logging_value, make_world, sample_contexts,  # noqa: E402
                                            simulate_log, subset_log)

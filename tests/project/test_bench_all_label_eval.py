@@ -2,20 +2,14 @@
 the all-label evaluation with the formulas it replaced, so those comparisons must hold here too."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow   # about 4 s, mostly importing the training stack
 def test_all_label_eval_benchmark_agrees_with_the_earlier_formulas(capsys):
-    spec = importlib.util.spec_from_file_location("bench_all_label_eval", ROOT / "benchmarks" / "bench_all_label_eval.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmarks import bench_all_label_eval as bench
     assert bench.main(["--device", "cpu", "--labels", "1000", "--n-val", "120", "--n-test", "120",
                        "--max-support", "64", "--old-frac", "0.5"]) == 0
     fig = json.loads(capsys.readouterr().out)

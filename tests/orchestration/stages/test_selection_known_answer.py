@@ -85,7 +85,7 @@ def test_subset_log_takes_the_rows():
 
 def test_batched_heads_equal_heads_trained_one_by_one():
     bench = _bench()
-    from studies.known_answer import train_poxm
+    from poxm_core.bandit.known_answer_learners import train_poxm
     w = make_world(temperature=0.5, seed=1)
     log = simulate_log(w, sample_contexts(w, 40, seed=2), seed=3)
     splits = [np.arange(40), fold_splits(40, 2, seed=0)[0][0]]

@@ -1,4 +1,4 @@
-"""Known-answer check of the learners (poxm_core.bandit.known_answer, studies/known_answer.py).
+"""Known-answer check of the learners (poxm_core.bandit.known_answer, known_answer_learners).
 
 A small slate bandit whose click probabilities are known for every (x, y), so every value below is a
 TRUE value (exact Plackett-Luce value or a deterministic slate), not an estimate:
@@ -28,6 +28,7 @@ import torch
 
 from poxm_core.bandit.known_answer import (greedy_slate_value, logging_value, make_world, optimal_value,
                                            pl_slate_value, sample_contexts, simulate_log)
+from poxm_core.bandit import known_answer_learners as B
 from poxm_core.common.errors import PoxmInputError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,8 +40,8 @@ N_LARGE = 4000
 WORLD = dict(m=8, L=30, K=15, noise=2.0, label_shift=1.0)
 
 
-def _bench(name: str, file: str):
-    """A study script (studies/<file>) as a module: the tests run its known-answer checks."""
+def _study(name: str, file: str):
+    """A study script (studies/<file>) as a module: the DM check runs its set-up."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "studies" / file)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -48,7 +49,6 @@ def _bench(name: str, file: str):
     return mod
 
 
-B = _bench("known_answer_bench", "known_answer.py")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -197,7 +197,7 @@ def test_dm_at_peaked_logging_is_biased_where_the_log_is_thin_whatever_its_start
     The same holds with the output weights started at 0: the start is not the cause (docs/protocol.md §7)."""
     from poxm_core.training.epoch import train_epoch
 
-    D = _bench("dm_never_logged_bench", "dm_never_logged.py")
+    D = _study("dm_never_logged_study", "dm_never_logged.py")
     prep, _, ev = D.known_answer_prepared(0.25, 2000, SEED, 500, L=120, K=60, noise=0.5, bias_std=1.5,
                                           bias_mean=-7.0, weight_scale=3.0)
     assert np.mean(prep.log_train.cand_pos >= 20) < 0.01                 # the log is thin beyond rank 20
