@@ -10,7 +10,7 @@ import pandas as pd
 from orchestration.report.figure_common import Figure, log_offset, p_axis, save, spread_note, style
 from orchestration.selection import POINT, is_criterion, order_criteria
 
-PRUNED_ESTIMATORS = ("IS", "sIS", "SNIS", "DR")
+PRUNED_ESTIMATORS = ("IS", "sIS", "SNIS", "DR", "MIPS", "OffCEM")   # per-position (pruned) weights
 
 
 def estimator_error_data(rows: pd.DataFrame, dataset: str, variant: str,

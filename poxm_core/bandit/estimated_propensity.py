@@ -103,9 +103,10 @@ def fit_propensity_model(scores: np.ndarray | None, cand_pos: np.ndarray, K: int
 
 
 def crossfit_log_rho(scores: np.ndarray | None, cand_pos: np.ndarray, K: int | None = None,
-                     folds: int = FOLDS, seed: int = 0) -> tuple[np.ndarray, PropensityModel]:
+                     folds: int = FOLDS, seed: int = 0, whole: bool = True) -> tuple[np.ndarray, PropensityModel | None]:
     """(log rho_hat (n, K) of the log's rows, each from the model fitted without its fold; the model
-    fitted on every row, for rows outside the log). Folds: a permutation from (seed, *FOLDS_STREAM)."""
+    fitted on every row, for rows outside the log, or None if not `whole`). Folds: a permutation from
+    (seed, *FOLDS_STREAM)."""
     n = np.asarray(cand_pos).shape[0]
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or not 2 <= folds <= n:
         raise PoxmInputError(f"folds: expected an int in [2, {n}] (the log's rows), got {folds!r}")
@@ -116,7 +117,7 @@ def crossfit_log_rho(scores: np.ndarray | None, cand_pos: np.ndarray, K: int | N
         fit, ev = fold != f, fold == f
         m = fit_propensity_model(None if scores is None else scores[fit], cand_pos[fit], K)
         out[ev] = m.log_rho(None if scores is None else scores[ev], int(ev.sum()))
-    return out, fit_propensity_model(scores, cand_pos, K)
+    return out, fit_propensity_model(scores, cand_pos, K) if whole else None
 
 
 def slate_propensities(log_rho: np.ndarray, cand_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

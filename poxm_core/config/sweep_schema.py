@@ -112,7 +112,7 @@ def protocol_name(training: "TrainingConfig") -> str:
 
 
 class SelectionConfig(_Strict):
-    criterion: str = Field("IS", description="validation-log estimator that chooses (p, lambda): IS (default), SNIS (the paper's; its choices are reported beside the default's in every run), sIS, DR, PIS (prefix-product, unbiased for the deployed slate), SNIS-LB")
+    criterion: str = Field("IS", description="validation-log estimator that chooses (p, lambda): IS (default), SNIS (the paper's; its choices are reported beside the default's in every run), sIS, DR, PIS (prefix-product, unbiased for the deployed slate), SNIS-LB, MIPS, OffCEM (cluster weights; docs/estimators.md)")
     cross_fit: int | None = Field(
         None, ge=2, exclude_if=_unset,
         description="K: cross-fit the validation estimates that selection reads: the whole log (fit and validation "
