@@ -183,6 +183,16 @@ def _claim_frame(inp: ReportInputs, ch: Chosen) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
 
 
+def propensity_note(config: dict) -> str:
+    """' Logging propensities: **estimated** ...' naming the datasets run with `logging_propensities:
+    estimated` (their importance weights are a fitted model's, not the log's records); '' for none."""
+    est = [str(d.get("name")) for d in (config.get("datasets") or []) if isinstance(d, dict)
+           and d.get("logging_propensities") == "estimated"]
+    return (f" Logging propensities: **estimated** on {', '.join(est)} (every importance weight from a model of "
+            "the logging policy cross-fitted on the training log, not the recorded propensities; "
+            "docs/estimators.md, \"Logs without propensities\")." if est else "")
+
+
 def _run_blocks(inp: ReportInputs, ch: Chosen) -> tuple[list[tuple], list[tuple]]:
     """(the warning that opens the report when the criterion has no validation rows, or nothing; the
     'Run' section: the header, that warning, the coverage notes)."""
@@ -192,7 +202,7 @@ def _run_blocks(inp: ReportInputs, ch: Chosen) -> tuple[list[tuple], list[tuple]
     header = (f"Run directory `{inp.run_dir.name}`. {len(rows)} result rows, {int(rows['final'].sum())} final. "
               f"Selection criterion: **{ch.criterion}** ({where}); "
               + (f"protocol: **{ch.protocol}**. " if ch.protocol else "protocol: not recorded in config.yaml. ")
-              + f"Regenerate with `poxm report {_shown(inp.run_dir)}`.")
+              + f"Regenerate with `poxm report {_shown(inp.run_dir)}`." + propensity_note(config))
     run: list[tuple] = [("h2", "Run"), ("p", header)]
     criteria = val_criteria(rows)
     warn: list[tuple] = []
