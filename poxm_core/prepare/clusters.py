@@ -22,6 +22,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from poxm_core.common.errors import PoxmInputError
 
@@ -38,14 +39,17 @@ def _normalised(E: np.ndarray) -> np.ndarray:
     return E / np.where(norm > 0, norm, 1.0)
 
 
-def _nearest(E: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(cluster id, squared distance) of every row of E to the centres C, chunked over rows."""
+def _nearest(E: np.ndarray, C: np.ndarray, E32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cluster id, squared distance) of every row of E (E32: its float32 copy) to the centres C,
+    chunked over rows."""
     ids = np.empty(E.shape[0], dtype=np.int64)
     dist = np.empty(E.shape[0], dtype=np.float64)
     cc = (C * C).sum(axis=1)
+    C32 = C.astype(np.float32)
     for a in range(0, E.shape[0], _CHUNK):
         e = E[a:a + _CHUNK]
-        d = (e * e).sum(axis=1, keepdims=True) - 2.0 * e @ C.T + cc[None, :]
+        # the cross term in float32 (the bulk of the work); every row of E has norm 1 or 0
+        d = (e * e).sum(axis=1, keepdims=True) - 2.0 * (E32[a:a + _CHUNK] @ C32.T) + cc[None, :]
         ids[a:a + _CHUNK] = np.argmin(d, axis=1)          # first minimum: the lower id on a tie
         dist[a:a + _CHUNK] = np.maximum(d[np.arange(len(e)), ids[a:a + _CHUNK]], 0.0)
     return ids, dist
@@ -73,8 +77,9 @@ def fit_label_clusters(label_embeddings: np.ndarray, k: int, seed: int, iters: i
     rng = np.random.default_rng(int(seed))
     C = _plus_plus(E, int(k), rng)
     ids = None
+    E32 = E.astype(np.float32)
     for _ in range(iters):
-        new, dist = _nearest(E, C)
+        new, dist = _nearest(E, C, E32)
         counts = np.bincount(new, minlength=k)
         for c in np.flatnonzero(counts == 0):              # restart an empty cluster at the worst-fit row
             far = int(np.argmax(dist))
@@ -83,9 +88,8 @@ def fit_label_clusters(label_embeddings: np.ndarray, k: int, seed: int, iters: i
         if ids is not None and np.array_equal(new, ids):
             break
         ids = new
-        sums = np.zeros_like(C)
-        np.add.at(sums, ids, E)
-        C = sums / counts[:, None]
+        onehot = sp.csr_matrix((np.ones(L), (ids, np.arange(L))), shape=(k, L))
+        C = np.asarray(onehot @ E) / counts[:, None]
     return ids.astype(np.int64)
 
 
