@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from poxm_process import poxm_in_process
 
 from orchestration import rundir
 from orchestration.cli import main
@@ -476,7 +477,7 @@ def test_sqlite_disk_io_error_during_run_is_one_line_and_leaves_no_half_store(tm
 
 
 @pytest.mark.slow
-def test_efbig_during_report_is_one_line_naming_the_file_and_nothing_half_written(tmp_path):
+def test_efbig_during_report_is_one_line_naming_the_file_and_nothing_half_written(tmp_path, capsys):
     """A real EFBIG: `poxm report` under a file-size limit that its figures (20 kB) or its index.html
     (200 kB) outgrow; the trials' results are made here without Ray (run_trial)."""
     from orchestration.stages.plan import write_plan
@@ -505,7 +506,7 @@ def test_efbig_during_report_is_one_line_naming_the_file_and_nothing_half_writte
                 if p.suffix == ".csv":
                     import pandas as pd
                     pd.read_csv(p)
-    r = _poxm("report", root, timeout=300)          # the limit gone: the report is built
+    r = poxm_in_process(capsys, "report", root)     # the limit gone: the report is built
     assert r.returncode == 0 and (root / "report" / "index.html").is_file(), r.stderr[-2000:]
 
 
@@ -564,13 +565,13 @@ def test_the_mlflow_line_of_a_sweep_prints_no_credentials(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(tmp_path):
+def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(tmp_path, capsys):
     """A tampered cache array (checked against its manifest when the trial loads it) is a PoxmInputError
     in the Ray Train worker: with resources.max_failures=2, the trial is tried once (not by Ray Train's
     retries, nor Tune's), ends errored with that one line, and `poxm status` shows it, not WorkerGroupError."""
     cfg = write_cfg(tmp_path / "sweep.yaml", mlflow={"enabled": False}, resources={"max_failures": 2})
     cache = tmp_path / "cache"
-    r = _poxm("prepare", cfg, "--cache-dir", cache)
+    r = poxm_in_process(capsys, "prepare", cfg, "--cache-dir", cache)
     assert r.returncode == 0, r.stderr[-2000:]
     (z,) = (cache / "model").glob("*/Z_train.npy")
     b = bytearray(z.read_bytes())
@@ -586,7 +587,7 @@ def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(
     for s in errored.values():
         assert s["tries"] == 1 and s["input_error"] is True, s
         assert str(z) in s["error"] and "differs from its cache manifest" in s["error"], s
-    st = _poxm("status", run)
+    st = poxm_in_process(capsys, "status", run)
     assert st.returncode == 0 and "WorkerGroupError" not in st.stdout
     assert any(str(z) in line and "errored" in line for line in st.stdout.splitlines()), st.stdout
     errors = list(Path(os.environ["POXM_STATE_DIR"]).rglob(f"{run.name}-*/tune/*/error.txt"))

@@ -4,13 +4,12 @@ test values as off-policy estimates, the report's table of the estimators agains
 `poxm run configs/obd.yaml` writing its report tables."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from poxm_process import poxm_in_process
 
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root, load_config
@@ -117,12 +116,11 @@ def test_a_trial_reports_off_policy_estimates_not_label_metrics(tmp_path):
 
 @pytest.mark.slow
 @needs_obd
-def test_poxm_run_obd_writes_the_report_table(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "orchestration.cli", "run", str(REPO / "configs" / "obd.yaml"),
+def test_poxm_run_obd_writes_the_report_table(ray_session, tmp_path, capsys):
+    r = poxm_in_process(capsys, "run", REPO / "configs" / "obd.yaml",        # on the test run's Ray
                         "seeds=[0]", "training.epochs=1", "methods.poxm.p=[5,10]", "methods.poxm.lam=[0.9]",
                         "methods.banditnet.lam=[0.9]", "methods.dr_poxm.p=[5]",
-                        "datasets.0.variants=[{name: U}]", f"runs_dir={tmp_path}", "mlflow.enabled=false"],
-                       cwd=REPO, capture_output=True, text=True, timeout=900)
+                        "datasets.0.variants=[{name: U}]", f"runs_dir={tmp_path}", "mlflow.enabled=false")
     assert r.returncode == 0, r.stderr[-3000:]
     run = next(p for p in tmp_path.iterdir() if p.name.startswith("obd-"))
     table = pd.read_csv(run / "report" / "tables" / "ope_obd-random.csv")
