@@ -183,3 +183,27 @@ def test_mips_variance_below_sis_and_falls_with_the_support():
         t = paired_terms(world, cluster, n=20_000, p=K // 2, seed=11)
         ratios.append(np.var(t["MIPS"]) / np.var(t["sIS"]))
     assert ratios[0] < 1 and ratios[2] < ratios[1] < ratios[0], ratios
+
+
+@pytest.mark.slow          # one tiny trial (~20 s on 2 busy cores)
+def test_a_trial_reports_them_and_selection_picks_by_them(tmp_path):
+    """Every head's final validation rows carry MIPS and OffCEM (a reward model is fitted); per-epoch rows
+    MIPS only (no reward model there, as for DR); `selection.criterion: MIPS` picks the p with the larger MIPS."""
+    from orchestration.selection import select, val_criteria
+    from poxm_core.training import run_trial, trial_specs
+    from tests.trial_fixtures import tiny_config, tiny_prepared
+
+    cfg = tiny_config({"logging": {}, "dm": {"lr": 0.01}, "poxm": {"p": [2, 4], "lam": [0.5], "lr": 0.01}}, epochs=1)
+    spec = trial_specs(cfg, "seed")[0]
+    df = run_trial(cfg, spec, tiny_prepared(), tmp_path, progress=False)
+    fin = df[df["final"].astype(bool) & (df.split == "val")]
+    for label in ("MIPS", "OffCEM"):
+        got = fin[fin.metric == label]
+        assert len(got) == len(spec.heads) and np.isfinite(got.value).all()
+        assert label in val_criteria(df)
+    per_epoch = set(df[~df["final"].astype(bool) & (df.split == "val")].metric)
+    assert "MIPS" in per_epoch and "OffCEM" not in per_epoch
+    sel = select(df, criterion="MIPS")
+    chosen = sel[(sel.method == "poxm") & (sel.selection == "mips")]
+    pts = fin[(fin.metric == "MIPS") & (fin.method == "poxm")].set_index("p").value
+    assert int(chosen.p.iloc[0]) == int(pts.idxmax())
