@@ -112,15 +112,22 @@ def member_of(config: dict, result: dict) -> str:
 
 
 def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
-    """The Tune trials: one per job, each a pack of trials (resources.trials_per_job; auto: about 2
-    jobs per slot, 1 when the trials are alike). A job of one trial has that trial's name and keys, as without packing. `specs`:
+    """The Tune trials: one per job, each a pack of trials (resources.trials_per_job; auto: one trial a
+    job under the 'tune' executor, else about 2 jobs per slot, 1 when the trials are alike). A job of one trial has that trial's name and keys, as without packing. `specs`:
     the trials to pack (default every trial of the plan; on resume, those not done)."""
     from orchestration.stages.plan import pack_name, pack_trials, trials_alike, trials_per_job
 
     specs = list(plan.specs if specs is None else specs)
     if not specs:
         return []
-    per_job = trials_per_job(plan.cfg.resources.trials_per_job, len(specs), max_concurrent, trials_alike(specs))
+    res = plan.cfg.resources
+    if executor_of(res) == "tune" and res.trials_per_job in (None, "auto"):
+        # Tune reuses a slot's process for its next job (reuse_actors): a job of one trial costs no
+        # start-up, and single trials fill the slots as they free up (packs of two left a long tail of
+        # 2-4 busy slots: 24 trials on 8 slots of an H200)
+        per_job = 1
+    else:
+        per_job = trials_per_job(res.trials_per_job, len(specs), max_concurrent, trials_alike(specs))
     grid = []
     for i, group in enumerate(pack_trials(specs, per_job)):
         s = group[0]

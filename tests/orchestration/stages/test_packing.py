@@ -69,11 +69,12 @@ def test_alike_trials_make_one_round_and_balanced_jobs(tmp_path):
     assert trials_per_job(None, 3, 8, alike=True) == 1 and trials_per_job(2, 30, 8, alike=True) == 2
     assert [len(p) for p in pack_trials(_specs(30), 4)] == [4] * 6 + [3] * 2
     assert [len(p) for p in pack_trials(_specs(7), 3)] == [3, 2, 2]
-    mixed = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)            # two datasets: not alike
+    TRAIN = "resources.executor=train"        # packs under Ray Train (under Tune, one trial a job: below)
+    mixed = plan_sweep(cfg(TRAIN), runs_dir=tmp_path, check_data=False)      # two datasets: not alike
     assert not trials_alike(mixed.specs)
     one = plan_sweep(cfg('datasets=[{"name": "synthetic", "synthetic": {"n_train": 50, "n_test": 20, '
                          '"n_features": 30, "n_labels": 10}, "variants": [{"name": "A", "alpha": 0.5}, '
-                         '{"name": "B", "alpha": 0.5, "beta": 1.0}]}]'), runs_dir=tmp_path, check_data=False)
+                         '{"name": "B", "alpha": 0.5, "beta": 1.0}]}]', TRAIN), runs_dir=tmp_path, check_data=False)
     assert trials_alike(one.specs) and len(one.specs) == 4
     assert [len(g["members"]) for g in job_grid(one, max_concurrent=2)] == [2, 2]       # one round of 2 jobs
     assert [len(g["members"]) for g in job_grid(mixed, max_concurrent=2)] == [2, 2, 2]  # two rounds
@@ -97,14 +98,15 @@ def test_trials_per_job_config_key(tmp_path):
 def test_job_grid(tmp_path):
     from orchestration.stages.tune import job_grid, member_of, members
 
-    plan = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)
+    plan = plan_sweep(cfg("resources.executor=train"), runs_dir=tmp_path, check_data=False)
     heads = len(plan.specs[0].heads)
     grid = job_grid(plan, max_concurrent=2)          # auto: 6 trials, 2 slots -> 3 jobs of 2
     assert [len(g["members"]) for g in job_grid(plan, max_concurrent=1)] == [3, 3]
     assert [g["members"] for g in grid] == [["synthetic-A-s0-all", "synthetic-B-s0-all"], ["synthetic-A-s1-all", "synthetic-B-s1-all"],
                                             ["bibtex-A-s0-all", "bibtex-A-s1-all"]]
     assert grid[0]["name"] == "pack000-synthetic-A-s0-all" and grid[0]["heads"] == 2 * heads
-    off = job_grid(plan_sweep(cfg("resources.trials_per_job=1"), runs_dir=tmp_path, check_data=False), max_concurrent=1)
+    off = job_grid(plan_sweep(cfg("resources.trials_per_job=1", "resources.executor=train"), runs_dir=tmp_path,
+                              check_data=False), max_concurrent=1)
     assert [g["name"] for g in off] == [n for s in (0, 1) for n in plan.names
                                           if n.startswith("synthetic") and n.endswith(f"s{s}-all")] + ["bibtex-A-s0-all", "bibtex-A-s1-all"]
     assert all(g["members"] == [g["name"]] and g["heads"] == heads for g in off)
@@ -230,32 +232,22 @@ def e2e():
     return test_sweep_e2e
 
 
-# the actors of the test run's shared Ray (conftest.SharedRay) before the `unpacked` sweep: the ones it
-# started are the others
-_ACTORS_BEFORE: set[str] = set()
-
-
 @pytest.fixture(scope="module")
 def unpacked(e2e, ray_session, tmp_path_factory):
-    import ray._private.state
-
-    from orchestration.stages.sweep import run_sweep
-    _ACTORS_BEFORE.update(ray._private.state.actors())
-    tmp = tmp_path_factory.mktemp("unpacked")
-    res = dict(e2e.TINY["resources"], trials_per_job=1)
-    out = run_sweep(load_config(e2e.write_config(tmp, resources=res)), runs_dir=tmp / "runs", progress=False)
-    assert out.ok, out
-    return out
+    """test_sweep_e2e's reference sweep, run once for both modules: its 2 alike trials on 2 CPUs are
+    one Ray Train job each (resources.trials_per_job unset: one job per slot)."""
+    return e2e.reference_sweep(tmp_path_factory)
 
 
 @pytest.mark.slow
-def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(unpacked):
+def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(e2e, unpacked):
     """The sweep's jobs ran Ray Train controllers and workers, but no PlacementGroupCleaner (no
     dashboard here), DatasetManager (no Ray Datasets) or PreemptionWatcher (orchestration.stages.trial.
     leave_out_unused_callbacks); Ray Train's one resource coordinator was there (started by the sweep)."""
     import ray._private.state
     actors = ray._private.state.actors()
-    classes = [a["ActorClassName"] for k, a in actors.items() if k not in _ACTORS_BEFORE]    # the sweep's
+    before = e2e._REFERENCE["actors_before"]          # the Ray is the test run's (conftest.SharedRay)
+    classes = [a["ActorClassName"] for k, a in actors.items() if k not in before]      # the sweep's
     assert classes.count("TrainController") >= 2 and classes.count("RayTrainWorker") >= 2
     assert not {"PlacementGroupCleaner", "DatasetManager", "PreemptionWatcher"} & set(classes), classes
     assert [a["ActorClassName"] for a in actors.values()].count("_AutoscalingCoordinatorActor") == 1
@@ -314,8 +306,8 @@ def test_pack_with_a_worker_crash_in_its_second_trial(e2e, ray_session, unpacked
 
 
 @pytest.mark.slow
-def test_pack_killed_after_its_first_trial_then_resumed(e2e, unpacked, tmp_path):
-    from poxm_process import POXM, poxm_env, run_until_first_trial_then_kill
+def test_pack_killed_after_its_first_trial_then_resumed(e2e, ray_session, unpacked, tmp_path, capsys):
+    from poxm_process import poxm_in_process, run_until_first_trial_then_kill
 
     runs = tmp_path / "runs"
     first = run_until_first_trial_then_kill(_packed_config(e2e, tmp_path), runs, deadline_s=600)
@@ -327,15 +319,25 @@ def test_pack_killed_after_its_first_trial_then_resumed(e2e, unpacked, tmp_path)
     finished = sorted(p.parent for p in run_dir.glob("trials/*/done.json"))
     stamp = {(t, f): (t / f).stat().st_mtime_ns for t in finished
              for f in ("rows.csv", "done.json", "summary.json", "timing.json")}
-    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    st = poxm_in_process(capsys, "status", run_dir)
     assert st.returncode == 0 and "(2 trials," in st.stdout and f"done {len(finished)}" in st.stdout, st.stdout
 
-    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
-                         text=True, timeout=400)
+    res = poxm_in_process(capsys, "resume", run_dir, "--quiet")       # on the test run's Ray
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert {k: (k[0] / k[1]).stat().st_mtime_ns for k in stamp} == stamp      # finished trials did not rerun
     assert len(list(run_dir.glob("trials/*/done.json"))) == 2
     e2e.pd.testing.assert_frame_equal(e2e.final_rows(run_dir), e2e.final_rows(unpacked.run_dir))
     _check_mlflow(e2e, run_dir, unpacked.run_dir)
-    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    st = poxm_in_process(capsys, "status", run_dir)
     assert "done 2" in st.stdout
+
+
+def test_under_tune_auto_is_one_trial_a_job(tmp_path):
+    """Tune reuses a slot's process: no start-up to share, so single trials fill slots as they free up;
+    an explicit trials_per_job still packs."""
+    from orchestration.stages.tune import job_grid
+    plan = plan_sweep(cfg(), runs_dir=tmp_path, check_data=False)          # the default executor: tune
+    grid = job_grid(plan, max_concurrent=2)
+    assert all(len(g["members"]) == 1 for g in grid) and sorted(g["name"] for g in grid) == sorted(plan.names)
+    packed = plan_sweep(cfg("resources.trials_per_job=3"), runs_dir=tmp_path, check_data=False)
+    assert [len(g["members"]) for g in job_grid(packed, max_concurrent=2)] == [3, 3]
