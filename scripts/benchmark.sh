@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed real-data benchmark (docs/results/) on this machine's CPUs (many CPU-hours:
-# the published run is a GPU job, benchmarks/gpu_publish.sh; docs/results/README.md says how it ran):
+# the published run is a GPU job, scripts/device.sh publish; docs/results/README.md says how it ran):
 #   docs/results/<dataset>/       configs/<dataset>.yaml with its variants set to the matched variant P
 #                                 (ten seeds, every method on the paper's grids): Bibtex, Delicious,
 #                                 StackEx-cooking, Corel5k

@@ -1,6 +1,7 @@
 """Rebuild a published report (a docs/results/<name>/ folder) from its committed rows.
 
-A published folder holds the run's final rows (rows-<dataset>.csv.gz; older folders one rows.csv.gz), its logging statistics (prepare.csv), its
+A published folder holds the run's final rows (rows-<dataset>.csv.xz; older folders one rows.csv.gz), its
+logging statistics (prepare.csv.xz), its
 resolved config (config.yaml) and, where the run kept them, the selected heads' per-instance test values
 (instances/<dataset>_<variant>.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
 machine given back), the report can still be rebuilt from them, and completed:
@@ -10,14 +11,19 @@ machine given back), the report can still be rebuilt from them, and completed:
                         from the folder's (apart from runs_dir and data_root), or whose (dataset,
                         variant, seed) the folder already holds, is refused.
   --dataset NAME        keep one dataset: a report of its own (config reduced to that dataset, named
-                        after it: what `poxm run configs/NAME.yaml` with the same overrides would produce).
+                        after it: what `poxm run configs/NAME.yaml` with the same overrides would produce);
+                        its page links to the source folder's figures, data and identical tables.
+  --check               build as usual, then compare its Markdown and CSV with the folder at --out
+                        instead of replacing it (exit 1 on a difference); `scripts/rebuild_results.py`.
 
   python scripts/publish_results.py docs/results/real-data --add /tmp/trials/* --out docs/results/real-data
   python scripts/publish_results.py docs/results/real-data --dataset bibtex --out docs/results/bibtex
   python scripts/publish_results.py claims docs/results/bibtex docs/results/delicious ...   (one table, Markdown)
 
 The report is built by the same code as `poxm report` (selection on the validation log by the config's
-criterion; test labels choose nothing), in a temporary directory renamed into place once complete.
+criterion; test labels choose nothing), in a temporary directory renamed into place once complete, and
+kept to what a published folder holds (scripts/lean_results.py: text tables, one PNG per figure, the
+claims' per-instance values; LaTeX and PDF come from `poxm report` on demand).
 Learning curves need the per-epoch rows, which published folders do not keep: those figures are left out.
 """
 from __future__ import annotations
@@ -42,9 +48,11 @@ from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E40
 from orchestration.report.instances import (load_arrays, read_published_instances, read_rows, row_files,  # noqa: E402
                                             write_rows, write_selected)
 from poxm_core.common.atomic import publish  # noqa: E402
+from scripts.lean_results import link_to_sweep, make_lean, share_identical  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
 CELL = ["dataset", "variant", "seed"]
+PREPARE = "prepare.csv.xz"
 IGNORED = ("runs_dir", "data_root")        # where a run wrote and read, not what it computed
 
 
@@ -52,14 +60,20 @@ def _comparable(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k not in IGNORED}
 
 
+def prepare_file(src: Path) -> Path | None:
+    """The folder's logging statistics: prepare.csv.xz (published now) or prepare.csv (before)."""
+    return next((f for f in (src / PREPARE, src / "prepare.csv") if f.is_file()), None)
+
+
 def read_published(src: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    for f in ("config.yaml", "rows", "prepare.csv"):
-        if not (row_files(src) if f == "rows" else (src / f).is_file()):
-            raise PoxmInputError(f"{src}: not a published results folder (no "
-                                 + ("rows.csv.gz or rows-<dataset>.csv.gz" if f == "rows" else f) + ")")
+    for f in ("config.yaml", "rows", "prepare"):
+        found = row_files(src) if f == "rows" else prepare_file(src) if f == "prepare" else (src / f).is_file()
+        if not found:
+            raise PoxmInputError(f"{src}: not a published results folder (no " + {
+                "rows": "rows-<dataset>.csv.xz or rows.csv.gz", "prepare": "prepare.csv.xz"}.get(f, f) + ")")
     cfg = yaml.safe_load((src / "config.yaml").read_text())
     rows = read_rows(src)
-    return cfg, rows[rows["final"]].copy(), pd.read_csv(src / "prepare.csv")
+    return cfg, rows[rows["final"]].copy(), pd.read_csv(prepare_file(src))
 
 
 def added_rows(cfg: dict, rows: pd.DataFrame, trial_dirs: list[Path]) -> pd.DataFrame:
@@ -103,16 +117,33 @@ def _instances(src: Path, trial_dirs: list[Path], out: Path) -> bool:
     return True
 
 
+def _compare(built: Path, published: Path) -> int:
+    """0 when every Markdown and CSV file of `built` equals the one at `published` and `published` holds
+    no table `built` lacks; else 1, each difference named on one line."""
+    text = {".md", ".csv"}
+    mine = {f.relative_to(built).as_posix() for f in built.rglob("*") if f.suffix in text}
+    theirs = {f.relative_to(published).as_posix() for f in published.rglob("*")
+              if f.suffix in text and f.name != "README.md"} if published.is_dir() else set()
+    bad = [f"{published / r}: not rebuilt" for r in sorted(theirs - mine)]
+    bad += [f"{published / r}: " + ("missing" if r not in theirs else "differs from the rebuilt one")
+            for r in sorted(mine) if r not in theirs or (built / r).read_bytes() != (published / r).read_bytes()]
+    for line in bad:
+        print(f"publish_results: {line}", file=sys.stderr)
+    print(f"{published}: " + ("rebuilt tables equal the committed ones" if not bad else f"{len(bad)} differences"))
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] == ["claims"]:
         print(claims_markdown([read_claims(Path(p)) for p in sys.argv[2:]]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows-*.csv.gz, prepare.csv)")
+    ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows-*.csv.xz, prepare.csv.xz)")
     ap.add_argument("--add", type=Path, nargs="+", default=[], metavar="TRIAL_DIR")
     ap.add_argument("--dataset")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--check", action="store_true", help="compare with --out instead of replacing it")
     a = ap.parse_args(argv)
     try:
         cfg, rows, prepare = read_published(a.src)
@@ -147,11 +178,16 @@ def main(argv: list[str] | None = None) -> int:
                 for f in row_files(staged):     # the report's copy may hold the source's: one layout only
                     f.unlink()
                 write_rows(rows, staged)
-                prepare.to_csv(staged / "prepare.csv", index=False)
+                prepare.to_csv(staged / PREPARE, index=False, compression={"method": "xz", "preset": 9})
                 if has_instances:   # the selected heads' per-instance values: the claims' test-set term
                     sel = pd.read_csv(run / "results" / "selection.csv")
                     write_selected(run / "results" / "test_instances.npz", sel, staged / "instances",
                                    sorted(set(rows["dataset"].astype(str))))
+                make_lean(staged)
+                if a.dataset and not a.add:    # its data are the source's: link, do not copy
+                    link_to_sweep(staged, a.src, os.path.relpath(a.src.resolve(), a.out.resolve()))
+                if a.check:
+                    return _compare(staged, a.out)
                 # the old folder moves aside first and is deleted only once the new one is in place, so
                 # an interruption leaves one complete folder (also when --out is the source)
                 old = a.out.with_name(f".{a.out.name}.old-{os.getpid()}") if a.out.exists() else None
@@ -165,9 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                     raise
                 if old is not None:
                     shutil.rmtree(old)
+                share_identical(a.out.parent)
             except BaseException:
                 shutil.rmtree(staged, ignore_errors=True)
                 raise
+            finally:
+                if a.check:
+                    shutil.rmtree(staged, ignore_errors=True)
     except PoxmInputError as exc:
         print(f"publish_results: error: {exc}", file=sys.stderr)
         return 2

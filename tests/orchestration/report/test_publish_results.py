@@ -56,7 +56,7 @@ def test_added_trials_join_the_report(folder):
     out = tmp / "done"
     assert pub.main([str(src), "--add", str(t1), str(t2), "--out", str(out)]) == 0
     rows = read_rows(out)
-    assert [f.name for f in row_files(out)] == ["rows-tiny.csv.gz"]       # one file per dataset
+    assert [f.name for f in row_files(out)] == ["rows-tiny.csv.xz"]       # one file per dataset
     assert sorted(rows["seed"].unique()) == [0, 1, 2] and rows["final"].all()
     # the report is the one `poxm report` builds: claims over the 3 seeds, the folder's config kept as it was
     claims = pd.read_csv(out / "tables" / "claims.csv")
@@ -89,7 +89,7 @@ def test_refusals_write_nothing(folder, capsys):
     assert pub.main([str(src), "--dataset", "bibtex", "--out", str(out)]) == 2
     assert "--dataset bibtex: not in the published config (datasets: tiny)" in capsys.readouterr().err
     assert pub.main([str(t1), "--out", str(out)]) == 2
-    assert "not a published results folder (no rows.csv.gz or rows-<dataset>.csv.gz)" in capsys.readouterr().err
+    assert "not a published results folder (no rows-<dataset>.csv.xz or rows.csv.gz)" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -114,6 +114,6 @@ def test_rebuilt_in_place(folder):
     assert sorted(read_rows(here)["seed"].unique()) == [0, 1] and not (here / "rows.csv.gz").exists()
     assert (here / "index.md").is_file() and not [p for p in tmp.iterdir() if p.name.startswith(".in-place")]
     # the source is now the completed folder: adding the same trial again is refused, nothing changes
-    before = (here / "rows-tiny.csv.gz").read_bytes()
+    before = (here / "rows-tiny.csv.xz").read_bytes()
     assert pub.main([str(here), "--add", str(t1), "--out", str(here)]) == 2
-    assert (here / "rows-tiny.csv.gz").read_bytes() == before
+    assert (here / "rows-tiny.csv.xz").read_bytes() == before
