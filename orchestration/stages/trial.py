@@ -28,6 +28,7 @@ done.json exists is not run again.
 """
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -92,6 +93,9 @@ def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> N
             head_epochs += n_heads * E
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
+        # a reused process (a pack, Tune's reuse_actors): what the previous trial left in reference cycles
+        # (its CUDA graphs, engines, device data) freed before this one measures its memory peak
+        gc.collect()
         try:
             run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace, session)
         except PoxmInputError as exc:
