@@ -9,13 +9,12 @@ seeds are independent), without running a finished trial again.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from poxm_process import POXM, REPO, poxm_env
+from poxm_process import poxm_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -81,11 +80,10 @@ def runs(ray_session, tmp_path_factory):
             "s1": sweep(tmp, base, [1])}
 
 
-def test_report_over_two_runs_equals_one_sweep_over_both_seeds(runs):
+def test_report_over_two_runs_equals_one_sweep_over_both_seeds(runs, capsys):
     s0, s1 = runs["s0"], runs["s1"]
     before = {r: sorted(p.relative_to(r) for p in r.rglob("*")) for r in (s0, s1)}
-    res = subprocess.run(POXM + ["report", str(s0), str(s1)], cwd=REPO, env=poxm_env(), capture_output=True,
-                         text=True, timeout=300)
+    res = poxm_in_process(capsys, "report", s0, s1)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     merged = next(p for p in runs["base"].iterdir() if p.name.startswith("tiny-seeds-merged-"))
     assert f"report: {merged / 'report' / 'index.md'}" in res.stdout
@@ -102,7 +100,7 @@ def test_report_over_two_runs_equals_one_sweep_over_both_seeds(runs):
     pd.testing.assert_frame_equal(selection(merged), selection(runs["ref"]))
 
 
-def test_add_seed_to_finished_sweep_equals_one_sweep_over_both_seeds(runs):
+def test_add_seed_to_finished_sweep_equals_one_sweep_over_both_seeds(runs, capsys):
     from orchestration.stages.sweep import resume_sweep
     from orchestration.tracking.runs import stored_uri
     from mlflow import MlflowClient
@@ -138,11 +136,10 @@ def test_add_seed_to_finished_sweep_equals_one_sweep_over_both_seeds(runs):
     assert {r.info.status for r in mruns} == {"FINISHED"}
 
     # status and a plain resume see the extended sweep; resuming again runs nothing
-    st = subprocess.run(POXM + ["status", str(rd)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    st = poxm_in_process(capsys, "status", rd)
     assert st.returncode == 0 and "done 2" in st.stdout, st.stdout + st.stderr
     again = resume_sweep(rd, progress=False)
     assert again.ok and again.summary["ran_now"] == 0 and trial_files(rd, done0) == stamp
     # the original config names this directory still: refused, pointing at resume
-    res = subprocess.run(POXM + ["run", str(config(runs["tmp"], [0])), "--runs-dir", str(runs["base"]), "--quiet"],
-                         cwd=REPO, env=poxm_env(), capture_output=True, text=True, timeout=300)
+    res = poxm_in_process(capsys, "run", config(runs["tmp"], [0]), "--runs-dir", runs["base"], "--quiet")
     assert res.returncode == 2 and "poxm resume" in res.stderr and len(res.stderr.strip().splitlines()) == 1
