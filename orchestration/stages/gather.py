@@ -177,6 +177,10 @@ def sweep_summary(rd: RunDir, n_trials: int, n_points: int, done: list, errored:
                "trial_compute_s": round(compute, 2), "trial_compute_busy_s": round(busy, 2),
                "share_outside_trial_compute": round(1 - busy / wall, 4) if wall > 0 else None,
                "max_concurrent_trials": max_concurrent, **(extra or {}), "finished_at": time.time()}
+    # each trial's GPU memory: estimated from its shapes before it ran, and its measured peak (docs/orchestration.md)
+    memory = {n: m for n in sorted(done) if (m := (read_json(rd.trial(n) / "summary.json", {}) or {}).get("memory"))}
+    if memory:
+        summary["trial_gpu_memory_mb"] = memory
     history = (read_json(rd.summary_json, {}) or {}).get("history", [])
     write_json(rd.summary_json, {**summary, "history": history + [summary]})
     return summary

@@ -139,3 +139,15 @@ def test_oom_passes_retry_at_a_larger_share_until_a_whole_card(tmp_path):
 def test_mps_client_limit():
     assert mps_memory_limit(0.25, 100 * GIB) == "0=25600M"
     assert mps_memory_limit(0.25, None) is None and mps_memory_limit(0, 100 * GIB) is None
+
+
+def test_sweep_summary_lists_each_trials_memory(tmp_path):
+    from orchestration.rundir import RunDir
+    from orchestration.stages.gather import sweep_summary
+    rd = RunDir(tmp_path)
+    for n, mem in (("a", {"estimate_mb": 6289.0, "peak_mb": 5207.0}), ("b", None)):
+        rd.trial(n).mkdir(parents=True)
+        (rd.trial(n) / "summary.json").write_text(json.dumps({"memory": mem} if mem else {}))
+    rd.summary_json.parent.mkdir(parents=True, exist_ok=True)
+    out = sweep_summary(rd, 2, 2, ["a", "b"], [], set(), {"wall": 10.0}, 2)
+    assert out["trial_gpu_memory_mb"] == {"a": {"estimate_mb": 6289.0, "peak_mb": 5207.0}}
