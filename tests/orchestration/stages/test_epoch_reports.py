@@ -83,3 +83,17 @@ def test_ray_checkpoint_seconds_are_checked(monkeypatch):
     assert ray_checkpoint_s({}) == 60.0 and ray_checkpoint_s({RAY_CHECKPOINT_ENV: "5"}) == 5.0
     with pytest.raises(ValueError, match=RAY_CHECKPOINT_ENV):
         ray_checkpoint_s({RAY_CHECKPOINT_ENV: "soon"})
+
+
+def test_resume_takes_the_trial_folders_checkpoint_when_ray_has_an_older_one(tmp_path):
+    """Ray gets a checkpoint only now and then: a trial continues from the newer of Ray's and its folder's."""
+    from types import SimpleNamespace
+
+    from orchestration.stages.trial import resume_point
+    for e in (3, 5):
+        (tmp_path / "checkpoints" / f"epoch_{e:04d}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"epoch_{e:04d}" / "state.pt").write_bytes(b"")
+    older, newer = (SimpleNamespace(path=str(tmp_path / "ray" / f"epoch_{e:04d}")) for e in (3, 6))
+    assert resume_point(older, tmp_path) == (None, "trial_dir:epoch_0005")
+    assert resume_point(newer, tmp_path) == (newer, "ray:epoch_0006")
+    assert resume_point(None, tmp_path) == (None, "trial_dir:epoch_0005")
