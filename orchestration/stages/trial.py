@@ -182,11 +182,30 @@ def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles,
         points = {(h["method"], h["p"], h["lam"]): rid for h, rid in
                   zip(m.spec["heads"], (runs.heads[k] for k in m.head_keys))}
         logger.log_final(df, points, seconds=seconds["run_trial_s"], timing=trainer_timing(out_dir))
+        log_memory(logger, points.values(), out_dir)
     files.publish(out_dir)
     if job.points_file is not None:     # runs created beside the trials: the wait for them (0 if they were there)
         seconds["points_wait_s"] = points_wait_s
     timing = record_attempt(files, job, seconds, start, resumed, starts)
     write_done(files, job, df, timing, tries)
+
+
+def log_memory(logger, run_ids, out_dir: Path) -> None:
+    """The trial's GPU memory (summary.json: estimated before it ran, measured peaks) as metrics of each
+    of its MLflow runs: trial_gpu_memory_estimate_mb, ..._peak_mb, ..._peak_first_epoch_mb."""
+    import json
+
+    from mlflow.entities import Metric
+    try:
+        mem = json.loads((Path(out_dir) / "summary.json").read_text()).get("memory") or {}
+    except (OSError, ValueError):
+        return
+    now = int(time.time() * 1000)
+    ms = [Metric(f"trial_gpu_memory_{k}", float(v), now, 0) for k, v in mem.items() if k.endswith("_mb")]
+    if not ms:
+        return
+    for rid in run_ids:
+        logger.c.log_batch(rid, metrics=ms)
 
 
 def member_data(job: WorkerJob, m: JobMember, files: TrialFiles, loaded: dict) -> tuple:

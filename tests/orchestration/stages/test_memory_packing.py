@@ -151,3 +151,15 @@ def test_sweep_summary_lists_each_trials_memory(tmp_path):
     rd.summary_json.parent.mkdir(parents=True, exist_ok=True)
     out = sweep_summary(rd, 2, 2, ["a", "b"], [], set(), {"wall": 10.0}, 2)
     assert out["trial_gpu_memory_mb"] == {"a": {"estimate_mb": 6289.0, "peak_mb": 5207.0}}
+
+
+def test_memory_goes_to_each_mlflow_run_of_the_trial(tmp_path):
+    from orchestration.stages.trial import log_memory
+    (tmp_path / "summary.json").write_text(json.dumps({"memory": {"estimate_mb": 6289.0, "peak_mb": 5207.0,
+                                                                  "estimate_over_peak": 1.2}}))
+    sent = []
+    logger = SimpleNamespace(c=SimpleNamespace(log_batch=lambda rid, metrics: sent.append(
+        (rid, {m.key: m.value for m in metrics}))))
+    log_memory(logger, ["r1", "r2"], tmp_path)
+    want = {"trial_gpu_memory_estimate_mb": 6289.0, "trial_gpu_memory_peak_mb": 5207.0}
+    assert sent == [("r1", want), ("r2", want)]
