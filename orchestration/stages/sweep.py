@@ -150,7 +150,9 @@ def start_ray(plan: SweepPlan, address: str | None, verbose: bool, started: Tear
     started.services.enter_context(mps_for_sweep(plan.cfg.device, bool(plan.cfg.resources.mps), local, say))
     t_ray = time.perf_counter()
     started.ray_started = ray_init(address, verbose)
-    start_train_coordinator()
+    from orchestration.stages.ray_session import executor_of
+    if executor_of(plan.cfg.resources) == "train":     # the actor Ray Train's jobs ask first; Tune's trials never do
+        start_train_coordinator()
     max_conc = check_resources(plan.cfg, local=local)
     ray_s = time.perf_counter() - t_ray
     res = ray.cluster_resources()
