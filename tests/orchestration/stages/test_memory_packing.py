@@ -163,3 +163,30 @@ def test_memory_goes_to_each_mlflow_run_of_the_trial(tmp_path):
     log_memory(logger, ["r1", "r2"], tmp_path)
     want = {"trial_gpu_memory_estimate_mb": 6289.0, "trial_gpu_memory_peak_mb": 5207.0}
     assert sent == [("r1", want), ("r2", want)]
+
+
+def test_a_prepared_seed_is_read_off_the_cache_without_a_task(tmp_path):
+    """prepare.cached_result: every variant of a (dataset, seed) complete in the driver's cache gives the
+    task's result at once; one level missing, or storage mode, gives None (a task runs)."""
+    import numpy as np
+
+    from orchestration.stages.prepare import cached_result
+    from orchestration.stages.tune import variant_at
+    from poxm_core.config.schema import load_config
+    cfg = load_config("configs/quickstart.yaml", ["seeds=[0]"])
+    plan = SimpleNamespace(cfg=cfg, storage=None, cache_dir=tmp_path)
+    ds = cfg.datasets[0].name
+    assert cached_result(plan, ds, 0) is None
+    for v in cfg.datasets[0].variants:
+        at = variant_at(cfg, ds, 0, v.name)
+        parents = dict(zip(("data", "model", "candidates"), at.levels[:3]))
+        for rel in at.levels:
+            (tmp_path / rel).mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel / "manifest.json").write_text(json.dumps({"key": {"parents": parents}, "stats": {}}))
+        np.save(tmp_path / at.dir / "covering.npy", np.zeros(3))
+    res = cached_result(plan, ds, 0)
+    assert set(res["variants"]) == {v.name for v in cfg.datasets[0].variants} and res["seconds"] == 0.0
+    assert res["variants"][cfg.datasets[0].variants[0].name]["dir"] == variant_at(cfg, ds, 0, cfg.datasets[0].variants[0].name).dir
+    assert cached_result(SimpleNamespace(cfg=cfg, storage=object(), cache_dir=tmp_path), ds, 0) is None
+    (tmp_path / variant_at(cfg, ds, 0, cfg.datasets[0].variants[-1].name).dir / "manifest.json").unlink()
+    assert cached_result(plan, ds, 0) is None
