@@ -33,21 +33,15 @@ from poxm_core.estimators.base import ValidationLog
 from poxm_core.estimators.ips import IS
 
 __all__ = ["MIPS", "cluster_weights", "cluster_weights_torch", "cluster_masks", "CLUSTER_NEEDS",
-           "estimator_clusters", "ESTIMATOR_CLUSTERS"]
+           "ESTIMATOR_CLUSTERS"]
 
 # What the cluster weights read from a validation log (`ValidationLog.arrays`, docs/estimators.md).
 CLUSTER_NEEDS = ("action_cluster", "cand_pos", "candidates", "rho_candidates", "pi_selector")
-# k of the label clusters the trainer gives MIPS and OffCEM (k-means of the logging model's label rows):
+# k of the label clusters the trainer gives MIPS and OffCEM (k-means of the logging model's label rows,
+# `prepare.clusters.label_clusters` with k = min(k, L), seed 0; training/reporting.py):
 # coarse enough that a context's K = 100 candidates share clusters (the variance MIPS removes), fine
 # enough that labels of one cluster are alike (the bias it risks).
 ESTIMATOR_CLUSTERS = 32
-
-
-def estimator_clusters(prepared, k: int = ESTIMATOR_CLUSTERS) -> np.ndarray:
-    """(L,) the `action_cluster` array of a prepared variant: `prepare.clusters.label_clusters` with
-    k = min(k, L), seed 0 (fitted on training data only, memoised and cached by the prepare stage)."""
-    from poxm_core.prepare.clusters import label_clusters
-    return label_clusters(prepared, min(int(k), int(prepared.W.shape[0])), 0)
 
 
 def cluster_masks(cand_cluster, cand_pos):

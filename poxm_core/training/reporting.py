@@ -65,8 +65,10 @@ class EvalInputs:
         # the label propensities' inverse and the logging model's output rows W as action embeddings
         self.action_arrays = {"inv_propensity": prepared.inv_propensity, "action_embedding": prepared.W}
         if "action_cluster" in needed_arrays():    # MIPS, OffCEM: label clusters of W (k-means, memoised)
-            from poxm_core.estimators.mips import estimator_clusters
-            self.action_arrays["action_cluster"] = estimator_clusters(prepared)
+            from poxm_core.estimators.mips import ESTIMATOR_CLUSTERS
+            from poxm_core.prepare.clusters import label_clusters
+            self.action_arrays["action_cluster"] = label_clusters(
+                prepared, min(ESTIMATOR_CLUSTERS, prepared.n_labels), seed=0)
 
     def _sparse(self, split: str) -> DeviceCSR | None:
         if self._X.get(split) is None:
