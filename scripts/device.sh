@@ -383,7 +383,7 @@ cmd_trial_figures() (
 # The single-GPU trial figures of docs/performance.md in one go, on a GPU machine whose calls are
 # time-limited (run it detached: scripts/device.sh detached start DIR scripts/device.sh trial-figures OUT PARTS...).
 #
-#   check     tests/gpu (pytest -m gpu) (the GPU fast paths against the plain ones; builds the
+#   check     tests/poxm_core/accel/test_cuda_paths.py (pytest -m gpu) (the GPU fast paths against the plain ones; builds the
 #             Triton kernels, so later parts find them compiled)
 #   kernels   -m benchmarks.profile batched-kernels: the batched step's GPU work per batch (grid, lazy
 #             input layer, and Bibtex)
@@ -409,7 +409,7 @@ for part in "${parts[@]}"; do
   echo "== $part $(date +%T)"
   case $part in
     check)
-      "$PY" -m pytest -q -m gpu tests/gpu > "$R/cuda_paths.log" 2>&1
+      "$PY" -m pytest -q -m gpu tests/poxm_core/accel/test_cuda_paths.py > "$R/cuda_paths.log" 2>&1
       grep -E "^adam" "$R/cuda_paths.log" | cut -c1-600;;
     kernels)
       "$PY" -m benchmarks.profile batched-kernels --parts grid --set training.input_adam=lazy --top 30 \
