@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from poxm_process import POXM, REPO, poxm_env, run_until_first_trial_then_kill, stop_group
+from poxm_process import POXM, REPO, poxm_env, poxm_in_process, run_until_first_trial_then_kill, stop_group
 import yaml
 
 pytestmark = pytest.mark.slow
@@ -50,15 +50,28 @@ def write_config(tmp: Path, **changes) -> Path:
     return path
 
 
+# the reference sweep, run once in the test run: this module's tests and test_packing's (its jobs are
+# one trial each: 2 alike trials on 2 CPUs) read it; "actors_before": the Ray actors before it ran
+_REFERENCE: dict = {}
+
+
+def reference_sweep(tmp_path_factory):
+    if "out" not in _REFERENCE:
+        import ray._private.state
+
+        from orchestration.stages.sweep import run_sweep
+        from poxm_core.config.schema import load_config
+        _REFERENCE["actors_before"] = set(ray._private.state.actors())
+        tmp = tmp_path_factory.mktemp("ref")
+        out = run_sweep(load_config(write_config(tmp)), runs_dir=tmp / "runs", progress=False)
+        assert out.ok, out
+        _REFERENCE["out"] = out
+    return _REFERENCE["out"]
+
+
 @pytest.fixture(scope="module")
 def reference(ray_session, tmp_path_factory):
-    from orchestration.stages.sweep import run_sweep
-    from poxm_core.config.schema import load_config
-
-    tmp = tmp_path_factory.mktemp("ref")
-    out = run_sweep(load_config(write_config(tmp)), runs_dir=tmp / "runs", progress=False)
-    assert out.ok, out
-    return out
+    return reference_sweep(tmp_path_factory)
 
 
 def final_rows(run_dir: Path) -> pd.DataFrame:
@@ -256,11 +269,13 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def mlflow_server(tmp: Path):
-    """`mlflow server` on a free local port, as a real process; yields its http URI."""
+    """`mlflow server` on a free local port, as a real process, its store and artifacts in `tmp`; yields its
+    http URI."""
     import urllib.request
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp}/db",
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], cwd=tmp, env=poxm_env(),
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                               "--artifacts-destination", (tmp / "mlartifacts").as_uri()], cwd=tmp, env=poxm_env(),
                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -278,7 +293,7 @@ def mlflow_server(tmp: Path):
         stop_group(server, grace_s=20)
 
 
-def test_kill_driver_then_resume(reference, tmp_path):
+def test_kill_driver_then_resume(ray_session, reference, tmp_path, capsys):
     cfg = write_config(tmp_path)
     runs = tmp_path / "runs"
     first = run_until_first_trial_then_kill(cfg, runs)
@@ -287,15 +302,14 @@ def test_kill_driver_then_resume(reference, tmp_path):
     stamp = {f: (first / f).stat().st_mtime_ns for f in ("rows.csv", "done.json", "summary.json")}
     time.sleep(2)   # let the dead cluster's processes go
 
-    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    st = poxm_in_process(capsys, "status", run_dir)
     assert st.returncode == 0, st.stderr
     # the other trial may have finished meanwhile: its worker is Ray's process, outside the killed group, and
     # goes on until it next calls into Ray (a trial with short epochs reports only once a poll)
     n_done = len(list(run_dir.glob("trials/*/done.json")))
     assert f"done {n_done}" in st.stdout and "driver     not running" in st.stdout and "poxm resume" in st.stdout
 
-    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
-                         text=True, timeout=300)
+    res = poxm_in_process(capsys, "resume", run_dir, "--quiet")       # on the test run's Ray
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert {f: (first / f).stat().st_mtime_ns for f in stamp} == stamp            # the finished trial did not rerun
     assert len(json.loads((first / "timing.json").read_text())["attempts"]) == 1
@@ -303,7 +317,7 @@ def test_kill_driver_then_resume(reference, tmp_path):
     _, _, mruns = mlflow_runs(run_dir)
     assert len(mruns) == N_POINTS + 1                                            # no duplicates
     assert {r.info.status for r in mruns} == {"FINISHED"}                        # none left RUNNING
-    st = subprocess.run(POXM + ["status", str(run_dir)], cwd=REPO, env=poxm_env(), capture_output=True, text=True)
+    st = poxm_in_process(capsys, "status", run_dir)
     assert "done 2" in st.stdout
 
 
