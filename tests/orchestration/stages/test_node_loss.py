@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from orchestration.stages.epoch_reports import HOLD_ENV
-from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
+from tests.poxm_process import POXM, REPO, poxm_env, poxm_in_process, tiny_config
 from tests.ray_cluster import Cluster, cluster_env
 
 EPOCHS = 10
@@ -53,12 +53,11 @@ def training_now(runs: Path, epochs: int = EPOCHS) -> int:
 
 
 @pytest.mark.slow
-def test_sweep_survives_losing_its_worker_node(tmp_path):
+def test_sweep_survives_losing_its_worker_node(ray_session, tmp_path, capsys):
     cfg_path = tmp_path / "sweep.yaml"
     cfg_path.write_text(yaml.safe_dump(CONFIG))
-    ref = subprocess.run(POXM + ["run", str(cfg_path), "--runs-dir", str(tmp_path / "clean"), "--quiet",
-                                 "mlflow.enabled=false"], cwd=REPO, env=poxm_env(), capture_output=True, text=True,
-                         timeout=600)
+    ref = poxm_in_process(capsys, "run", cfg_path, "--runs-dir", tmp_path / "clean", "--quiet",      # on the test
+                          "mlflow.enabled=false")                                              # run's Ray
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
     (clean,) = [p for p in (tmp_path / "clean").iterdir() if p.name.startswith("nodeloss-")]
 

@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from orchestration.stages.epoch_reports import HOLD_ENV
-from tests.poxm_process import POXM, REPO, poxm_env, tiny_config
+from tests.poxm_process import POXM, REPO, poxm_env, poxm_in_process, tiny_config
 
 CONFIG = tiny_config("sigterm", [1.0], epochs=8)
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_driver_exits_130_without_a_stack_dump(tmp_path):
+def test_sigterm_to_the_driver_exits_130_without_a_stack_dump(ray_session, tmp_path, capsys):
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(yaml.safe_dump(CONFIG))
     runs = tmp_path / "runs"
@@ -42,7 +42,6 @@ def test_sigterm_to_the_driver_exits_130_without_a_stack_dump(tmp_path):
     assert "SIGTERM received" not in err and "logging.cc" not in err, err[-3000:]
     assert "poxm resume" in out + err
     (run_dir,) = [p for p in runs.iterdir() if p.name.startswith("sigterm-")]
-    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
-                         text=True, timeout=400)
+    res = poxm_in_process(capsys, "resume", run_dir, "--quiet")       # on the test run's Ray
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert list(run_dir.glob("trials/*/done.json"))
