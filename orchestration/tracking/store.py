@@ -139,13 +139,23 @@ def _old_locations(db: Path, new: str) -> list[str]:
     """The artifact locations in `db` that name the mlartifacts/ of another folder than `new`. Read only;
     a damaged or foreign file is one line naming it."""
     import sqlite3
-    try:
-        con = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
+
+    def read(mode: str) -> list[str]:
+        con = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode={mode}", uri=True)
         try:
             return [r[0] for r in con.execute("SELECT artifact_location FROM experiments") if r[0]
                     and r[0].rstrip("/").endswith("/mlartifacts") and r[0].startswith("file:") and r[0] != new]
         finally:
             con.close()
+    try:
+        try:
+            return read("ro")
+        except sqlite3.OperationalError as exc:
+            # a writer killed mid-transaction (a sweep killed, its trial processes ended by Ray) leaves a
+            # journal or WAL that only a writable connection recovers: what the resumed sweep's store does next
+            if "readonly" not in str(exc):
+                raise
+            return read("rw")
     except sqlite3.DatabaseError as exc:
         raise PoxmInputError(f"{db}: not a readable MLflow store ({exc})") from None
 
