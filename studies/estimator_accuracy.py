@@ -104,8 +104,11 @@ def accuracy(Ls, ps, regimes, reps: int, n: int, n_truth: int, seed: int) -> pd.
                 if p > world.K:
                     continue
                 v, v_se = truth(world, p, n_truth, seed + 7919)
+                print(f"{regime} L={L} p={p}: truth {v:.4f} (se {v_se:.4f})", flush=True)
                 for props in ("true", "estimated"):
                     est = pd.DataFrame([estimates(world, cluster, p, n, seed + 1000 * r, props) for r in range(reps)])
+                    print(f"  {props}: " + ", ".join(f"{e} {est[e].mean() - v:+.4f} ({est[e].std(ddof=1):.4f})"
+                                                      for e in ESTIMATORS), flush=True)
                     for e in ESTIMATORS:
                         err = est[e].to_numpy() - v
                         rows.append({"regime": regime, "L": L, "p": p, "propensities": props, "estimator": e,
