@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from poxm_process import POXM, REPO, poxm_env, run_until_first_trial_then_kill
+from poxm_process import POXM, REPO, poxm_env, poxm_in_process, run_until_first_trial_then_kill
 import scipy.sparse as sp
 import yaml
 
@@ -247,7 +247,7 @@ TINY = {"seeds": [0], "model": {"dim": 8, "epochs": 1, "n_candidates": 6, "slate
 
 
 @pytest.mark.slow
-def test_run_on_xc_and_npz_pairs_declared_in_config(files, tmp_path):
+def test_run_on_xc_and_npz_pairs_declared_in_config(ray_session, files, tmp_path, capsys, monkeypatch):
     d, _, _ = files
     path = cfg_file(d, [ds("mine-xc", "xc", "data/mine_train.txt", "data/mine_test.txt"),
                         ds("mine-npz", "npz", "data/train.npz", "data/test.npz")],
@@ -255,8 +255,8 @@ def test_run_on_xc_and_npz_pairs_declared_in_config(files, tmp_path):
     path.write_text(path.read_text().replace("logging: {}", "logging: {}\n  dm: {lr: 0.01}"))
     runs = tmp_path / "runs"
     # run from another folder: the data paths are relative to the config file, not the cwd
-    res = subprocess.run(POXM + ["run", str(path), "--runs-dir", str(runs), "--quiet"], cwd=tmp_path, env=poxm_env(),
-                         capture_output=True, text=True, timeout=300)
+    monkeypatch.chdir(tmp_path)
+    res = poxm_in_process(capsys, "run", path, "--runs-dir", runs, "--quiet")        # on the test run's Ray
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = next(runs.glob("own-e2e-*"))
     rows = pd.read_csv(run_dir / "results" / "rows.csv")
@@ -266,14 +266,13 @@ def test_run_on_xc_and_npz_pairs_declared_in_config(files, tmp_path):
     a = fin[fin.dataset == "mine-xc"].sort_values("method")["value"].to_numpy()
     b = fin[fin.dataset == "mine-npz"].sort_values("method")["value"].to_numpy()
     assert len(a) == 2 and np.allclose(a, b, atol=1e-3)
-    prep = subprocess.run(POXM + ["prepare", str(path), "--cache-dir", str(runs / "cache")], cwd=tmp_path,
-                          env=poxm_env(), capture_output=True, text=True, timeout=120)
+    prep = poxm_in_process(capsys, "prepare", path, "--cache-dir", runs / "cache")
     assert prep.returncode == 0, prep.stderr[-2000:]
     assert "mine-npz: N_train=80, N_test=30, D=40, L=12" in prep.stdout
 
 
 @pytest.mark.slow
-def test_plugin_method_run_kill_resume_report(tmp_path):
+def test_plugin_method_run_kill_resume_report(tmp_path, capsys):
     write_plugin(tmp_path)
     cfg = {"name": "plug-e2e", "plugins": ["my_poxm_plugin"], "plugin_path": ["plugins"],
            "datasets": [{"name": "plug-data", "variants": [{"name": "A", "alpha": 0.3},
@@ -288,8 +287,7 @@ def test_plugin_method_run_kill_resume_report(tmp_path):
     # resume and report run from the repository, where the plugin is not on sys.path: a run directory's
     # plugins are imported only when the user names them, from the user's folder
     mine = ["--plugins", "my_poxm_plugin", "--plugin-path", str(tmp_path / "plugins")]
-    res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet"], cwd=REPO, env=poxm_env(), capture_output=True,
-                         text=True, timeout=300)
+    res = poxm_in_process(capsys, "resume", run_dir, "--quiet")
     assert res.returncode == 2 and "--plugins my_poxm_plugin" in res.stderr, res.stderr[-3000:]
     res = subprocess.run(POXM + ["resume", str(run_dir), "--quiet", *mine], cwd=REPO, env=poxm_env(),
                          capture_output=True, text=True, timeout=300)
