@@ -24,7 +24,7 @@ def test_ope_writes_the_table(tmp_path):
     out = tmp_path / "out"
     assert main(["ope", "--campaigns", "men", "--n-boot", "2", "--out", str(out)]) == 0
     df = pd.read_csv(out / "ope.csv")
-    assert set(df.estimator) == {"IS", "sIS p=10", "sIS p=20", "SNIS", "DR", "PIS", "DM"}
+    assert set(df.estimator) == {"IS", "sIS p=10", "sIS p=20", "SNIS", "DR", "PIS", "DM", "MIPS", "OffCEM"}
     assert set(zip(df.target, df.log)) == {("bts", "random"), ("random", "bts")}
     assert df.truth[df.target == "bts"].iloc[0] == pytest.approx(0.0069)      # TS's click rate in its own log
     assert "| men | bts ← random | IS |" in (out / "ope.md").read_text()
