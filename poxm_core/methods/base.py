@@ -265,10 +265,12 @@ class Method:
         """True only for the supervised skyline (the one reader of training labels)."""
         return False
 
-    def for_trial(self, prepared, head, heads, device) -> "Method":
+    def for_trial(self, prepared, head, heads, device, clusters) -> "Method":
         """The method as one trial's head uses it (`training.trial_setup.build_heads` calls it once the
         trial's heads exist): itself, or a copy holding what its loss and test-time policy read of the
-        trial (POTEC: the label clusters, the reward model). A bound copy may define
+        trial (POTEC: the label clusters, the reward model). `clusters(k)`: the (L,) int64 k-means
+        clusters of the trial's logging model (prepare/clusters.py, fitted once and cached), given by the
+        trainer so that a method never reaches the prepare cache. A bound copy may define
         `candidate_scores(params, z, cand) -> (c, K)`: its test-time scores over C(x)."""
         return self
 

@@ -32,3 +32,8 @@ class DirectMethod(Method):
     def loss(self, logits: torch.Tensor, batch: Batch, ctx: HeadContext) -> torch.Tensor:
         bce = F.binary_cross_entropy_with_logits(logits, batch.rewards.expand_as(logits), reduction="none")
         return bce.mean(dim=(-2, -1))
+
+
+# The reward model a trial fits for the methods that declare `needs_reward_model` (and the report's
+# reward-model checks): the Direct Method's head, trained hidden when the trial does not list it.
+REWARD_METHOD = DirectMethod.name

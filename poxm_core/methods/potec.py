@@ -2,7 +2,7 @@
 learned from cluster-level importance weights, whose slots a reward model fills.
 
 Clusters: k-means of the logging model's label rows (`prepare.clusters`, k = the head's p, the trial's
-seed). First stage pi1 over the clusters present in C(x), drawn in rounds: at each position the
+seed), which the trainer hands to `for_trial`. First stage pi1 over the clusters present in C(x), drawn in rounds: at each position the
 clusters with the fewest labels already in the slate (and a label left) compete by softmax of their
 logits s1(x, c); a cluster holds one output row of the head (row c, c < k). Its loss, per position of
 the logged slate (its prefix conditioning both policies, the prefix pruned as POXM's weights are):
@@ -25,6 +25,7 @@ import torch
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import MethodConfig
 from poxm_core.methods.base import Batch, HeadContext, Method, translated_loss
+from poxm_core.methods.dm import REWARD_METHOD
 
 __all__ = ["POTEC", "ROUND_GAP", "cluster_log_conditionals", "cluster_rho_conditionals", "two_stage_scores"]
 
@@ -109,17 +110,14 @@ class POTEC(Method):
     def test_support(self, mc: MethodConfig) -> str:
         return "candidates"
 
-    def for_trial(self, prepared, head, heads, device) -> "POTEC":
-        """A copy bound to the trial: the clusters of its logging model (k = head.spec.p) and its reward
-        model (the head the trial fits first)."""
-        from poxm_core.methods.registry import REWARD_METHOD
-        from poxm_core.prepare.clusters import label_clusters
-
+    def for_trial(self, prepared, head, heads, device, clusters) -> "POTEC":
+        """A copy bound to the trial: the clusters of its logging model (k = head.spec.p, from the
+        trainer's `clusters(k)`) and its reward model (the head the trial fits first)."""
         k = int(head.spec.p)
         if k > prepared.n_labels:
             raise PoxmInputError(f"methods.{self.name}.p: k={k} clusters exceed the {prepared.n_labels} labels")
         bound = copy.copy(self)
-        ids = label_clusters(prepared, k, prepared.seed)          # cached beside the prepared levels
+        ids = clusters(k)                                         # cached beside the prepared levels
         bound.clusters = torch.as_tensor(np.asarray(ids), dtype=torch.int64, device=device)
         bound.reward_head = next((h for h in heads if h.spec.method == REWARD_METHOD), None)
         return bound

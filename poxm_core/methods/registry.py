@@ -6,7 +6,7 @@ from poxm_core.common.errors import PoxmInputError, nearest
 from poxm_core.common.registration import add
 from poxm_core.methods.banditnet import BanditNet
 from poxm_core.methods.base import Method
-from poxm_core.methods.dm import DirectMethod
+from poxm_core.methods.dm import REWARD_METHOD, DirectMethod
 from poxm_core.methods.dr_poxm import DRPOXM
 from poxm_core.methods.head import HeadSpec
 from poxm_core.methods.logging_policy import Logging
@@ -18,10 +18,6 @@ from poxm_core.methods.supervised_logs import SupervisedLogs
 from poxm_core.methods.wpoxm import WPOXM
 
 __all__ = ["METHODS", "REWARD_METHOD", "get_method", "head_grid", "register_method"]
-
-# The reward model a trial fits for the methods that declare `needs_reward_model` (and the report's
-# reward-model checks): the Direct Method's head, trained hidden when the trial does not list it.
-REWARD_METHOD = DirectMethod.name
 
 METHODS: dict[str, Method] = {m.name: m for m in (Logging(), DirectMethod(), BanditNet(), PMBanditNet(),
                                                   POXM(), WPOXM(), DRPOXM(), SupervisedLogs(), POTEC(),

@@ -18,6 +18,7 @@ from poxm_core.config.schema import MethodConfig, SweepConfig, config_hash, reso
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.methods import REWARD_METHOD, Method, get_method
 from poxm_core.policy import NetworkStack, Policy, PolicyRequest, build_policies
+from poxm_core.prepare.clusters import label_clusters
 from poxm_core.prepare.prepared import Prepared
 from poxm_core.training.evaluation import PolicyView
 from poxm_core.policy.heads import HeadParams
@@ -130,8 +131,11 @@ def build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
         bias = h.method.initial_bias(prepared) if h.trains and (h.mc.init or tr.init) != "logging" else None
         if bias is not None:
             h.policy.out.b.copy_(torch.as_tensor(bias, dtype=torch.float32, device=device))
+    def clusters(k: int) -> np.ndarray:
+        return label_clusters(prepared, k, prepared.seed)
+
     for h in heads:     # a method that reads the trial (POTEC: its label clusters, the reward model)
-        h.method = h.method.for_trial(prepared, h, heads, device)
+        h.method = h.method.for_trial(prepared, h, heads, device, clusters)
     return heads, stacks
 
 
