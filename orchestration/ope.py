@@ -15,7 +15,7 @@ from pathlib import Path
 from poxm_core.common.atomic import write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root
-from poxm_core.data.logged import OBD_CAMPAIGNS
+from poxm_core.data.obd import OBD_CAMPAIGNS
 from orchestration.report.ope_truth import obd_ope_frame, ope_table
 from orchestration.report.table_format import to_markdown
 

@@ -114,7 +114,7 @@ def check_logged_tables(cfg) -> None:
     action ids, positions, propensities in [1e-6, 1], rewards, row count), so a bad value is one line
     before Ray starts or anything is written, not a failed trial after."""
     from poxm_core.config.schema import default_data_root
-    from poxm_core.data.logged import read_logged
+    from poxm_core.data.logged_dataset import read_logged
     root = Path(cfg.data_root) if cfg.data_root else default_data_root()
     for d in cfg.datasets:
         if d.logged is not None:

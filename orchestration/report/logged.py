@@ -193,7 +193,7 @@ def truth_frame(logged: dict, data_root, *, p_list=TRUTH_P, n_boot: int = TRUTH_
     truth to check against). Reads the logs from `data_root` (as prepare does); raises PoxmInputError."""
     from orchestration.report.ope_truth import ope_rows
     from poxm_core.config.data_schema import LoggedConfig
-    from poxm_core.data.logged import read_logged
+    from poxm_core.data.logged_dataset import read_logged
 
     try:
         lcfg = LoggedConfig.model_validate(logged)

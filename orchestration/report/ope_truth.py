@@ -11,7 +11,7 @@ import pandas as pd
 
 from poxm_core.bandit.logged_ope import evaluate_against_truth
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.data.logged import OBD_CAMPAIGNS, read_obd
+from poxm_core.data.obd import OBD_CAMPAIGNS, read_obd
 from orchestration.report.table_format import Table
 
 __all__ = ["DIRECTIONS", "obd_ope_frame", "ope_rows", "ope_table"]

@@ -70,7 +70,7 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     for d in cfg.datasets:                   # input errors now, not after Ray has retried a trial
         spec = spec_for(d)
         if d.logged is not None and check_data:
-            from poxm_core.data.logged import logged_files
+            from poxm_core.data.logged_dataset import logged_files
             logged_files(d.logged, root)
         elif d.format is not None and check_data:
             declared_files(d, root)

@@ -6,10 +6,13 @@ that logged it. The logging policy is the log itself: nothing is trained to stan
 
 Two readers, one container:
 
-- `read_obd(path, policy, campaign)` (poxm_core.data.obd, importable from here too): the Open Bandit
+- `read_obd(path, policy, campaign)` (poxm_core.data.obd, built on this module): the Open Bandit
   Dataset layout (`<policy>/<campaign>/<campaign>.csv` and `item_context.csv`), read straight from obp's
   source archive (`.tar.gz`, within bounds on member and total size) or from a folder.
 - `read_logged_table(path, columns)`: a CSV or Parquet table whose column names `LoggedColumns` maps.
+
+A config's logged dataset (which files it reads, its logs through the right reader) is
+poxm_core.data.logged_dataset, above both readers.
 
 Support checks (`check_table`, poxm_core.data.logged_checks), each a one-line `PoxmInputError` naming
 the file, the row and the column: every required column present; every context value present; the
@@ -36,20 +39,7 @@ from poxm_core.common.errors import PoxmInputError
 from poxm_core.data.logged_checks import (  # noqa: F401 -- the support checks, importable from here as before
     MAX_ACTIONS, MAX_ROWS, MAX_SLATE, PROPENSITY_MIN, _first, _integers, _where, check_table)
 
-__all__ = ["LoggedColumns", "LoggedFeedback", "check_table", "encode_context", "read_logged_table", "align_context",
-           "read_logged", "logged_files"]
-
-_OBD = ("OBD_POLICIES", "OBD_CAMPAIGNS", "read_obd", "find_obd_source", "obd_columns")
-
-
-def __getattr__(name: str):
-    """The Open Bandit Dataset's reader lives in poxm_core.data.obd (it builds on this module); its names
-    stay importable from here."""
-    if name in _OBD:
-        from poxm_core.data import obd
-        return getattr(obd, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__all__ = ["LoggedColumns", "LoggedFeedback", "check_table", "encode_context", "read_logged_table", "align_context"]
 
 @dataclass(frozen=True)
 class LoggedColumns:
@@ -218,7 +208,7 @@ def build_feedback(df, columns, file, csv, n_actions, feats) -> LoggedFeedback:
                           feature_names=names, action_features=feats)
 
 
-# ---- a config's logged dataset ---------------------------------------------------------------------
+# ---- two logs over one feature space ---------------------------------------------------------------
 
 def align_context(a: LoggedFeedback, b: LoggedFeedback) -> tuple[LoggedFeedback, LoggedFeedback]:
     """Both logs' contexts over one feature space: a's features in a's order, then b's features a lacks
@@ -236,57 +226,3 @@ def align_context(a: LoggedFeedback, b: LoggedFeedback) -> tuple[LoggedFeedback,
         W = sp.csr_matrix((X.data, (X.row, cols)), shape=(log.n, len(names)), dtype=np.float32)
         return dataclasses.replace(log, context=W, feature_names=tuple(names))
     return widen(a), widen(b)
-
-
-def logged_files(lcfg, data_root: Path) -> list[Path]:
-    """The files a config's logged dataset (`LoggedConfig`) reads: what its cache key hashes."""
-    def where(p: str | None, default: Path) -> Path:
-        if p is None:
-            return default
-        q = Path(p).expanduser()
-        return q if q.is_absolute() else Path(data_root) / q
-    if lcfg.source == "obd":
-        from poxm_core.data.obd import find_obd_source
-        src = find_obd_source(where(lcfg.path, Path(data_root) / "obd"))
-        return [src] if src.is_file() else sorted(f for f in src.rglob("*.csv"))
-    files = [where(lcfg.path, Path(data_root))]
-    files += [where(x, Path(data_root)) for x in (lcfg.action_features, lcfg.target) if x is not None]
-    for f in files:
-        if not f.is_file():
-            raise PoxmInputError(f"{f}: logged table not found (datasets.<i>.logged; relative paths are under the data "
-                                 f"root {data_root})")
-    return files
-
-
-def read_logged(lcfg, data_root: Path) -> tuple[LoggedFeedback, LoggedFeedback | None]:
-    """(the log to learn from, the target log or None) of a config's logged dataset (`LoggedConfig`), both
-    over one context feature space (`align_context`). OBD: `policy` and its `target` (by default the other
-    policy) in one campaign; a table: `path` and, when given, `target`, read with the same column map."""
-    root = Path(data_root)
-    if lcfg.source == "obd":
-        from poxm_core.data.obd import read_obd
-        src = Path(lcfg.path).expanduser() if lcfg.path else root / "obd"
-        src = src if src.is_absolute() else root / src
-        campaign = lcfg.campaign or "all"
-        log = read_obd(src, lcfg.obd_policy, campaign)
-        target = read_obd(src, lcfg.obd_target, campaign) if lcfg.obd_target is not None else None
-    else:
-        files = logged_files(lcfg, root)
-        c = lcfg.columns
-        cols = LoggedColumns(action=c.action, position=c.position, reward=c.reward, propensity=c.propensity,
-                             context=tuple(c.context), categorical=tuple(c.categorical), position_base=c.position_base,
-                             slate_size=c.slate_size, n_actions=c.n_actions)
-        feats = files[1] if lcfg.action_features is not None else None
-        log = read_logged_table(files[0], cols, action_features=feats)
-        target = None
-        if lcfg.target is not None:
-            target = read_logged_table(files[-1], dataclasses.replace(cols, n_actions=log.n_actions,
-                                                                      slate_size=log.slate_size),
-                                       action_features=feats)
-    if target is not None:
-        if (target.n_actions, target.slate_size) != (log.n_actions, log.slate_size):
-            raise PoxmInputError(f"{target.source}: expected the action set and slate of {log.source} "
-                                 f"({log.n_actions} actions, {log.slate_size} slots), got {target.n_actions}, "
-                                 f"{target.slate_size}")
-        log, target = align_context(log, target)
-    return log, target

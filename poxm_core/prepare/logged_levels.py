@@ -30,7 +30,7 @@ _LOGGED_PARTS = ("train", "test", "target")
 def logged_keys(cfg: SweepConfig, dataset: str, seed: int) -> tuple[tuple[dict, str], dict[str, tuple[dict, str]]]:
     """(data level (key, hash), {variant: (key, hash)}) of a logged dataset: the data level by the files'
     contents and the logged entry (reader, split); a variant by it, the seed, val_fraction, its selector."""
-    from poxm_core.data.logged import logged_files
+    from poxm_core.data.logged_dataset import logged_files
     from poxm_core.prepare.logged import TEST_SPLIT_STREAM
     dcfg = cfg.dataset(dataset)
     root = Path(cfg.data_root) if cfg.data_root else default_data_root()
@@ -48,7 +48,7 @@ def logged_keys(cfg: SweepConfig, dataset: str, seed: int) -> tuple[tuple[dict, 
 
 
 def _build_logged_data(cfg: SweepConfig, dataset: str, progress: bool) -> Callable[[Path], dict]:
-    from poxm_core.data.logged import read_logged
+    from poxm_core.data.logged_dataset import read_logged
     from poxm_core.prepare.logged import log_features, part_arrays, split_rows
 
     def fn(d: Path) -> dict:

@@ -62,7 +62,7 @@ def test_schema_defaults_and_no_mixing():
 
 @needs_obd
 def test_prepare_maps_the_obd_log_onto_prepared(tmp_path):
-    from poxm_core.data.logged import read_obd
+    from poxm_core.data.obd import read_obd
     from poxm_core.prepare.pipeline import load_prepared
 
     cfg = _cfg(tmp_path)

@@ -11,7 +11,8 @@ from poxm_core.bandit.logged_ope import (cluster_row_weights, crossfit_reward, e
                                          position_marginals, row_weights)
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root
-from poxm_core.data.logged import LoggedFeedback, read_obd
+from poxm_core.data.logged import LoggedFeedback
+from poxm_core.data.obd import read_obd
 
 OBD = default_data_root() / "obd"
 needs_obd = pytest.mark.skipif(not (OBD / "original").is_dir(), reason="OBD sample not in the data root")

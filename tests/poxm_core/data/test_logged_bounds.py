@@ -16,8 +16,9 @@ import pytest
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root
 from poxm_core.data import obd
-from poxm_core.data.logged import LoggedColumns, read_logged_table, read_obd
+from poxm_core.data.logged import LoggedColumns, read_logged_table
 from poxm_core.data.logged_checks import MAX_ACTIONS, PROPENSITY_MIN
+from poxm_core.data.obd import read_obd
 
 COLS = LoggedColumns(action="a", position="k", reward="r", propensity="ps", context=("x",))
 

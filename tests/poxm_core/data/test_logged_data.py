@@ -8,7 +8,8 @@ import pytest
 
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root
-from poxm_core.data.logged import LoggedColumns, LoggedFeedback, encode_context, read_logged_table, read_obd
+from poxm_core.data.logged import LoggedColumns, LoggedFeedback, encode_context, read_logged_table
+from poxm_core.data.obd import read_obd
 
 OBD = default_data_root() / "obd"
 needs_obd = pytest.mark.skipif(not (OBD / "original").is_dir(), reason="OBD sample not in the data root")
