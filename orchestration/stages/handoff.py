@@ -5,6 +5,7 @@
     WorkerJob     what the one Ray Train worker of a job gets (`DataParallelTrainer(train_loop_config=...)`,
                   under the key 'job'): the job's trials (`JobMember`) and where to read and write,
                   built by `worker_job` in the job's Tune driver
+    variant_at    where prepare puts a variant in the cache (`PreparedAt`), from the config alone
 
 Plain frozen dataclasses of strings, numbers, dicts and the resources settings: they pickle as they
 are, and a worker validates the sweep config again from `config` (the keys as the user gave them).
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from poxm_core.config.schema import ResourcesConfig
 
-__all__ = ["PreparedAt", "PreparedRef", "SweepInputs", "HeadRuns", "JobMember", "WorkerJob", "worker_job"]
+__all__ = ["PreparedAt", "variant_at", "PreparedRef", "SweepInputs", "HeadRuns", "JobMember", "WorkerJob", "worker_job"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,18 @@ class PreparedAt:
     (every prepared level it needs, relative to the cache; storage mode fetches them)."""
     dir: str
     levels: tuple[str, ...]
+
+
+def variant_at(cfg, dataset: str, seed: int, variant: str) -> PreparedAt:
+    """Where prepare puts a variant in the cache, from the config alone (its cache keys): the levels
+    relative to the cache, data first, the variant last (as poxm_core.prepare.cache.variant_record)."""
+    from poxm_core.prepare.cache import cache_keys
+
+    keys = cache_keys(cfg, dataset, int(seed))
+    alpha = next(v.alpha for v in cfg.dataset(dataset).variants if v.name == variant)
+    levels = (f"data/{keys.data[1]}", f"model/{keys.model[alpha][1]}", f"candidates/{keys.candidates[alpha][1]}",
+              f"variant/{keys.variant[variant][1]}")
+    return PreparedAt(levels[-1], levels)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Each trial's peak GPU memory is estimated before it runs from its shapes (poxm_core/training/memory.py),
 read from the prepared cache's manifests of its variant (the driver knows where each variant goes:
-tune.variant_at). Its GPU share is then
+handoff.variant_at). Its GPU share is then
 
     share = max(resources.gpus_per_trial, (estimate + CUDA context) * MARGIN / card memory)
 
@@ -116,7 +116,7 @@ class Packing:
     """The GPU share of every trial of a plan (module doc), and of every job as Tune sees it."""
 
     def __init__(self, plan, card: int | None = None) -> None:
-        from orchestration.stages.tune import variant_at
+        from orchestration.stages.handoff import variant_at
         from poxm_core.training.memory import estimate_peak_bytes, shape_from_stats
         self.plan, self.res = plan, plan.cfg.resources
         self.card = card if card is not None else (card_bytes() if self.res.gpus_per_trial > 0 else None)

@@ -84,7 +84,7 @@ def cached_result(plan: SweepPlan, dataset: str, seed: int) -> dict | None:
     if plan.storage is not None:
         return None
     from poxm_core.prepare.cache import is_complete, variant_record
-    from orchestration.stages.tune import variant_at
+    from orchestration.stages.handoff import variant_at
 
     ats = {v.name: variant_at(plan.cfg, dataset, seed, v.name) for v in plan.cfg.dataset(dataset).variants}
     cache = Path(plan.cache_dir)

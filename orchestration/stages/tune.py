@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from orchestration.stages.handoff import PreparedAt, SweepInputs
+from orchestration.stages.handoff import PreparedAt, SweepInputs, variant_at
 from orchestration.stages.plan import SweepPlan
 from orchestration.stages.ray_session import executor_of
 
@@ -135,18 +135,6 @@ def job_grid(plan: SweepPlan, max_concurrent: int, specs=None) -> list[dict]:
                      "methods": ",".join(s.methods), "heads": sum(len(g.heads) for g in group),
                      "members": [g.name for g in group], "member_heads": [len(g.heads) for g in group]})
     return grid
-
-
-def variant_at(cfg, dataset: str, seed: int, variant: str) -> PreparedAt:
-    """Where prepare puts a variant in the cache, from the config alone (its cache keys): the levels
-    relative to the cache, data first, the variant last (as poxm_core.prepare.cache.variant_record)."""
-    from poxm_core.prepare.cache import cache_keys
-
-    keys = cache_keys(cfg, dataset, int(seed))
-    alpha = next(v.alpha for v in cfg.dataset(dataset).variants if v.name == variant)
-    levels = (f"data/{keys.data[1]}", f"model/{keys.model[alpha][1]}", f"candidates/{keys.candidates[alpha][1]}",
-              f"variant/{keys.variant[variant][1]}")
-    return PreparedAt(levels[-1], levels)
 
 
 def trial_launch_order(plan: SweepPlan, max_concurrent: int) -> list[str]:

@@ -171,7 +171,7 @@ def test_a_prepared_seed_is_read_off_the_cache_without_a_task(tmp_path):
     import numpy as np
 
     from orchestration.stages.prepare import cached_result
-    from orchestration.stages.tune import variant_at
+    from orchestration.stages.handoff import variant_at
     from poxm_core.config.schema import load_config
     cfg = load_config("configs/quickstart.yaml", ["seeds=[0]"])
     plan = SimpleNamespace(cfg=cfg, storage=None, cache_dir=tmp_path)

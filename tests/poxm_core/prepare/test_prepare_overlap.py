@@ -1,5 +1,5 @@
 """Trials beside the prepare stage: a trial waits for its own variant, not for its (dataset, seed)'s
-whole task (orchestration.stages.handoff.PreparedRef, orchestration.stages.tune.variant_at); and the prepare
+whole task (orchestration.stages.handoff.PreparedRef, orchestration.stages.handoff.variant_at); and the prepare
 task's logging-policy metrics go to the GPU when the config's device is one."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from orchestration.stages.handoff import PreparedAt, PreparedRef
-from orchestration.stages.tune import variant_at
+from orchestration.stages.handoff import variant_at
 from poxm_core.prepare import pipeline as prepare_module
 from poxm_core.config.schema import load_config
 from poxm_core.prepare.pipeline import metrics_device, prepare
