@@ -20,9 +20,9 @@ import sys
 
 from orchestration.cli_commands import (  # noqa: F401 -- the commands, and what a sweep ends with, as cli.<name>
     EXIT_TRIALS_FAILED, cmd_ope, cmd_prepare, cmd_report, cmd_resume, cmd_run, cmd_status, cmd_train, cmd_ui,
-    _print_claims, headline, poxm_command)
+    _print_claims, headline)
 from orchestration.cli_errors import STORAGE_HINTS, USER_OS_ERRORS, silence_stdout, storage_error_line
-from orchestration.cli_parser import build_parser  # noqa: F401 -- `poxm`'s parser, as cli.build_parser
+from orchestration.cli_parser import build_parser, poxm_command  # noqa: F401 -- `poxm`'s parser and how to call it, as cli.<name>
 from poxm_core.common.errors import DivergedError, PoxmInputError
 
 EXIT_INPUT = 2

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from orchestration.cli_errors import note_store
+from orchestration.cli_parser import poxm_command
 from poxm_core.common.errors import PoxmInputError
 
 EXIT_TRIALS_FAILED = 1
@@ -114,25 +115,6 @@ def headline(run_dir: Path) -> str | None:
     n = sel["seed"].nunique()
     return (f"test R@5 (x100) of the selected (p, lambda) (by {crit} on validation; mean of {n} seed(s)):\n"
             + t.to_string(float_format=lambda v: f"{v:.2f}", na_rep="-"))
-
-
-def poxm_command() -> str:
-    """How to call poxm again from this shell: 'poxm' when that is what PATH finds, else the path
-    this process was started by ('.venv/bin/poxm'), else the interpreter with -m."""
-    import os
-    import shutil
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    on_path = shutil.which("poxm")
-    if Path(argv0).name == "poxm":
-        if on_path and Path(on_path).resolve() == Path(argv0).resolve():
-            return "poxm"
-        full = str(Path(argv0).absolute())
-        rel = os.path.relpath(full)
-        return full if rel.startswith("..") else (rel if "/" in rel else "./" + rel)
-    if on_path and not argv0.endswith(("cli.py", "__main__.py")):
-        return "poxm"
-    exe = os.path.relpath(sys.executable) if not os.path.relpath(sys.executable).startswith("../..") else sys.executable
-    return f"{exe} -m orchestration.cli"
 
 
 def _print_claims(report) -> None:

@@ -1,7 +1,12 @@
-"""`poxm`'s argument parser: one subcommand per command, errors as one line (orchestration.cli)."""
+"""`poxm`'s argument parser: one subcommand per command, errors as one line (orchestration.cli); and how
+this shell calls poxm again (`poxm_command`, for the commands poxm suggests)."""
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
 
 from poxm_core.common.errors import PoxmInputError
 
@@ -141,3 +146,20 @@ def _trusted(p: argparse.ArgumentParser) -> None:
                    "Ray's saved state is loaded from there (default $POXM_STORAGE_PATH)")
     p.add_argument("--cache-dir", metavar="DIR", help="the prepare cache to continue with (default "
                    "<runs dir of RUN_DIR>/cache; another cache the run records is used only when you give it)")
+
+
+def poxm_command() -> str:
+    """How to call poxm again from this shell: 'poxm' when that is what PATH finds, else the path
+    this process was started by ('.venv/bin/poxm'), else the interpreter with -m."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    on_path = shutil.which("poxm")
+    if Path(argv0).name == "poxm":
+        if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+            return "poxm"
+        full = str(Path(argv0).absolute())
+        rel = os.path.relpath(full)
+        return full if rel.startswith("..") else (rel if "/" in rel else "./" + rel)
+    if on_path and not argv0.endswith(("cli.py", "__main__.py")):
+        return "poxm"
+    exe = os.path.relpath(sys.executable) if not os.path.relpath(sys.executable).startswith("../..") else sys.executable
+    return f"{exe} -m orchestration.cli"

@@ -12,6 +12,7 @@ import time
 
 from pathlib import Path
 
+from orchestration.cli_parser import poxm_command
 from orchestration.rundir import RunDir, driver_alive, read_json
 from orchestration.tracking.store import safe_uri
 from poxm_core.common.errors import PoxmInputError
@@ -175,7 +176,6 @@ def resume_flags(rd: RunDir, ml: dict | None = None) -> tuple[list[str], list[st
 
 def resume_command(rd: RunDir, ml: dict | None = None) -> str:
     """The `poxm resume` that continues this run (resume_flags), as this shell calls poxm."""
-    from orchestration.cli_commands import poxm_command
     return " ".join([poxm_command(), "resume", str(rd.root), *resume_flags(rd, ml)[0]])
 
 
