@@ -25,8 +25,10 @@ different derivation would change them; new code must not copy them):
   default_rng([seed, k])  the synthetic generator (data/synthetic.py: [seed, 0], a chunk [seed, 1, c]), the Monte-Carlo
                           slate noise blocks of the stochastic metrics (k = block index)
   default_rng(seed)       a user-given seed used as is: the test split of a declared dataset
-                          (split.seed, data/registry.py), the bootstrap of an estimate or an aggregate
-  torch.manual_seed(seed) the logging model's initialisation (global torch RNG, model/logging_model.py)
+                          (split.seed, data/registry.py), the bootstrap of an estimate or an aggregate, the
+                          k-means++ draws of label clusters (prepare/clusters.py: the published OBD clusters)
+  torch.manual_seed(seed) the logging model's initialisation (global torch RNG, model/logging_model.py), the
+                          known-answer learners' initialisation (bandit/known_answer_learners.py)
   Generator().manual_seed(0 | 1)  the fixed random problem a fused Triton kernel is checked on at its
                           first use (accel/triton_adam.py; no result depends on it)
   seed ^ 0x5EED           the policy network's dense-layer initialisation next to the output layer's
