@@ -12,11 +12,13 @@ import sys
 
 import pytest
 import yaml
-from conftest import cli, one_line, planned
+from tests.cli_peers import cli, one_line, planned
 
 import orchestration.stages.sweep as sweep
 from orchestration.rundir import RunDir, acquire_driver, driver_alive, release_driver, write_json
 from orchestration.stages.plan import plan_from_run_dir
+
+pytestmark = pytest.mark.usefixtures("no_user_settings")   # the user's settings reset around each test
 
 
 @pytest.fixture

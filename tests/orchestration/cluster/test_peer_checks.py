@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli, http_server, one_line, planned, write_cfg
+from tests.cli_peers import cli, http_server, one_line, planned, write_cfg
 
 from orchestration.cluster.preflight import check_address, check_mlflow_uri
 from poxm_core.common.errors import PoxmInputError
+
+pytestmark = pytest.mark.usefixtures("no_user_settings")   # the user's settings reset around each test
 
 
 @pytest.mark.parametrize("flag", ["--mlflow-uri", "--address"])

@@ -3,12 +3,15 @@ parent (tagged with its run directory's key) and the points under it; continuing
 its runs again (no duplicates); runs of a poxm that tagged no owner are adopted once."""
 from __future__ import annotations
 
-from conftest import write_cfg
+import pytest
+from tests.cli_peers import write_cfg
 
 from orchestration.stages.plan import plan_sweep, write_plan
 from orchestration.stages.track import stage_points, stage_track
 from orchestration.tracking import runs as tracking
 from poxm_core.config.schema import load_config
+
+pytestmark = pytest.mark.usefixtures("no_user_settings")   # the user's settings reset around each test
 
 
 def _plan(tmp_path, runs: str):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
-from conftest import cli, one_line
+from tests.cli_peers import cli, one_line
+
+pytestmark = pytest.mark.usefixtures("no_user_settings")   # the user's settings reset around each test
 
 
 def _config(tmp_path, **over):

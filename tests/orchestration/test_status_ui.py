@@ -6,12 +6,14 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from conftest import cli, http_server, one_line, planned
+from tests.cli_peers import cli, http_server, one_line, planned
 
 import orchestration.stages.sweep as sweep
 from orchestration.rundir import set_trial_state, write_json
 from orchestration.stages import epoch_reports
 from poxm_core.common.errors import PoxmInputError
+
+pytestmark = pytest.mark.usefixtures("no_user_settings")   # the user's settings reset around each test
 
 
 @pytest.mark.parametrize("file,content,needle", [

@@ -1,7 +1,8 @@
-"""Shared pieces of the round-five security tests: the CLI in-process, one-line errors, the user's
-settings reset around each test, the sweep replaced by a sentinel, and real peers on 127.0.0.1 that
-misbehave (a listener that accepts and never answers, an HTTP server answering 500, a gRPC server that
-answers as a Ray GCS)."""
+"""Shared pieces of the tests of what poxm trusts and checks before a run (tests/orchestration/...): the
+CLI in-process, one-line errors, a small config and a planned run directory, and real peers on
+127.0.0.1 that misbehave (a listener that accepts and never answers, an HTTP server answering 500).
+Their fixtures (the user's settings reset, the sweep replaced by a sentinel, the peers) are in
+tests/orchestration/conftest.py."""
 from __future__ import annotations
 
 import http.server
@@ -9,46 +10,18 @@ import socket
 import threading
 from pathlib import Path
 
-import pytest
 import yaml
 
-from orchestration import rundir
 from orchestration.cli import main
-from orchestration.tracking import store
 
 CFG = {
-    "name": "round5",
+    "name": "checks",
     "datasets": [{"name": "synthetic", "synthetic": {"n_train": 60, "n_test": 20, "n_features": 20, "n_labels": 10},
                   "variants": [{"name": "A", "alpha": 0.5}]}],
     "model": {"epochs": 1, "dim": 8, "n_candidates": 6},
     "training": {"epochs": 1},
     "methods": {"logging": {}, "dm": {}},
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_user_settings(monkeypatch):
-    for k in ("POXM_PLUGINS", "POXM_PLUGIN_PATH", "POXM_STORAGE_PATH", "MLFLOW_TRACKING_URI", "RAY_ADDRESS",
-              "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
-        monkeypatch.delenv(k, raising=False)
-
-    def reset():
-        rundir.set_user_settings()
-        store.set_user_uri(None)
-    reset()
-    yield
-    reset()
-
-
-@pytest.fixture
-def no_sweep(monkeypatch):
-    """The sweep must never start: every check comes before it."""
-    import orchestration.stages.sweep as sweep
-
-    def never(*a, **k):
-        raise AssertionError("the sweep started: the check did not come first")
-    for name in ("run_sweep", "resume_sweep", "report_only"):
-        monkeypatch.setattr(sweep, name, never)
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
@@ -133,18 +106,3 @@ def http_server(handler=_Answer500):
     srv.requests = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
-
-
-@pytest.fixture
-def silent():
-    s = SilentListener()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def answers_500():
-    srv = http_server()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
