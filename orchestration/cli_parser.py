@@ -62,7 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
                                           "- benchmark sweeps with Ray Tune/Train and MLflow.")
     ap.add_argument("--version", action="version", version=f"poxm {_version()}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_prepare(sub)
+    _add_train(sub)
+    _add_run(sub)
+    _add_resume(sub)
+    _add_status(sub)
+    _add_ui(sub)
+    _add_report(sub)
+    from orchestration.ope import add_ope_parser
+    add_ope_parser(sub)
+    return ap
 
+
+def _add_prepare(sub) -> None:
     p = sub.add_parser("prepare", help="prepare stage only: logging model, candidates, variants, bandit logs (cached)",
                        description="Prepare every dataset x seed of CONFIG into the content-addressed cache "
                                    "and print the logging statistics.")
@@ -70,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-config", action="store_true", help="print the fully resolved config first")
     p.add_argument("--cache-dir", help="prepare cache (default <runs_dir>/cache)")
 
+
+def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train one trial (a group of heads) without Ray",
                        description="Train one trial of CONFIG into --out (defaults: first dataset, variant, seed; "
                                    "every method unless --method).")
@@ -82,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-config", action="store_true", help="print the fully resolved config and exit")
     p.add_argument("--cache-dir", help="prepare cache (default <runs_dir>/cache)")
 
+
+def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a whole sweep: prepare, trials (Ray Tune -> Ray Train), gather, select, report",
                        description="Run every stage of the sweep in CONFIG, in <runs_dir>/<name>-<hash>. Running "
                                    "it again continues the same sweep (finished trials are kept).")
@@ -95,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--verbose", action="store_true", help="show Ray's, MLflow's and the workers' logs")
 
+
+def _add_resume(sub) -> None:
     p = sub.add_parser("resume", help="finish an interrupted or failed sweep",
                        description="Continue the sweep in RUN_DIR: unfinished and errored trials run again "
                                    "(from their checkpoints), finished ones are kept; then gather, select, report.")
@@ -108,10 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--verbose", action="store_true", help="show Ray's, MLflow's and the workers' logs")
 
+
+def _add_status(sub) -> None:
     p = sub.add_parser("status", help="trials done/running/errored/pending (from files, no Ray)",
                        description="Print the state of every trial of the sweep in RUN_DIR.")
     p.add_argument("run_dir", metavar="RUN_DIR")
 
+
+def _add_ui(sub) -> None:
     p = sub.add_parser("ui", help="MLflow UI for a run's store on 127.0.0.1",
                        description="Start `mlflow server` on the run's tracking store (the sqlite store in RUN_DIR).")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -119,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only; "
                    "any other exposes MLflow's read and write API, unauthenticated, to whoever reaches it)")
 
+
+def _add_report(sub) -> None:
     p = sub.add_parser("report", help="gather, select and rebuild the report of a run, or of several runs at once",
                        description="Rebuild results/rows.csv, the selection and report/ of RUN_DIR from its trials' "
                                    "files. Given several runs of one config (only name, seeds or variants differ), one "
@@ -131,9 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlflow-uri", help="the MLflow server or store the run logs to, when it is not the run "
                                         "directory's own (default $MLFLOW_TRACKING_URI)")
     _trusted(p)
-    from orchestration.ope import add_ope_parser
-    add_ope_parser(sub)
-    return ap
 
 
 def _trusted(p: argparse.ArgumentParser) -> None:

@@ -188,9 +188,19 @@ class BatchedHeads:
         """The heads' losses (H,). static: slot mode, the rows from `static_unique` (fixed shape, no host
         synchronisation: the CUDA-graph loop); `step` then writes them back by slot."""
         feats = self.features(batch, stacked)
-        B = batch.size
+        logits_of = self._sparse_logits(batch, feats, ctxs, rhat, static)
+        logits_of.update(self._every_label_logits(feats))
         out: list[torch.Tensor] = []
-        # sparse heads: one unique over every head's ids, offset by k L
+        for g in self.groups:
+            ctx = g.context(ctxs, self.heads, self.L, batch.rewards.dtype, self.device, rhat, self._negs.get(g.a))
+            out.append(g.method.loss(logits_of[g.a], batch, ctx))
+        return torch.cat(out)
+
+    def _sparse_logits(self, batch: Batch, feats: torch.Tensor, ctxs: dict[str, HeadContext], rhat,
+                       static: bool) -> dict[int, torch.Tensor]:
+        """(G, B, m [+ k]) logits of the sparse heads' ids (and their negative draws), by group start: one
+        unique over every head's ids, offset by k L; the rows become the leaves `step` updates."""
+        B = batch.size
         logits_of: dict[int, torch.Tensor] = {}
         self._rows = self._leaf_W = self._leaf_b = self._src = None
         if self.Hs:
@@ -233,7 +243,11 @@ class BatchedHeads:
                     Wn = self._leaf_W.index_select(0, ivn).view(G, g.k, self.h)
                     neg = torch.bmm(feats[a:b], Wn.transpose(1, 2)) + self._leaf_b.index_select(0, ivn).view(G, 1, g.k)
                     logits_of[a] = torch.cat([logits_of[a], neg], dim=2)
-        # every-label heads: (G, B, L) logits of their block
+        return logits_of
+
+    def _every_label_logits(self, feats: torch.Tensor) -> dict[int, torch.Tensor]:
+        """(G, B, L) logits of the every-label heads' blocks, by group start; their weights become leaves."""
+        logits_of: dict[int, torch.Tensor] = {}
         self._full_W = self._full_b = None
         if self.Hs < self.H:
             self._full_W = self.W[self.Hs:].detach().requires_grad_(True)
@@ -243,10 +257,7 @@ class BatchedHeads:
                     continue
                 a, b = g.a - self.Hs, g.b - self.Hs
                 logits_of[g.a] = torch.bmm(feats[g.a:g.b], self._full_W[a:b].transpose(1, 2)) + self._full_b[a:b].unsqueeze(1)
-        for g in self.groups:
-            ctx = g.context(ctxs, self.heads, self.L, batch.rewards.dtype, self.device, rhat, self._negs.get(g.a))
-            out.append(g.method.loss(logits_of[g.a], batch, ctx))
-        return torch.cat(out)
+        return logits_of
 
     def _draw_negatives(self, g: _Group, ctxs, device) -> torch.Tensor:
         """(G, k) labels drawn uniformly with replacement for each head of the group, from the head's own

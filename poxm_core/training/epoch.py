@@ -85,10 +85,7 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     g = torch.Generator().manual_seed(stable_seed(spec.seed, "batches", epoch))
     perm_t = torch.randperm(n, generator=g)
     perm = perm_t.numpy()
-    ctxs = {h.key: HeadContext(h.spec.p, h.spec.lam, h.mc,
-                               torch.Generator().manual_seed(stable_seed(spec.seed, h.key, "negatives", epoch)),
-                               prepared.n_labels, shift=reward_shift(h.spec.lam, cfg.training.translation))
-            for h in trainable}
+    ctxs = _contexts(cfg, spec, prepared, trainable, epoch)
     labels = any(h.method.needs_labels() for h in trainable)
     needs_reward = any(h.method.needs_reward_model for h in trainable)
     # float64 sums on the device, as the host loop summed Python floats (values are float32 losses)
@@ -98,10 +95,7 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     start = 0
     engine = _engine(cfg, data, trainable, device)
     seq = trainable if engine is None else [h for h in trainable if all(h is not e for e in engine.heads)]
-    if engine is not None and not engine.bound():   # a head's tensors were replaced (not by a load: that copies)
-        engine.bind()
-        for k in [k for k in data.graphs if k[:2] == ("graph", True)]:
-            del data.graphs[k]                           # a captured step read the old tensors
+    _rebind(engine, data)
     graphed = bool(trainable) and n >= B and _graphable(trainable, labels or needs_reward, device, engine, seq,
                                                         reward, data)
     # captured: the engine's heads and the others, unless those share no stack with the engine: then they
@@ -114,29 +108,11 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     e_labels = any(h.method.needs_labels() for h in e_seq)
     e_reward = any(h.method.needs_reward_model for h in e_seq)
     side = None
-    if split and device.type == "cuda":
-        # The separate pass is host-bound (eager launches, a sync inside EmbeddingBag's backward) while the
-        # graph's replays keep the GPU busy: on a stream of its own it runs beside them instead of after
-        # them. It shares no tensor that either side writes (its own heads and stacks; `total` in disjoint
-        # slices) and reads only what is ready now (the epoch's order, sparse input and `total`), so it
-        # waits for this point, not for the replays queued next; the main stream waits for it before
-        # the losses are read.
-        side = data.graphs.get("side_stream")
-        if side is None:
-            side = data.graphs["side_stream"] = torch.cuda.Stream(device=device)
-        main = torch.cuda.current_stream(device)
+    if split and device.type == "cuda":     # the separate pass beside the replays (_side_stream says why)
+        side, main = _side_stream(data, device), torch.cuda.current_stream(device)
         side.wait_stream(main)
     if graphed:
-        key = ("graph", engine is not None) + tuple(h.key for h in trainable)
-        runner = data.graphs.get(key)
-        if runner is None:
-            runner = data.graphs[key] = GraphedSteps(
-                data, TrainStep(g_seq, g_stacks, engine, ctxs, static=True), B,
-                rhat_of=(lambda batch: _reward_fn(reward, batch))
-                if any(h.method.needs_reward_model for h in grouped) else None,
-                labels=any(h.method.needs_labels() for h in grouped),
-                rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse,
-                guard=CAPTURE_GUARD.capture)
+        runner = _graph_runner(data, trainable, grouped, g_seq, g_stacks, engine, ctxs, B, reward)
         start = runner.run_epoch(rows, bags, total[:len(grouped)], ctxs)
     # the rest eagerly: the graphed group's last, shorter batch; heads outside it (their own parameters
     # and stacks, so training them in a pass of their own is the same arithmetic) on every batch
@@ -144,13 +120,7 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
     rest = e_step = TrainStep(e_seq, e_stacks, None, ctxs) if e_seq else None
     k = len(step.order)
     if side is not None:
-        if e_reward:     # the reward model it reads is the DM head's, which may train in the graph
-            side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for a in range(0, n, B):
-                b = min(n, a + B)
-                batch = data.batch(rows, perm, a, b, bags, e_labels)
-                total[k:] += rest(batch, _reward_fn(reward, batch) if e_reward else None).double() * (b - a)
+        _side_pass(side, main, rest, data, (rows, perm, bags), e_labels, reward if e_reward else None, total[k:], B)
         rest = None
     for a in range(start if rest is None else 0, n if trainable else 0, B):
         b = min(n, a + B)
@@ -162,7 +132,73 @@ def train_epoch(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, heads: li
             total[k:] += rest(batch, rhat).double() * (b - a)
     if side is not None:
         main.wait_stream(side)
-    order = step.order + (e_step.order if e_step is not None else [])
+    return _mean_losses(step.order + (e_step.order if e_step is not None else []), total, n, epoch, trainable)
+
+
+def _contexts(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, trainable: list[TrialHead],
+              epoch: int) -> dict[str, HeadContext]:
+    """Each training head's context for this epoch: its p, lambda, Monte-Carlo size, negatives' stream."""
+    return {h.key: HeadContext(h.spec.p, h.spec.lam, h.mc,
+                               torch.Generator().manual_seed(stable_seed(spec.seed, h.key, "negatives", epoch)),
+                               prepared.n_labels, shift=reward_shift(h.spec.lam, cfg.training.translation))
+            for h in trainable}
+
+
+def _rebind(engine, data: TrainData) -> None:
+    """Bind the engine again when a head's tensors were replaced (not by a load: that copies), and drop the
+    captured steps that read the old tensors."""
+    if engine is not None and not engine.bound():
+        engine.bind()
+        for k in [k for k in data.graphs if k[:2] == ("graph", True)]:
+            del data.graphs[k]
+
+
+def _side_stream(data: TrainData, device: torch.device):
+    """The CUDA stream the separate eager pass runs on, made once per trial's data. The separate pass is
+    host-bound (eager launches, a sync inside EmbeddingBag's backward) while the graph's replays keep the
+    GPU busy: on a stream of its own it runs beside them instead of after them. It shares no tensor that
+    either side writes (its own heads and stacks; `total` in disjoint slices) and reads only what is ready
+    now (the epoch's order, sparse input and `total`), so it waits for this point, not for the replays
+    queued next; the main stream waits for it before the losses are read."""
+    side = data.graphs.get("side_stream")
+    if side is None:
+        side = data.graphs["side_stream"] = torch.cuda.Stream(device=device)
+    return side
+
+
+def _side_pass(side, main, rest: TrainStep, data: TrainData, order: tuple, labels: bool,
+               reward: TrialHead | None, total: torch.Tensor, B: int) -> None:
+    """The separate eager pass over every batch, on the side stream, its loss sums into `total` (its slice)."""
+    rows, perm, bags = order
+    if reward is not None:     # the reward model it reads is the DM head's, which may train in the graph
+        side.wait_stream(main)
+    n = len(perm)
+    with torch.cuda.stream(side):
+        for a in range(0, n, B):
+            b = min(n, a + B)
+            batch = data.batch(rows, perm, a, b, bags, labels)
+            total += rest(batch, _reward_fn(reward, batch) if reward is not None else None).double() * (b - a)
+
+
+def _graph_runner(data: TrainData, trainable, grouped, g_seq, g_stacks, engine, ctxs, B: int,
+                  reward: TrialHead | None) -> GraphedSteps:
+    """The captured steps of this set of heads, made (and captured) once and replayed every epoch after."""
+    key = ("graph", engine is not None) + tuple(h.key for h in trainable)
+    runner = data.graphs.get(key)
+    if runner is None:
+        runner = data.graphs[key] = GraphedSteps(
+            data, TrainStep(g_seq, g_stacks, engine, ctxs, static=True), B,
+            rhat_of=(lambda batch: _reward_fn(reward, batch))
+            if any(h.method.needs_reward_model for h in grouped) else None,
+            labels=any(h.method.needs_labels() for h in grouped),
+            rhat_reads_sparse=reward is not None and reward.policy is not None and reward.policy.reads_sparse,
+            guard=CAPTURE_GUARD.capture)
+    return runner
+
+
+def _mean_losses(order: list[TrialHead], total: torch.Tensor, n: int, epoch: int,
+                 trainable: list[TrialHead]) -> dict[str, float]:
+    """{head key: mean loss over the epoch's n rows}, in `trainable`'s order; a non-finite sum stops the trial."""
     values = total.tolist()
     for h, v in zip(order, values):
         if v != v or v in (float("inf"), float("-inf")):

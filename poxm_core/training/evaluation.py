@@ -156,9 +156,9 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
     and with a reward model rhat_candidates (n, K), rhat on the candidates (OffCEM)."""
     K = cand.shape[1]
     out = {k: [] for k in ("logpi_is", "logpi_sis", "dm_term", "rhat_logged", "pi_selector", "rhat_candidates")}
-    L = view.params.W.shape[0] if view.params is not None else 0
-    d = Z.shape[1]
-    per_row = L if view.kind == "all" else K * d
+    # rows per chunk: a row holds L logits (every label) or K candidates' features
+    per_row = (view.params.W.shape[0] if view.params is not None else 0) if view.kind == "all" else K * Z.shape[1]
+    reward_params, Zr = reward if reward is not None else (None, None)
     for a, b in _chunks(log.n, per_row, device):
         inst = log.instance[a:b]
         z = _take(Z, inst, device)
@@ -166,9 +166,7 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
         rh = torch.as_tensor(rho[inst], device=device, dtype=torch.float64)
         act = torch.as_tensor(log.actions[a:b], device=device)
         cp = torch.as_tensor(log.cand_pos[a:b], device=device)
-        if reward is not None:
-            reward_params, Zr = reward
-            zr = _take(Zr, inst, device)
+        zr = _take(Zr, inst, device) if reward is not None else None
         if view.kind == "all":
             S32 = _full_logits32(view.params, z)
             S_sel = S32.gather(1, phi(cd, p_sis)).double()
@@ -188,12 +186,8 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
             lp_sis = pl_log_conditionals_torch(S[:, :p_sis], selector_pos(cp, p_sis), check=False)
             S_sel = S[:, :p_sis]
         if tables:
-            if view.kind == "greedy":     # a pick is real while Phi^p has a column the prefix has not taken
-                inside = (cp.cpu() < p_sis).long()
-                left = inside.cumsum(1) - inside < p_sis
-                table = torch.nn.functional.one_hot(picks_sis.clamp(max=p_sis - 1), p_sis).double() * left.unsqueeze(2)
-            else:
-                table = pl_conditional_table_torch(S_sel, selector_pos(cp, p_sis))
+            table = _selector_table(view.kind, S_sel if view.kind != "greedy" else None,
+                                    picks_sis if view.kind == "greedy" else None, cp, p_sis)
             out["pi_selector"].append(table.cpu().numpy())
         out["logpi_is"].append(lp_is.cpu().numpy())
         out["logpi_sis"].append(lp_sis.cpu().numpy())
@@ -202,16 +196,26 @@ def val_arrays(view: PolicyView, Z: np.ndarray | torch.Tensor, cand: np.ndarray,
             if view.kind == "all":
                 dm = pl_expectations_torch(S, vals, pos, check=False)
             elif view.kind == "greedy":
-                vals = torch.sigmoid(_gather_logits(reward_params, zr, cd)).cpu()
-                dm = vals.gather(1, picks_is)
+                dm = torch.sigmoid(_gather_logits(reward_params, zr, cd)).cpu().gather(1, picks_is)
             else:
-                vals = torch.sigmoid(_gather_logits(reward_params, zr, phi(cd, m)))
-                dm = pl_expectations_torch(S[:, :m], vals, selector_pos(cp, m), check=False)
+                dm = pl_expectations_torch(S[:, :m], torch.sigmoid(_gather_logits(reward_params, zr, phi(cd, m))),
+                                           selector_pos(cp, m), check=False)
             out["dm_term"].append(dm.cpu().numpy())
             out["rhat_logged"].append(rhat_log.cpu().numpy())
             if tables:     # rhat on the K candidates (OffCEM's expectation over pi_selector's support)
                 out["rhat_candidates"].append(torch.sigmoid(_gather_logits(reward_params, zr, cd)).cpu().numpy())
     return {k: np.concatenate(v, axis=0).astype(np.float64) for k, v in out.items() if v}
+
+
+def _selector_table(kind: str, S_sel: torch.Tensor | None, picks: torch.Tensor | None, cp: torch.Tensor,
+                    p_sis: int) -> torch.Tensor:
+    """(n, ell, p_sis) the policy's conditional on Phi^p at each logged position: Plackett-Luce over the
+    selector's scores, or for a greedy policy 1 on its pick."""
+    if kind != "greedy":
+        return pl_conditional_table_torch(S_sel, selector_pos(cp, p_sis))
+    inside = (cp.cpu() < p_sis).long()          # a pick is real while Phi^p has a column the prefix has not taken
+    left = inside.cumsum(1) - inside < p_sis
+    return torch.nn.functional.one_hot(picks.clamp(max=p_sis - 1), p_sis).double() * left.unsqueeze(2)
 
 
 def _ranking_of_sorted(ids: np.ndarray, s: np.ndarray, kmax: int) -> np.ndarray:
