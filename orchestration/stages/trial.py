@@ -192,7 +192,8 @@ def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles,
 
 def log_memory(logger, run_ids, out_dir: Path) -> None:
     """The trial's GPU memory (summary.json: estimated before it ran, measured peaks) as metrics of each
-    of its MLflow runs: trial_gpu_memory_estimate_mb, ..._peak_mb, ..._peak_first_epoch_mb."""
+    of its MLflow runs, in the train/ group beside the other training metrics: train/gpu_memory_estimate_mb,
+    ..._peak_mb, ..._peak_first_epoch_mb (the whole trial's, shared by its heads)."""
     import json
 
     from mlflow.entities import Metric
@@ -201,7 +202,7 @@ def log_memory(logger, run_ids, out_dir: Path) -> None:
     except (OSError, ValueError):
         return
     now = int(time.time() * 1000)
-    ms = [Metric(f"trial_gpu_memory_{k}", float(v), now, 0) for k, v in mem.items() if k.endswith("_mb")]
+    ms = [Metric(f"train/gpu_memory_{k}", float(v), now, 0) for k, v in mem.items() if k.endswith("_mb")]
     if not ms:
         return
     for rid in run_ids:

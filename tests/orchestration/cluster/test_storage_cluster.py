@@ -86,7 +86,8 @@ def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path, execu
     assert not (run_dir / "trials" / trial / "checkpoints").exists()
     # ... the worker node did, in its own folder, and exchanged them through storage
     sweep = run_dir.name
-    assert sorted(p.name for p in (node / "cache").iterdir()) == ["candidates", "data", "model", "variant"]
+    # (clusters: the label clusters MIPS and OffCEM read, built by the trial beside its prepared variant)
+    assert sorted(p.name for p in (node / "cache").iterdir()) == ["candidates", "clusters", "data", "model", "variant"]
     assert (node / "trials" / sweep / trial / "rows.csv").is_file()
     for level in ("data", "model", "candidates", "variant"):
         (h,) = list((store / sweep / "cache" / level).iterdir())

@@ -161,7 +161,7 @@ def test_memory_goes_to_each_mlflow_run_of_the_trial(tmp_path):
     logger = SimpleNamespace(c=SimpleNamespace(log_batch=lambda rid, metrics: sent.append(
         (rid, {m.key: m.value for m in metrics}))))
     log_memory(logger, ["r1", "r2"], tmp_path)
-    want = {"trial_gpu_memory_estimate_mb": 6289.0, "trial_gpu_memory_peak_mb": 5207.0}
+    want = {"train/gpu_memory_estimate_mb": 6289.0, "train/gpu_memory_peak_mb": 5207.0}
     assert sent == [("r1", want), ("r2", want)]
 
 

@@ -27,7 +27,9 @@ TINY = {
     "model": {"dim": 8, "epochs": 1, "n_candidates": 12},
     "training": {"epochs": 1, "mc_slates": 2, "batch_size": 128},
     "group_by": "seed",
-    "resources": {"cpus_per_trial": 1, "max_failures": 2},
+    # the 'train' executor: each computed trial leaves a Ray Train run (train-<trial>), which the add-seed
+    # test counts to show that only the new seed's trial ran
+    "resources": {"cpus_per_trial": 1, "max_failures": 2, "executor": "train"},
     "methods": {"logging": {}, "dm": {"lr": 0.01}, "poxm": {"p": [5, 10], "lam": [0.9], "lr": 0.01}},
 }
 POINTS_PER_SEED = 1 + 1 + 2

@@ -249,7 +249,8 @@ def test_jobs_start_no_actor_they_do_not_use_on_a_local_ray(e2e, unpacked):
     actors = ray._private.state.actors()
     before = e2e._REFERENCE["actors_before"]          # the Ray is the test run's (conftest.SharedRay)
     classes = [a["ActorClassName"] for k, a in actors.items() if k not in before]      # the sweep's
-    assert classes and set(classes) == {"ImplicitFunc"}, classes          # Tune's function trainables
+    # Tune's function trainables (Ray names the class by its qualified name once its module is imported)
+    assert classes and set(classes) <= {"ImplicitFunc", "wrap_function.<locals>.ImplicitFunc"}, classes
     assert "_AutoscalingCoordinatorActor" not in classes
 
 

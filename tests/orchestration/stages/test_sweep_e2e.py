@@ -22,6 +22,8 @@ import pytest
 from poxm_process import POXM, REPO, poxm_env, poxm_in_process, run_until_first_trial_then_kill, stop_group
 import yaml
 
+from orchestration.cli_parser import poxm_command
+
 pytestmark = pytest.mark.slow
 
 
@@ -307,7 +309,9 @@ def test_kill_driver_then_resume(ray_session, reference, tmp_path, capsys):
     # the other trial may have finished meanwhile: its worker is Ray's process, outside the killed group, and
     # goes on until it next calls into Ray (a trial with short epochs reports only once a poll)
     n_done = len(list(run_dir.glob("trials/*/done.json")))
-    assert f"done {n_done}" in st.stdout and "driver     not running" in st.stdout and "poxm resume" in st.stdout
+    # the advice is the resume that works from this shell ('poxm' when PATH finds it, else the interpreter's -m)
+    assert f"done {n_done}" in st.stdout and "driver     not running" in st.stdout
+    assert f"{poxm_command()} resume {run_dir}" in st.stdout, st.stdout
 
     res = poxm_in_process(capsys, "resume", run_dir, "--quiet")       # on the test run's Ray
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
