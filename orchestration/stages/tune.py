@@ -256,7 +256,8 @@ def run_trials(plan: SweepPlan, sweep: SweepInputs, max_concurrent: int, progres
         say(f"  packing  {line}")
     tuner, restored = make_tuner(plan, sweep, max_concurrent, prog, restore=tune_covers(plan), stop=stop,
                                  packing=packing)
-    jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} Ray Train job(s)"
+    kind = "Tune trial" if executor_of(plan.cfg.resources) == "tune" else "Ray Train job"
+    jobs = "" if restored else f"; {len(job_grid(plan, max_concurrent))} {kind}(s)"
     say(f"  trials   {'resuming' if restored else 'starting'}: {len(before)} of {len(plan.specs)} already done{jobs}")
     t0 = time.perf_counter()
     from orchestration.cluster.ray_setup import secrets_withheld
