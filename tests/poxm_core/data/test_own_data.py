@@ -247,7 +247,9 @@ TINY = {"seeds": [0], "model": {"dim": 8, "epochs": 1, "n_candidates": 6, "slate
 
 
 @pytest.mark.slow
-def test_run_on_xc_and_npz_pairs_declared_in_config(ray_session, files, tmp_path, capsys, monkeypatch):
+def test_run_on_xc_and_npz_pairs_declared_in_config(fresh_ray, files, tmp_path, capsys, monkeypatch):
+    # a Ray of its own: once, on the shared one, a reused worker's `import torch` in the prepare task stopped
+    # half-way (torch partially initialised), a failure of that worker, not of this run
     d, _, _ = files
     path = cfg_file(d, [ds("mine-xc", "xc", "data/mine_train.txt", "data/mine_test.txt"),
                         ds("mine-npz", "npz", "data/train.npz", "data/test.npz")],
@@ -256,7 +258,7 @@ def test_run_on_xc_and_npz_pairs_declared_in_config(ray_session, files, tmp_path
     runs = tmp_path / "runs"
     # run from another folder: the data paths are relative to the config file, not the cwd
     monkeypatch.chdir(tmp_path)
-    res = poxm_in_process(capsys, "run", path, "--runs-dir", runs, "--quiet")        # on the test run's Ray
+    res = poxm_in_process(capsys, "run", path, "--runs-dir", runs, "--quiet")        # on this test's own Ray
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     run_dir = next(runs.glob("own-e2e-*"))
     rows = pd.read_csv(run_dir / "results" / "rows.csv")
