@@ -24,8 +24,9 @@ import pytest
 import yaml
 from poxm_process import poxm_in_process
 
+from tests.cli_peers import cli, one_line
+
 from orchestration import rundir
-from orchestration.cli import main
 from orchestration.rundir import RunDir, acquire_driver, release_driver, write_json
 from orchestration.stages.plan import plan_from_run_dir, plan_sweep, write_plan
 from orchestration.tracking import store
@@ -42,43 +43,8 @@ CFG = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _no_user_settings(monkeypatch):
-    for k in ("POXM_PLUGINS", "POXM_PLUGIN_PATH", "POXM_STORAGE_PATH", "MLFLOW_TRACKING_URI", "RAY_ADDRESS",
-              "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        monkeypatch.delenv(k, raising=False)
-
-    def reset():
-        rundir.set_user_settings()
-        store.set_user_uri(None)
-    reset()
-    yield
-    reset()
-
-
-@pytest.fixture
-def no_sweep(monkeypatch):
-    """The sweep must never start: every check comes before it."""
-    import orchestration.stages.sweep as sweep
-
-    def never(*a, **k):
-        raise AssertionError("the sweep started: the check did not come first")
-    for name in ("run_sweep", "resume_sweep", "report_only"):
-        monkeypatch.setattr(sweep, name, never)
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line(rc: int, err: str, *needles: str) -> None:
-    assert rc == 2, (rc, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("poxm: error: "), err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
+# the user's settings reset and the sweep replaced by a sentinel: tests/orchestration/conftest.py
+pytestmark = pytest.mark.usefixtures("no_user_settings")
 
 
 def write_cfg(path: Path, **extra) -> Path:
