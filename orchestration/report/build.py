@@ -10,7 +10,8 @@ Writes run_dir/report/ atomically (built in a temporary sibling, then swapped in
   tables/*.{csv,md,tex}, figures/*.{png,pdf}, index.md, index.html
 and, when it selects on its own (no selection handed in), results/selection.csv (orchestration.rundir.write_selection)
 index order: title, claims table, headline R@5 table, the paper's figures (covering, robustness), then
-the run header, coverage, per-dataset tables and other figures, selection.
+the run header, coverage, per-dataset tables and other figures, selection; below the seeds a verdict
+needs, the headline table and the line on how to get verdicts first, then the claims (first_screen.py).
 The run's criterion (IS by default) selects; SNIS, the paper's criterion, is selected beside it, so its
 tables and claims are always there.
 """
@@ -28,16 +29,19 @@ import pandas as pd
 
 from orchestration.report import claims as C
 from orchestration.report import figures as F
+from orchestration.report import first_screen as FS
 from orchestration.report import tables as T
 from orchestration.report.aggregate import expected_from_config, expected_from_grid, expected_from_rows, seed_stats
 from orchestration.report.blocks import claims_blocks, dataset_tables, figure_blocks, table_blocks
 from orchestration.report.coverage import coverage_notes
 from orchestration.report.figure_pool import FigurePool
 from orchestration.report.gap_share import gap_shares, gap_table
-from orchestration.report.grid_edges import grid_edges, grid_edges_table
+from orchestration.report.grid_edges import ORACLE, grid_edges, grid_edges_table
+from orchestration.report.landscape import landscape_blocks
 from orchestration.report.index import render_html, render_markdown
 from orchestration.report.inputs import (read_config, read_grid, read_prepare, read_rows, run_protocol,  # noqa: F401  (read_rows: callers)
                                          selection_criterion, variant_params)
+from orchestration.report.split_variance import split_variance_blocks
 from orchestration.report.stability import stability, stability_table
 from orchestration.rundir import write_selection
 from orchestration.selection import PAPER_CRITERION, RunSelection, select_run, selected_rows, selection_label, val_criteria
@@ -223,13 +227,20 @@ def _submit_dataset_tables(inp: ReportInputs, ch: Chosen) -> dict:
             for d in inp.datasets}
 
 
-def _headline_blocks(inp: ReportInputs, ch: Chosen) -> list[tuple]:
-    """The headline R@5 table per dataset, then the share of the logging -> skyline gap closed."""
+def _headline_blocks(inp: ReportInputs, ch: Chosen, verdict: str | None = None) -> list[tuple]:
+    """The headline R@5 table per dataset, led by what the run shows (logging policy, POXM, skyline) and
+    each with the notes on a learner below the logging policy; the line on how to get verdicts (a run
+    with too few seeds: `verdict`); then the share of the logging -> skyline gap closed."""
     blocks: list[tuple] = [("h2", "Headline: test R@5")]
-    for d in inp.datasets:
-        if inp.variants_of[d]:
-            blocks += table_blocks(T.headline_table(d, inp.variants_of[d], ch.stats, inp.expected, ch.criterion,
-                                                    ch.params), ch.protocol, inp.tdir, inp.out)
+    tables = [T.headline_table(d, inp.variants_of[d], ch.stats, inp.expected, ch.criterion, ch.params)
+              for d in inp.datasets if inp.variants_of[d]]
+    if tables:
+        blocks += [("p", line) for line in FS.phenomenon_lines(pd.concat([t.frame for t in tables]))]
+    for t in tables:
+        t.notes += FS.below_logging_notes(t.frame, inp.prepare)
+        blocks += table_blocks(t, ch.protocol, inp.tdir, inp.out)
+    if verdict:
+        blocks.append(("p", f"**{FS.VERDICT_LEAD}**{verdict[len(FS.VERDICT_LEAD):]}"))
     gaps = gap_shares(inp.rows, ch.selection, ch.criterion)
     if len(gaps):
         blocks.append(("h2", "Share of the logging → skyline gap closed"))
@@ -288,7 +299,7 @@ def _selection_blocks(inp: ReportInputs, ch: Chosen) -> list[tuple]:
         ("links", [("selection.csv", SELECTION_LINK)])]
     blocks += table_blocks(stability_table([stability(s, c) for c, s in ch.pairs()], ch.shown),
                            ch.protocol, inp.tdir, inp.out)
-    edges = [grid_edges(inp.rows, s, c) for c, s in ch.pairs()]
+    edges = [grid_edges(inp.rows, s, c) for c, s in ch.pairs()] + [grid_edges(inp.rows, ch.selection, ORACLE)]
     if any(len(e) for e in edges):
         blocks += table_blocks(grid_edges_table(edges, ch.shown), ch.protocol, inp.tdir, inp.out)
     return blocks
@@ -297,14 +308,27 @@ def _selection_blocks(inp: ReportInputs, ch: Chosen) -> list[tuple]:
 def _selected_blocks(inp: ReportInputs) -> None:
     """The rest of _write_report, once the selection-free figures are being drawn: selection,
     aggregation, claims, the tables and the other figures, index.md and index.html. Order: title,
-    claims, headline R@5 table, the paper's figures (covering, robustness), then the rest."""
+    claims, headline R@5 table, the paper's figures (covering, robustness), then the rest; below the seeds
+    a verdict needs, the headline table and how to get verdicts come before the claims."""
     ch = _chosen(inp)
     name = str(inp.config.get("name", inp.run_dir.name))
     warn, run = _run_blocks(inp, ch)
     blocks: list[tuple] = [("h1", f"poxm report — {name}")]
-    blocks += claims_blocks(_claim_frame(inp, ch), ch.shown, inp.tdir, inp.out, ch.protocol) + warn
+    frame = _claim_frame(inp, ch)
+    claims = claims_blocks(frame, ch.shown, inp.tdir, inp.out, ch.protocol) + warn
     sections = _submit_dataset_tables(inp, ch)
-    blocks += _headline_blocks(inp, ch) + _paper_figure_blocks(inp, ch) + run + _dataset_blocks(inp, ch, sections)
+    seeds = inp.rows.loc[inp.rows["final"], "seed"].unique()
+    if FS.has_verdicts(frame, len(seeds)):
+        blocks += claims + _headline_blocks(inp, ch)
+    else:
+        blocks += _headline_blocks(inp, ch, FS.verdict_line(_shown(inp.run_dir), seeds,
+                                                            merged=FS.is_merged(inp.run_dir))) + claims
+    blocks += _paper_figure_blocks(inp, ch)
+    # beyond the paper: the logging-quality landscape, the variance a re-drawn split adds (each only where the run has one)
+    blocks += landscape_blocks(inp.rows, ch.selection, ch.criterion, inp.config, inp.prepare,
+                               inp.run_dir / "results" / INSTANCES, ch.protocol, inp.tdir, inp.fdir, inp.out)
+    blocks += split_variance_blocks(frame, ch.stats, inp.config, ch.criterion, ch.protocol, inp.tdir, inp.out)
+    blocks += run + _dataset_blocks(inp, ch, sections)
     blocks = _resolved(blocks, ch.protocol, inp.out) + _selection_blocks(inp, ch)
     write_text(inp.out / "index.md", render_markdown(blocks))
     write_text(inp.out / "index.html", render_html(blocks, f"poxm report — {name}", inp.out))
