@@ -1,5 +1,5 @@
 """What each `poxm` command does once its arguments are parsed (orchestration.cli dispatches here), and
-the lines a sweep ends with (the headline table, the claims, where the report is, what to run next)."""
+the lines a sweep ends with (orchestration/run_summary.py; then where the report is, what to run next)."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from orchestration.cli_errors import note_store
 from orchestration.cli_parser import poxm_command
+from orchestration.run_summary import complete_line, headline, print_end  # noqa: F401  (headline: cli.headline)
 from poxm_core.common.errors import PoxmInputError
 
 EXIT_TRIALS_FAILED = 1
@@ -61,6 +62,11 @@ def cmd_resume(a) -> int:
         plan = extend_plan(a.run_dir, seeds)   # input errors before Ray starts
     else:
         plan = plan_from_run_dir(a.run_dir)
+        if (done := complete_line(plan)) is not None:      # nothing to run: said, and Ray never started
+            print(done)
+            print_end(plan.rd.root, plan.rd.root / "report")
+            print(f"report:  {plan.rd.root / 'report' / 'index.md'}")
+            return 0
     _check_resume_inputs(a, plan)
     out = resume_sweep(a.run_dir, address=a.address, mlflow_uri=a.mlflow_uri, progress=not a.quiet,
                        verbose=a.verbose, add_seeds=seeds)
@@ -91,32 +97,6 @@ def _check_resume_inputs(a, plan) -> None:
     check_logged_tables(plan.cfg)
 
 
-def headline(run_dir: Path) -> str | None:
-    """The end-of-run table, in the report's units and order: test R@5 x100 of the (p, lambda) each
-    method's selection criterion chose on validation, mean over seeds, one row per dataset x method
-    (the report's method order and names), one column per variant."""
-    import pandas as pd
-
-    from orchestration.report.tables import method_list, method_name
-    f = Path(run_dir) / "results" / "selection.csv"
-    if not f.is_file():
-        return None
-    from orchestration.selection import RunSelection
-    sel = RunSelection.from_frame(pd.read_csv(f)).honest()
-    if sel.empty or "test_R@5" not in sel or sel["test_R@5"].isna().all():     # a logged sweep has no R@5
-        return None
-    t = sel.pivot_table(index=["dataset", "method"], columns="variant", values="test_R@5", aggfunc="mean") * 100
-    order = method_list(sorted(sel["method"].astype(str).unique()))
-    t = t.reindex(sorted(((d, m) for d in t.index.get_level_values(0).unique() for m in order if (d, m) in t.index),
-                         key=lambda dm: (dm[0], order.index(dm[1]))))
-    t.index = [f"{d}  {method_name(m)}" for d, m in t.index]
-    t.columns.name = None
-    crit = ", ".join(sorted(sel["criterion"].astype(str).unique()))
-    n = sel["seed"].nunique()
-    return (f"test R@5 (x100) of the selected (p, lambda) (by {crit} on validation; mean of {n} seed(s)):\n"
-            + t.to_string(float_format=lambda v: f"{v:.2f}", na_rep="-"))
-
-
 def _print_claims(report) -> None:
     """The report's claims, compact (orchestration/report/claims.py), when it has any."""
     from orchestration.report.claims import summary_from_report
@@ -127,13 +107,7 @@ def _print_claims(report) -> None:
 
 
 def _outcome(out) -> int:
-    table = headline(out.run_dir)
-    if table is None and out.report is not None:      # a logged sweep: the off-policy estimates instead
-        from orchestration.report.logged import terminal_headline
-        table = terminal_headline(Path(out.report))
-    if table:
-        print("\n" + table + "\n")
-    _print_claims(out.report)
+    print_end(Path(out.run_dir), out.report)
     if out.report is not None:
         print(f"report:  {Path(out.report) / 'index.md'}")
     cmd = poxm_command()
@@ -183,15 +157,6 @@ def cmd_ui(a) -> int:
     return serve(a.run_dir, a.host, a.port, check_port=check_port_free)
 
 
-def _report_headline(run_dir: Path, report: Path | None) -> str | None:
-    """The headline `poxm run` prints at its end (`headline`; a logged sweep: its off-policy estimates)."""
-    table = headline(run_dir)
-    if table is None and report is not None:
-        from orchestration.report.logged import terminal_headline
-        table = terminal_headline(Path(report))
-    return table
-
-
 def cmd_report(a) -> int:
     from orchestration.stages import merge
     from orchestration.stages.sweep import plan_from_run_dir, report_only
@@ -208,10 +173,8 @@ def cmd_report(a) -> int:
             from orchestration.tracking.store import checked_uri
             note_store(checked_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {})), plan.rd.root)
         path = report_only(plan, log_mlflow=not a.no_mlflow)
-    table = _report_headline(Path(run_dir), path) if path else None
-    if table:   # the table `poxm run` ends with, from the same function
-        print("\n" + table + "\n")
-    _print_claims(path)
+    if path:    # the lines `poxm run` ends with, from the same function
+        print_end(Path(run_dir), path)
     print(f"report: {path / 'index.md'}" if path else "report: not built (no finished trials yet)")
     return 0
 
