@@ -175,3 +175,12 @@ def is_merged(run_dir: Path) -> bool:
         return bool(json.loads((Path(run_dir) / "sweep.json").read_text()).get("merged_from"))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def shown_run(run_dir) -> str:
+    """The run directory as a reader types it: relative to the working directory when inside it, else
+    '<runs_dir>/<name>' (no machine's absolute path in a report or a tracking store)."""
+    try:
+        return str(Path(run_dir).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return f"<runs_dir>/{Path(run_dir).name}"

@@ -231,11 +231,23 @@ def _markdown(frame) -> str:
 
 
 def headline_note(run_root: Path, report: Path | None) -> str | None:
-    """The results table and the claims' verdicts in words, for the parent run's description."""
+    """The lead of the parent run's description: what the run shows, the results table with its notes
+    (report/first_screen.py), then the claims' verdicts in words; below the seeds a verdict needs, the
+    line on how to get verdicts before the claims."""
+    from orchestration.report import first_screen as FS
+    from orchestration.report.claims import read_claims
+    from orchestration.report.inputs import read_prepare
     res, claims = result_table(run_root), claim_table(report)
-    parts = []
+    frame = FS.selection_frame(run_root)
+    parts = [] if frame is None else FS.phenomenon_lines(frame)
     if res is not None and len(res):
         parts.append("**Results** (test, ×100, selected (p, λ), mean over seeds):\n\n" + _markdown(res))
+        if frame is not None:
+            parts += FS.below_logging_notes(frame, read_prepare(Path(run_root) / "results" / "prepare.csv"))
+    seeds = FS.run_seeds(run_root)
+    if not FS.has_verdicts(read_claims(report) if report is not None else None, len(seeds)):
+        line = FS.verdict_line(FS.shown_run(run_root), seeds, merged=FS.is_merged(run_root))
+        parts += [f"**{FS.VERDICT_LEAD}**{line[len(FS.VERDICT_LEAD):]}"] if line else []
     if claims is not None and len(claims):
         crit = claims["criterion"].iloc[0]
         c = claims[claims["criterion"] == crit]

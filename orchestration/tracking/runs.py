@@ -5,7 +5,8 @@ Layout (docs/orchestration.md, "MLflow"):
   experiment   tag mlflow.experimentKind=custom_model_development; the store's empty 'Default' deleted
   parent run   name '<name>-<hash>', tags poxm.role=sweep, poxm.sweep, config_hash, git_commit, the
                standard mlflow.source.name / mlflow.user / mlflow.source.git.commit, and a description
-               (mlflow.note.content, with the results and the claims' verdicts at the end); params: the
+               (mlflow.note.content, led at the end of the sweep by the results and the claims, or how to get
+               verdicts, then what the sweep is); params: the
                resolved config, flattened ('training.epochs', 'datasets.0.variants.1.T'); no metrics: the
                summaries are tables (log_table: tables/results.json, claims.json, sweep.json); artifacts:
                config.yaml, sweep.json, results/*.csv, report/
@@ -266,15 +267,20 @@ def log_tables(c, run_id: str, tables: Mapping[str, object]) -> None:
 
 
 def set_note(c, run_id: str, extra: str | None) -> None:
-    """The run's description (mlflow.note.content) with `extra` in place of what an earlier call added."""
+    """The run's description (mlflow.note.content) led by `extra` (the results: what the page opens on),
+    in place of what an earlier call put there, then the sweep's own description below a rule."""
     if not extra:
         return
     note = c.get_run(run_id).data.tags.get("mlflow.note.content", "")
-    note = note.split(NOTE_RESULTS)[0].rstrip()
-    c.set_tag(run_id, "mlflow.note.content", f"{note}\n\n{NOTE_RESULTS}\n\n{extra}".lstrip())
+    if note.startswith(NOTE_LEAD):           # an earlier call's results first: keep what follows them
+        note = note.split(f"\n{NOTE_RESULTS}\n", 1)[1] if f"\n{NOTE_RESULTS}\n" in note else ""
+    else:                                    # the description alone, or results at its end (older poxm)
+        note = note.split(NOTE_RESULTS)[0]
+    c.set_tag(run_id, "mlflow.note.content", f"{NOTE_LEAD}\n\n{extra}\n\n{NOTE_RESULTS}\n\n{note.strip()}".rstrip())
 
 
 NOTE_RESULTS = "---"
+NOTE_LEAD = "### Results"
 
 
 def finish_parent(runs: SweepRuns, ok: bool, tables: Mapping[str, object], artifacts: Iterable[tuple[Path, str]],
