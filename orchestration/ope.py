@@ -4,7 +4,8 @@ For each campaign, the Bernoulli TS policy's value is estimated from the uniform
 random policy's value from the TS log, by every applicable estimator of the registry (MIPS and OffCEM
 over k-means clusters of the items' features, --clusters) and DM
 (`poxm_core.bandit.logged_ope`), each beside the target's on-policy click rate in its own log. Writes
-`ope.csv` (every number) and `ope.md` (the table) into --out. Everything is read and checked before
+`ope.csv` (every number) and `ope.md` (the table, with a warning column: ope_truth.ope_warnings) into
+--out (default runs/ope-obd). Everything is read and checked before
 anything is written, so bad input leaves nothing behind.
 """
 from __future__ import annotations
@@ -16,11 +17,12 @@ from poxm_core.common.atomic import write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root
 from poxm_core.data.obd import OBD_CAMPAIGNS
-from orchestration.report.ope_truth import obd_ope_frame, ope_table
+from orchestration.report.ope_truth import obd_ope_frame, ope_table, ope_warnings
 from orchestration.report.table_format import to_markdown
 
 __all__ = ["add_ope_parser", "cmd_ope"]
 
+DEFAULT_OUT = Path("runs") / "ope-obd"      # under the runs folder (SweepConfig.runs_dir's default), not the checkout
 
 
 def add_ope_parser(sub) -> None:
@@ -38,7 +40,8 @@ def add_ope_parser(sub) -> None:
                         "0: no cluster estimators)")
     p.add_argument("--n-boot", type=int, default=200, help="bootstrap resamples of the mean relative error")
     p.add_argument("--seed", type=int, default=0, help="seed of the reward model's folds and the bootstrap")
-    p.add_argument("--out", metavar="DIR", default="ope-obd", help="where ope.csv and ope.md go")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help=f"where ope.csv and ope.md go (default: {DEFAULT_OUT}, in the runs folder `poxm run` uses)")
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -60,9 +63,13 @@ def cmd_ope(a: argparse.Namespace) -> int:
     if a.clusters < 0:
         raise PoxmInputError(f"--clusters: expected an int >= 0, got {a.clusters}")
     df = obd_ope_frame(data, campaigns, p_list, a.n_boot, a.seed, a.clusters)   # every read and check before any write
-    out = Path(a.out)
+    out = Path(a.out) if a.out else DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "ope.csv", df.to_csv(index=False, float_format="%.6g"))
     write_text(out / "ope.md", to_markdown(ope_table(df)))
     print(f"poxm ope: {len(df)} estimates over {len(campaigns)} campaign(s) -> {out}/ope.md, {out}/ope.csv")
+    flagged = [w for w in (ope_warnings(r) for r in df.itertuples(index=False)) if w]
+    if flagged:
+        print(f"  {len(flagged)} of them with a warning (low ESS: a few rows carry the estimate; a rate outside "
+              "[0, 1]): the table's last column says which")
     return 0

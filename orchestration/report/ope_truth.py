@@ -66,11 +66,29 @@ def _pct(v: float) -> str:
     return "—" if not math.isfinite(v) else f"{100 * v:.3f}"
 
 
+LOW_ESS_SHARE = 0.01      # an effective sample size below this share of the log's rows is flagged
+
+
+def ope_warnings(r) -> str:
+    """What makes a row's numbers unsafe to read as they stand, '' for none: an effective sample size
+    below LOW_ESS_SHARE of the log's rows (a few rows with large weights carry the estimate; its normal
+    interval, and so 'covers', assume many), an estimate or an interval outside [0, 1] (a click rate)."""
+    out = []
+    n = float(getattr(r, "n", math.nan))
+    if math.isfinite(r.ess) and math.isfinite(n) and r.ess < LOW_ESS_SHARE * n:
+        out.append(f"low ESS ({r.ess:,.0f} < {LOW_ESS_SHARE * n:,.0f})")
+    if math.isfinite(r.value) and not 0.0 <= r.value <= 1.0:
+        out.append("estimate < 0" if r.value < 0 else "estimate > 1")
+    if math.isfinite(r.ci_low) and (r.ci_low < 0.0 or r.ci_high > 1.0):
+        out.append("interval leaves [0, 1]")
+    return "; ".join(out)
+
+
 def ope_table(df: pd.DataFrame, name: str = "ope",
               title: str = "Off-policy estimates against the on-policy value (Open Bandit Dataset sample)") -> Table:
     """The Markdown table: values in % (click rate per shown action x 100)."""
     cols = ["campaign", "target ← log", "estimator", "estimate %", "95 % interval %", "on-policy % (± se)",
-            "rel. error", "boot rel. error", "covers", "z", "ESS"]
+            "rel. error", "boot rel. error", "covers", "z", "ESS", "warning"]
     rows = []
     for _, r in df.iterrows():
         ci = "—" if not math.isfinite(r.ci_low) else f"[{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
@@ -79,11 +97,15 @@ def ope_table(df: pd.DataFrame, name: str = "ope",
         rows.append([r.campaign, f"{r.target} ← {r.log}", r.estimator, _pct(r.value), ci,
                      f"{_pct(r.truth)} (± {_pct(r.truth_stderr)})", f"{r.rel_error:.3f}",
                      f"{r.rel_error_boot:.3f}", cov, "—" if not math.isfinite(r.z) else f"{r.z:+.2f}",
-                     "—" if not math.isfinite(r.ess) else f"{r.ess:,.0f}"])
+                     "—" if not math.isfinite(r.ess) else f"{r.ess:,.0f}", ope_warnings(r)])
     return Table(name=name, title=title, columns=cols, rows=rows, frame=df,
                  notes=["Interval: each estimator's own normal interval over per-row terms (CLT; SNIS by the "
                         "delta method). DM has none (its error is the reward model's, not the rows' spread).",
                         "z: (estimate - on-policy) / sqrt(se² + se_on-policy²); the on-policy value is itself a "
                         "mean over one log of 10,000 rows.",
                         "boot rel. error: mean over bootstrap resamples of the evaluation log of "
-                        "|estimate - on-policy| / on-policy (the dataset paper's statistic)."])
+                        "|estimate - on-policy| / on-policy (the dataset paper's statistic).",
+                        f"warning: low ESS: an effective sample size below {100 * LOW_ESS_SHARE:g} % of the log's rows: "
+                        "a few rows with large weights carry the estimate, and its normal interval (so 'covers') "
+                        "does not hold there; estimate < 0 or an interval leaving [0, 1]: a click rate lies in "
+                        "[0, 1], and a normal interval (or DR's model correction) does not know it."])
