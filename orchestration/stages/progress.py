@@ -9,15 +9,20 @@ when its evaluation is over. w is learned from the run: a trial's time from its 
 mean over the trials measured so far; until one is measured, w = E (the evaluation as long as the
 training). The bar therefore stays short of 100 % while the
 trials evaluate, in proportion to what that costs, instead of sitting at 100 % with ETA 0. The ETA is
-the bar's own (`SweepProgress.eta`): the work left at this session's rate (work
-finished before a resume is done from the first line, not counted in the rate), never more than the
-previous ETA less the time since, so it only falls, and it counts down between Tune's reports (Tune's
-`on_step_end`, at most once a second). Ray Tune's slow-operation warnings are written above the bar,
-not into its line. The postfix shows the trial counts; one
-line is written per finished or failed trial. The line fits 80 columns with a bar of ~25 characters
-(no rate, the ETA only, short trial counts: 'trials 3/8 done 2 run 1 err'). A Tune trial is a job: one trial or a pack of trials run one after another (config 'members'); the
-bar and the counts are per trial, from the job's reports ('member', 'member_finished', 'head_epochs').
-Not on a terminal (a log file, CI): no bar and no ANSI codes, the per-trial lines only.
+the bar's own (`SweepProgress.eta`): the work left at the rate measured from this session's first
+progress on (so Ray's and the trials' start-up, paid before any epoch ends, does not make the first
+ETA many times the run: 58 minutes were shown for a 3-minute quickstart), 'estimating' until that rate
+has MIN_RATE_S behind it; never more than the previous ETA less the time since, so it only falls, and it
+counts down between Tune's reports (Tune's `on_step_end`, at most once a second). Work finished before a
+resume is done from the first line, not counted in the rate. Ray Tune's warnings that its own
+bookkeeping was slow ('... may be a performance bottleneck') are counted, not shown, and said once at
+the end; its other warnings are written above the bar, not into its line. The postfix shows the trial
+counts; one line is written per finished or failed trial. The line fits 80 columns with a bar of ~20
+characters (no rate, the ETA only, short trial counts: 'trials 3/8 done 2 run 1 err'). A Tune trial is
+a job: one trial or a pack of trials run one after another (config 'members'); the bar and the counts
+are per trial, from the job's reports ('member', 'member_finished', 'head_epochs').
+Not on a terminal (a log file, CI): no bar and no ANSI codes; the per-trial lines, and every LINE_S
+seconds one line with the share done, the trial counts and the ETA (`progress_line`).
 """
 from __future__ import annotations
 
@@ -57,32 +62,47 @@ def eval_epochs(start: float, first: tuple[float, int] | None, last: tuple[float
 
 
 # the ETA is the bar's own (SweepProgress.eta: it only falls), in the postfix; not tqdm's {remaining}
-BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {postfix}"
+BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{postfix}"     # tqdm puts ', ' before the postfix
 TICK_S = 1.0          # the ETA counts down between Tune's reports at most this often
-QUIET_LOGGERS = ("ray.tune.utils.util", "ray.tune.execution.tune_controller")
+MIN_RATE_S = 30.0     # the ETA's rate is measured over at least this long (from the session's first progress)
+LINE_S = 30.0         # not on a terminal: one progress line this often
+QUIET_LOGGERS = ("ray.tune.utils.util", "ray.tune.execution.tune_controller", "ray.tune.execution.experiment_state")
+SLOW_BOOKKEEPING = "performance bottleneck"     # Ray Tune's warn_if_slow and slow experiment-state saves
 
 
 def fmt_eta(seconds: float | None) -> str:
     if seconds is None:
-        return "--:--"
+        return "estimating"
     s = int(round(max(0.0, seconds)))
     h, m = divmod(s // 60, 60)
     return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m:02d}:{s % 60:02d}"
 
 
 class BarLogFilter:
-    """Ray Tune's warnings while the bar is drawn ('... may be a performance bottleneck'): written on a
-    line of their own above the bar (tqdm.write), not into the bar's line."""
+    """Ray Tune's warnings while the sweep's progress is shown: those that its own bookkeeping was slow
+    ('... may be a performance bottleneck': nothing a user acts on) counted, not shown (`slow`); the
+    others, while the bar is drawn, written on a line of their own above it (tqdm.write), not into it."""
 
     def __init__(self, progress: "SweepProgress"):
         self.progress = progress
+        self.slow = 0
 
     def filter(self, record) -> bool:
+        if SLOW_BOOKKEEPING in record.getMessage():
+            self.slow += 1
+            return False
         bar = self.progress._bar
         if bar is None or getattr(bar, "disable", True):
             return True
         bar.write(f"  {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
         return False
+
+
+def progress_line(done: float, total: float, counts: dict, n_trials: int, eta: float | None) -> str:
+    """The line written every LINE_S seconds off a terminal: share done, head-epochs, trial counts, ETA."""
+    return (f"  progress {100 * done / max(total, 1):3.0f}%  {round(done)}/{round(total)} head-epochs  "
+            f"trials {counts['done']}/{n_trials} done {counts['running']} run"
+            + (f" {counts['errored']} err" if counts["errored"] else "") + f"  eta {fmt_eta(eta)}")
 
 
 class SweepProgress(Callback):
@@ -102,6 +122,8 @@ class SweepProgress(Callback):
         self.done_before = set(done_before)       # trials done before this session (a resume): done from the start
         self._eta: tuple[float, float] | None = None    # (seconds left, when): the ETA only falls
         self._start: tuple[float, int] | None = None    # (when, work done) as this session's bar started
+        self._rate_from: tuple[float, float] | None = None   # (when, share done) at this session's first progress
+        self._line_at: float | None = None              # off a terminal: when the last progress line was written
         self._tick = 0.0
         self._log_filter = BarLogFilter(self)
         self.heads = list(heads) if heads is not None else None
@@ -132,16 +154,21 @@ class SweepProgress(Callback):
         return sum(m) / len(m) if m else self.prior_eval_steps
 
     def eta(self, done: float, total: float, now: float | None = None) -> float | None:
-        """Seconds left: the work left at this session's rate (the share of the sweep done per second
-        since its bar started: the total changes as the evaluation's weight is learned), never more
-        than the previous ETA less the time since (so it only falls), None before any work of this
-        session is done."""
+        """Seconds left: the work left at this session's measured rate (the share of the sweep done per
+        second since its first progress, which the start-up before it does not slow: the total changes
+        as the evaluation's weight is learned), never more than the previous ETA less the time since (so
+        it only falls); None ('estimating') until the rate has MIN_RATE_S behind it."""
         now = self.clock() if now is None else now
         f = done / total if total > 0 else 1.0
         if self._start is None:
             self._start = (now, f)
-        t0, f0 = self._start
-        est = (1.0 - f) * (now - t0) / (f - f0) if f > f0 and now > t0 else None
+        if self._rate_from is None and f > self._start[1]:
+            self._rate_from = (now, f)
+        est = None
+        if self._rate_from is not None:
+            t0, f0 = self._rate_from
+            if f > f0 and now - t0 >= MIN_RATE_S:
+                est = (1.0 - f) * (now - t0) / (f - f0)
         if done >= total:
             est = 0.0
         if self._eta is not None:
@@ -237,12 +264,17 @@ class SweepProgress(Callback):
         self._bar.total = max(1, round(total))
         self._bar.n = min(round(done), self._bar.total)
         c = self._counts(trials)
-        self._bar.set_postfix_str(f"eta {fmt_eta(self.eta(done, total))} trials {c['done']}/{self.total} done "
+        eta = self.eta(done, total)
+        self._bar.set_postfix_str(f"eta {fmt_eta(eta)} trials {c['done']}/{self.total} done "
                                   f"{c['running']} run" + (f" {c['errored']} err" if c["errored"] else ""),
                                   refresh=False)
         self._bar.refresh()
         if note:
             self._bar.write(note, file=sys.stderr)
+        now = self.clock()
+        if self._bar.disable and (self._line_at is None or now - self._line_at >= LINE_S):
+            self._line_at = now          # not a terminal: a line now and then, so a log shows the sweep moving
+            print(progress_line(done, total, c, self.total, eta), file=sys.stderr, flush=True)
 
     def on_step_end(self, iteration, trials, **info):
         """Between reports: the ETA counts down (at most every TICK_S)."""
@@ -312,3 +344,6 @@ class SweepProgress(Callback):
             self._bar = None
             for name in QUIET_LOGGERS:
                 logging.getLogger(name).removeFilter(self._log_filter)
+            if self._log_filter.slow:
+                print(f"  note: Ray Tune said {self._log_filter.slow} time(s) that its own bookkeeping on the driver "
+                      "was slow (saving its state, handling a trial's report)", file=sys.stderr)
