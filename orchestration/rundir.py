@@ -15,7 +15,7 @@
       report/              written by orchestration.report.build_report
 
 The name is stable: `<name>-<hash>` with hash = config_hash of the resolved config minus the keys
-that do not change results (mlflow, resources, runs_dir; the selection criterion counts as the
+that do not change results (mlflow, resources, runs_dir, the declared claims; the selection criterion counts as the
 value run ids were first computed with, SNIS). Never a timestamp, so a rerun or resume
 finds the same directory, the same Ray experiment and the same MLflow runs.
 """
@@ -37,7 +37,7 @@ from orchestration.run_trust import (  # noqa: F401 -- a run directory is data: 
     user_plugins, user_storage_path)
 
 # Keys of the resolved config that do not change any number of the sweep: not in its identity.
-NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir", "plugin_path")
+NON_IDENTITY_KEYS = ("mlflow", "resources", "runs_dir", "plugin_path", "claims")
 # The selection criterion changes no trained number either (`poxm report` selects again), but run ids
 # were first computed with it inside: the identity keeps the value they were computed with, so a sweep
 # whose criterion changes continues the same run directory instead of training everything again.

@@ -83,8 +83,9 @@ def test_instance_term_widens_the_interval_and_holm_spans_the_family():
     inst = {}
     for ds in ("d", "e"):
         for v in ("A", "B"):
+            shared = rng.random(50)                          # the test set's instances, shared by every seed
             for s in range(4):
-                x = rng.random(50)
+                x = shared + 0.1 * rng.random(50)
                 x = x - x.mean() + 0.25 + 0.01 * s          # per-instance values whose mean is the row's
                 inst[C.instance_key(ds, v, s, "poxm", 10, 0.9, "R@5")] = x.astype(np.float32)
                 inst[C.instance_key(ds, v, s, "logging", -1, math.nan, "R@5")] = np.full(50, 0.2, np.float32)
@@ -94,15 +95,21 @@ def test_instance_term_widens_the_interval_and_holm_spans_the_family():
     a, b = without.loc[("d", "A", "poxm_vs_logging")], withi.loc[("d", "A", "poxm_vs_logging")]
     assert a["diff"] == pytest.approx(b["diff"], abs=1e-4) and b["interval"] == "t (seeds + test instances)"
     assert b["ci_hi"] - b["ci_lo"] > a["ci_hi"] - a["ci_lo"] and b["m"] == 50
-    # hand-computed: seed term from the rows' per-seed differences, instance term from the seed means
+    # hand-computed: seed term from the rows' per-seed differences, instance term from the seed means,
+    # interaction from the residuals of the two-way layout, summed over every (seed, instance)
     d = np.array([5.0, 6.0, 7.0, 8.0])
     D = np.stack([100 * (inst[C.instance_key("d", "A", s, "poxm", 10, 0.9, "R@5")].astype(float) - 0.2)
                   for s in range(4)])
     v1, v2 = d.var(ddof=1) / 4, D.mean(0).var(ddof=1) / 50
-    df = (v1 + v2) ** 2 / (v1 ** 2 / 3 + v2 ** 2 / 49)
-    half = stats.t.ppf(0.975, df) * math.sqrt(v1 + v2)
+    rm, cm, g = D.mean(1), D.mean(0), D.mean()
+    v3 = sum((D[s, i] - rm[s] - cm[i] + g) ** 2 for s in range(4) for i in range(50)) / (3 * 49) / 200
+    assert (b["v_seed"], b["v_inst"], b["v_int"]) == pytest.approx((v1, v2, v3))
+    var = v1 + v2 - v3
+    df = var ** 2 / (v1 ** 2 / 3 + v2 ** 2 / 49 + v3 ** 2 / (3 * 49))
+    half = stats.t.ppf(0.975, df) * math.sqrt(var)
     assert (b["ci_lo"], b["ci_hi"]) == pytest.approx((b["diff"] - half, b["diff"] + half), rel=1e-6)
-    # Holm over the claim's 4 cells (2 datasets x 2 variants): the smallest p times 4, then step down
+    assert b["p_sign"] == pytest.approx(2 / 16) and b["test"] == "crossed_t"      # 4 of 4 seeds > 0
+    # Holm over the whole family: here the 4 cells (2 datasets x 2 variants) of the one claim the rows have
     fam = withi.xs("poxm_vs_logging", level="claim")
     p = np.sort(fam["p_value"].to_numpy())
     expect = np.maximum.accumulate(np.minimum(1, (4 - np.arange(4)) * p))
@@ -127,8 +134,10 @@ def test_every_pair_its_metric_and_p_grows_from_a_to_c():
     w = f.loc[("wpoxm_vs_poxm", "C")]
     assert w["metric"] == "PSR@5" and w["diff"] == pytest.approx(12.0)          # (0.6, 0.62, 0.64) - 0.5
     p = f.loc[("p_grows", "A→C")]
-    assert p["metric"] == "p" and p["diff"] == pytest.approx(40.0) and p["n"] == 3
-    assert (p["ci_lo"], p["ci_hi"]) == (40.0, 40.0) and p["verdict"] == "holds"   # no spread at all
+    assert p["metric"] == "p" and p["diff"] == pytest.approx(40.0) and p["n"] == 3 and p["test"] == "sign"
+    assert (p["ci_lo"], p["ci_hi"]) == (40.0, 40.0)                            # no spread at all, but
+    # its verdict is the exact sign test's: 3 of 3 seeds up is p = 2/8, no verdict however large the steps
+    assert p["p_value"] == p["p_sign"] == pytest.approx(0.25) and p["verdict"] == "undecided"
     only_a = to_frame([r for r in rows if r["variant"] == "A"])
     assert "p_grows" not in set(_claims(only_a)["claim"])                      # needs both A and C
 
@@ -147,10 +156,12 @@ def test_poxm_against_the_logging_policys_greedy_ranking():
 def test_table_summary_and_mlflow_names():
     f = pd.concat([_claims(_rows()), _claims(_rows(), "SNIS")], ignore_index=True)
     t = C.claims_table(f, ["IS", "SNIS"])
-    assert t.name == "claims" and t.columns[3:7] == ["IS: Δ [95 % CI]", "IS: seeds > 0", "IS: Holm p", "IS: verdict"]
+    assert t.name == "claims" and t.columns[3:8] == ["IS: Δ [95 % CI]", "IS: seeds > 0", "IS: sign p", "IS: Holm p",
+                                                      "IS: verdict"]
     r = f[(f["criterion"] == "IS")].iloc[0]
-    assert t.rows[0][:7] == ["POXM > logging policy", "A", "R@5 ×100", C.cell_text(r), "3/3",
+    assert t.rows[0][:8] == ["POXM > logging policy", "A", "R@5 ×100", C.cell_text(r), "3/3", "0.25",
                              f"{r['p_holm']:.3g}", r["verdict"]]
+    assert t.rows[0][-2] == "exploratory"                  # SNIS, beside the run's criterion: no verdict
     assert C._p_text(0.0504) == "0.0504" and C._p_text(0.0004) == "<0.001" and C._p_text(math.nan) == "—"
     text = C.summary_text(f, ["IS", "SNIS"])
     assert "under IS" in text and "+11.67 " in text and "too few seeds" in text
@@ -198,7 +209,7 @@ def test_report_opens_with_the_claims_table_under_is_and_snis(tmp_path):
     assert index[first_table:].split("\n")[1].startswith("| Claim | Variant | Metric | IS: Δ")
     f = read_claims(out)
     assert set(f["criterion"]) == {"IS", "SNIS"} and (out / "tables" / "claims.tex").is_file()
-    assert "+11.67 ?/H" in summary_from_report(out)        # IS: d (10, 5, 20), p 0.14; SNIS: +50 each
+    assert "+11.67 ?/e" in summary_from_report(out)        # IS: d (10, 5, 20), p 0.14; SNIS: exploratory
     for name in ("results_d_A", "results_snis_d_A", "selection_snis_d_A", "selection_stability"):
         assert (out / "tables" / f"{name}.csv").is_file()      # SNIS's tables stay beside IS's
     sel = pd.read_csv(out.parent / "results" / "selection.csv")
@@ -214,7 +225,7 @@ def test_cli_prints_the_claims_of_a_built_report(tmp_path, capsys):
     _print_claims(tmp_path)
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("claims: ") and "verdicts IS/SNIS" in out[1]
-    assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 ?/H")   # d (10, 5, 20): p 0.14 under IS
+    assert out[3].startswith("POXM > logging policy (R@5)") and out[3].endswith("+11.67 ?/e")   # d (10, 5, 20): p 0.14 under IS; SNIS exploratory
     _print_claims(tmp_path / "nothing-here")          # a report without claims: nothing printed
     assert capsys.readouterr().out == ""
 
