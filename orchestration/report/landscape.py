@@ -281,7 +281,7 @@ def landscape_sentence(frame: pd.DataFrame) -> str:
                 f"{'greedy ranking' if best['policy'] == 'greedy' else 'stochastic policy'} on {_where(best)}, {cell_text(best)} points.")
     n_beat = beats.drop_duplicates(["dataset", "variant"]).shape[0]
     out = [f"Learning from the feedback beats the logging model's own ranking (its greedy P@5; a 95 % interval "
-           f"above 0, unadjusted) in {n_beat} of {cells} (dataset, α, T) cells, by ×100 points."]
+           f"above 0, unadjusted) in {n_beat} of {cells} (dataset, α, T) cells; differences ×100 [95 % interval]."]
     out += [_by_method(beats[beats["policy"] == p], f"By the {p} {'ranking' if p == 'greedy' else 'policy'} "
                        f"({POLICIES[p]})") + "." for p in POLICIES if (beats["policy"] == p).any()]
     return " ".join(out + ["Elsewhere no interval lies above the bar."])
