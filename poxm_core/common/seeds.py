@@ -13,7 +13,8 @@ group, a resumed trial, threads evaluating heads in any order all draw the same 
 and the evaluation use it: batches, negatives, head initialisation, test and validation slates (and,
 on a GPU, the Monte-Carlo slate noise: (seed, "mc-slates", block index) on the device), and so do the
 logged-feedback streams: a log's fixed test part (split_seed, "logged-data", "test-split"), the folds of the
-OPE reward model and the bootstrap resamples of `poxm ope` (seed, "logged-ope", ...).
+OPE reward model and the bootstrap resamples of `poxm ope` (seed, "logged-ope", ...), and a dataset's test
+split re-drawn for each run seed (split.seed, "data-split", run seed; data/splits.py).
 
 STREAMS THAT STAY (their numbers are in cached prepare artifacts and published results, so a
 different derivation would change them; new code must not copy them):

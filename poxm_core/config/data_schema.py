@@ -193,9 +193,26 @@ class LoggedConfig(_Strict):
 
 
 class SplitConfig(_Strict):
-    """A test split cut from a single data file (a dataset declared with `train` and no `test`)."""
-    test_fraction: float = Field(0.25, gt=0, lt=1, description="share of the file's rows held out as the test split")
+    """A test split drawn by a seed (docs/data.md, "Fresh splits"): cut from a single data file (a dataset
+    declared with `train` and no `test`), or with `from: union` a re-split of the dataset's own train and
+    test rows pooled (a registered dataset such as bibtex, or one declared with `train` and `test`)."""
+    # `from` is a Python keyword: the field is `source`, read and written as `from`
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, validate_by_name=True,
+                              validate_by_alias=True, serialize_by_alias=True)
+    test_fraction: float = Field(0.25, gt=0, lt=1, description="share of the rows held out as the test split")
     seed: int = Field(0, ge=0, description="seed of the row permutation")
+    source: Literal["train", "union"] | None = Field(
+        None, alias="from", exclude_if=_unset,
+        description="the rows split: 'train' (default) the one training file's; 'union' the dataset's train and test "
+                    "rows pooled, then split again")
+    redraw_per_seed: bool | None = Field(
+        None, exclude_if=lambda v: v is None or v is False,
+        description="true: every run seed draws its own split, derived from (seed, run seed); default: one split "
+                    "for every run seed")
+
+    @property
+    def union(self) -> bool:
+        return self.source == "union"
 
 
 DATA_FORMATS = ("xc", "split", "svmlight", "npz", "text")
@@ -264,15 +281,14 @@ class DatasetConfig(_Strict):
             if v.selector is not None:
                 raise ValueError(f"variant '{v.name}': 'selector' is for a logged dataset (datasets.<i>.logged)")
         if self.format is None:
-            for key in ("folder", "train", "test", "split", "propensity"):
+            for key in ("folder", "train", "test", "propensity"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"'{key}' declares a dataset by its files: set 'format' too ({', '.join(DATA_FORMATS)})")
+            self._registered_split()
             return self
         if self.train is None:
             raise ValueError(f"format={self.format}: 'train' (the training file) is required")
-        if (self.test is None) == (self.split is None):
-            raise ValueError("a dataset declared by 'format' needs exactly one of 'test' (a test file) or "
-                             "'split' (e.g. split: {test_fraction: 0.25, seed: 0})")
+        self._declared_split()
         pair = self.format in ("split", "text")
         for key in ("train", "test"):
             v = getattr(self, key)
@@ -294,3 +310,27 @@ class DatasetConfig(_Strict):
                              "propensity_A and propensity_B (Jain et al.; 0.55 and 1.5 are the usual "
                              "defaults), or propensity: default to accept those with a warning")
         return self
+
+    def _registered_split(self) -> None:
+        """A registered dataset keeps its own test split unless `split: {from: union}` re-draws it."""
+        if self.split is None:
+            return
+        if self.synthetic is not None or self.name == "synthetic":
+            raise ValueError("'split' re-splits data read from files; the synthetic dataset is generated with its "
+                             "own test rows (synthetic.n_test)")
+        if not self.split.union:
+            raise ValueError(f"split: '{self.name}' has its own test split; to draw a new one from its train and test "
+                             "rows pooled, set split.from: union (e.g. split: {from: union, test_fraction: 0.34, "
+                             "seed: 2026})")
+
+    def _declared_split(self) -> None:
+        """A declared dataset: a test file, a split of the training file, or both with `from: union`."""
+        eg = "e.g. split: {test_fraction: 0.25, seed: 0}"
+        if self.test is None and self.split is None:
+            raise ValueError(f"a dataset declared by 'format' needs 'test' (a test file) or 'split' ({eg})")
+        if self.test is not None and self.split is not None and not self.split.union:
+            raise ValueError("'test' and 'split' together: set split.from: union to re-split the train and test rows "
+                             "pooled, or drop one of them")
+        if self.test is None and self.split.union:
+            raise ValueError(f"split.from: union pools 'train' with 'test', but there is no 'test' file; "
+                             f"leave out 'from' to cut the test split from 'train' ({eg})")

@@ -53,7 +53,7 @@ def _check_keys(model: type[BaseModel], data: Any, loc: tuple, where) -> None:
     from poxm_core.config.checks import dotted
     if not isinstance(data, dict):
         return
-    fields = model.model_fields
+    fields = {f.alias or k: f for k, f in model.model_fields.items()}   # a key spelt as its alias (split.from)
     for key, val in data.items():
         kloc = loc + (key,)
         if key not in fields and model.model_config.get("extra") != "allow":   # MethodConfig: a method's own options

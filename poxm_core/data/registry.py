@@ -3,7 +3,8 @@ the paper's logging variants). Adding a dataset is one `register_dataset(Dataset
 format the readers do not know comes with a `reader` callable.
 
 `load_dataset(dcfg, data_root, seed)` finds the files under ``dcfg.path`` or ``<data_root>/<folder>``,
-reads them, checks the shapes against the registry and returns an `XMCData`.
+reads them, checks the shapes against the registry and returns an `XMCData` (re-split from its train and
+test rows pooled when the config says `split: {from: union, ...}`; poxm_core/data/splits.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from poxm_core.data.readers import find_split_sparse, read_split_sparse, read_xc_bow
+from poxm_core.data.splits import resplit, split_rows, split_seed
 from poxm_core.data.svmlight_npz import read_npz_pair, read_svmlight, read_xy_npz
 from poxm_core.data.text_reader import TEXT_FILES, read_text_tfidf
 from poxm_core.data.types import XMCData, XMCSplit
@@ -270,9 +272,8 @@ def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
     """A dataset declared in the config: `format` + `train` + (`test` | `split`), the files inside
     `folder` (under `data_root`) if set. D and L must agree between the files; with `split`, the test rows
     are a seeded random `test_fraction` of the file's rows (rows without a label included, as the readers
-    keep them)."""
-    import numpy as np
-
+    keep them), or with `split.from: union` of the train and test files' rows pooled; `seed` (the run
+    seed) enters the split only under `split.redraw_per_seed`."""
     files = declared_files(dcfg, data_root)
     fmt = dcfg.format
     if fmt == "text":
@@ -283,7 +284,7 @@ def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
         parts = [(t.X_train, t.Y_train), (t.X_test, t.Y_test)]
     else:
         parts = _read_declared(fmt, files, isinstance(dcfg.train, list))
-    if dcfg.split is None:
+    if dcfg.split is None or dcfg.split.union:
         (Xtr, Ytr), (Xte, Yte) = parts
         n_tr = len(files) // 2
         for what, a, b in (("D", Xtr.shape[1], Xte.shape[1]), ("L", Ytr.shape[1], Yte.shape[1])):
@@ -291,15 +292,12 @@ def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
                 raise PoxmInputError(f"{files[n_tr]}: {what}={b} but the training file {files[0].name} has {what}={a}")
     else:
         X, Y = parts[0]
-        n = X.shape[0]
-        n_test = int(round(dcfg.split.test_fraction * n))
-        if n_test < 1 or n - n_test < 3:
-            raise PoxmInputError(f"{files[0]}: {n} rows are too few to split off test_fraction="
-                                 f"{dcfg.split.test_fraction} (need >= 1 test and >= 3 training rows)")
-        perm = np.random.default_rng(dcfg.split.seed).permutation(n)
-        te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+        tr, te = split_rows(X.shape[0], dcfg.split.test_fraction, dcfg.split.seed, split_seed(dcfg.split, seed),
+                            where=str(files[0]))
         Xtr, Ytr, Xte, Yte = X[tr], Y[tr], X[te], Y[te]
     data = XMCData(dcfg.name, XMCSplit(Xtr.tocsr(), Ytr.tocsr()), XMCSplit(Xte.tocsr(), Yte.tocsr()))
+    if dcfg.split is not None and dcfg.split.union:
+        data = resplit(data, dcfg.split, seed, where=f"{dcfg.key}.split")
     st = data.stats()
     import logging
     logging.getLogger(__name__).info("dataset '%s' (%s): N_train=%d, N_test=%d, D=%d, L=%d", dcfg.name, fmt,
@@ -309,13 +307,19 @@ def load_declared(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:
 
 def load_dataset(dcfg: "DatasetConfig", data_root: Path | str, seed: int = 0) -> XMCData:
     """Read the dataset `dcfg.name` from ``dcfg.path`` or ``<data_root>/<spec.folder>``, or the files a
-    dataset declared in the config names; `seed` is used by generated datasets only. Shapes are checked
-    against the registry (one-line error naming the file)."""
+    dataset declared in the config names; `seed` (the run seed) is used by generated datasets and by a
+    split re-drawn per seed. Shapes are checked against the registry (one-line error naming the file)."""
     spec = spec_for(dcfg)
     if spec.reader is not None:
+        if getattr(dcfg, "format", None) is None and getattr(dcfg, "split", None) is not None:
+            raise PoxmInputError(f"{dcfg.key}.split: dataset '{dcfg.name}' is read by its own reader "
+                                 f"({spec.reader.__module__}), which makes its test split; remove 'split'")
         return spec.reader(dcfg, Path(data_root), seed)
     where = Path(dcfg.path) if dcfg.path else Path(data_root) / spec.folder
-    return _load_files(spec, where)
+    data = _load_files(spec, where)          # the shape is checked on the files as published
+    if getattr(dcfg, "split", None) is not None:
+        data = resplit(data, dcfg.split, seed, where=f"{dcfg.key}.split")
+    return data
 
 
 def _load_synthetic(dcfg: "DatasetConfig", data_root: Path, seed: int) -> XMCData:

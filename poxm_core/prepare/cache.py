@@ -38,6 +38,7 @@ from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import SweepConfig, config_hash, default_data_root
 from poxm_core.data import PRESETS, propensity_params, spec_for
 from poxm_core.data.registry import declared_files, locate_files
+from poxm_core.data.splits import split_seed
 from poxm_core.prepare.match import HELDOUT
 
 # Bump a level's version when the code that builds it changes its output: old entries stop matching.
@@ -121,15 +122,23 @@ def _data_identity(cfg: SweepConfig, dataset: str, seed: int) -> dict:
     if dcfg.format is not None:  # declared in the config: its files' contents, format and split decide it
         return {"name": dcfg.name, "format": dcfg.format,
                 "files": [file_sha256(p) for p in declared_files(dcfg, data_root)],
-                "split": None if dcfg.split is None else dcfg.split.model_dump(mode="json")}
+                "split": None if dcfg.split is None else dcfg.split.model_dump(mode="json"), **_split_seed(dcfg, seed)}
     if spec.reader is not None:  # generated (or a custom reader): its config and the seed decide it
         return {"name": dcfg.name, "reader": f"{spec.reader.__module__}.{spec.reader.__qualname__}",
                 "synthetic": None if dcfg.synthetic is None else dcfg.synthetic.model_dump(mode="json"),
                 "path": dcfg.path, "seed": int(seed), **_preset_shape(dcfg)}
     where = Path(dcfg.path) if dcfg.path else data_root / spec.folder
     files = locate_files(spec, where)
+    resplit = {} if dcfg.split is None else {"split": dcfg.split.model_dump(mode="json"), **_split_seed(dcfg, seed)}
     return {"name": dcfg.name, "layout": files.layout,
-            "train": [file_sha256(p) for p in files.train], "test": [file_sha256(p) for p in files.test]}
+            "train": [file_sha256(p) for p in files.train], "test": [file_sha256(p) for p in files.test], **resplit}
+
+
+def _split_seed(dcfg, seed: int) -> dict:
+    """The run seed, where the split is re-drawn for each one (absent otherwise: the data level is shared by
+    every seed, and the keys of splits written before re-drawing existed are unchanged)."""
+    s = split_seed(dcfg.split, seed)
+    return {} if s is None else {"split_run_seed": s}
 
 
 def _preset_shape(dcfg) -> dict:

@@ -120,8 +120,8 @@ def test_one_file_plus_split_and_default_propensity_warns(files, caplog):
 
 @pytest.mark.parametrize("change,match", [
     ({"propensity_A": None, "propensity_B": None}, "propensity_A and propensity_B"),
-    ({"split": {"test_fraction": 0.2}}, "exactly one of 'test'"),
-    ({"test": None}, "exactly one of 'test'"),
+    ({"split": {"test_fraction": 0.2}}, "'test' and 'split' together: set split.from: union"),
+    ({"test": None}, "needs 'test' \\(a test file\\) or 'split'"),
     ({"format": "split"}, "list of two files"),
     ({"name": "bibtex"}, "registered dataset"),
 ])
