@@ -11,6 +11,12 @@ to continue from. Two executors (resources.executor):
 
 A checkpoint's name says whose it is and its epoch (trial.checkpoint_epoch): a pack's trials share one
 Ray run, and a trial continues only from its own checkpoint.
+
+Ray gets of a report only what the driver reads (DRIVER_KEYS: the progress bar, the retries, the early
+report, storage mode's sync). An epoch's metrics (every head's estimates: 60 heads, about 700 numbers) go
+to MLflow and the trial's files; handed to Ray as well, Ray Tune's logger callbacks wrote each of them on
+the driver's event loop at every report (its TensorBoard writer: 0.27 s a report on 2 cores, 0.5-0.9 s on
+an H200 machine running 8 trials, while the loop could start no trial; docs/performance.md).
 """
 from __future__ import annotations
 
@@ -25,6 +31,14 @@ def executor_of(resources) -> str:
     """resources.executor, or the default when unset."""
     return getattr(resources, "executor", None) or DEFAULT_EXECUTOR
 OWNER_FILE = "ray_checkpoint_name"     # in a checkpoint reported to Tune: the name Ray Train would have given it
+# what the driver's Tune callbacks read of a result (tune.py, progress.py): the rest of a report stays out of Ray
+DRIVER_KEYS = frozenset({"epoch", "member", "head_epochs", "member_finished", "finished", "skipped",
+                         "input_error", "oom"})
+
+
+def for_ray(metrics: dict) -> dict:
+    """The part of a report Ray gets: its DRIVER_KEYS (module doc)."""
+    return {k: v for k, v in metrics.items() if k in DRIVER_KEYS}
 
 
 class RaySession:
@@ -42,8 +56,10 @@ class RaySession:
         return ray.tune
 
     def report(self, metrics: dict, ckpt_dir: Path | None = None, name: str | None = None) -> None:
-        """`metrics` to Ray, with the checkpoint folder `ckpt_dir` named `name` when given."""
+        """`metrics` to Ray (their DRIVER_KEYS: module doc), with the checkpoint folder `ckpt_dir` named
+        `name` when given."""
         api = self._api()
+        metrics = for_ray(metrics)
         if ckpt_dir is None:
             api.report(metrics)
         elif self.executor == "train":

@@ -229,7 +229,9 @@ def close_runs(plan: SweepPlan, started: Teardown, done: list, errored: list, su
 def gather_select_report(plan: SweepPlan, prep, say) -> tuple:
     """The prepare stage's statistics, every finished trial's rows, selection and the report:
     (prepared, prepare compute seconds, rows, report dir or None, seconds)."""
+    from orchestration.stages.tune import wait_prestarted
     t = time.perf_counter()
+    wait_prestarted(plan.rd.root)      # the drawing processes the trials' end began to start: the report takes them
     prepared, compute = prep.result()
     gather_prepare(plan.rd, prepared)
     rows = gather_rows(plan.rd, plan.names)

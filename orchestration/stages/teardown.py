@@ -34,6 +34,8 @@ class Teardown:
         MPS stops after Ray, and the run directory's lock is always released last."""
         from orchestration.report.figure_pool import discard_prestarted
         from orchestration.stages.track import abort_tracking
+        from orchestration.stages.tune import wait_prestarted
+        wait_prestarted(self.plan.rd.root)
         discard_prestarted()        # the report's drawing processes, when it was never built
         try:
             try:
