@@ -43,6 +43,7 @@ from orchestration.report.inputs import (read_config, read_grid, read_prepare, r
                                          selection_criterion, variant_params)
 from orchestration.report.split_variance import split_variance_blocks
 from orchestration.report.stability import stability, stability_table
+from orchestration.report.sweep_table import sweep_table_blocks
 from orchestration.rundir import write_selection
 from orchestration.selection import PAPER_CRITERION, RunSelection, select_run, selected_rows, selection_label, val_criteria
 from poxm_core.common.atomic import publish, write_text
@@ -328,7 +329,7 @@ def _selected_blocks(inp: ReportInputs) -> None:
     blocks += landscape_blocks(inp.rows, ch.selection, ch.criterion, inp.config, inp.prepare,
                                inp.run_dir / "results" / INSTANCES, ch.protocol, inp.tdir, inp.fdir, inp.out)
     blocks += split_variance_blocks(frame, ch.stats, inp.config, ch.criterion, ch.protocol, inp.tdir, inp.out)
-    blocks += run + _dataset_blocks(inp, ch, sections)
+    blocks += run + sweep_table_blocks(inp.run_dir, ch.protocol, inp.tdir, inp.out) + _dataset_blocks(inp, ch, sections)
     blocks = _resolved(blocks, ch.protocol, inp.out) + _selection_blocks(inp, ch)
     write_text(inp.out / "index.md", render_markdown(blocks))
     write_text(inp.out / "index.html", render_html(blocks, f"poxm report — {name}", inp.out))
