@@ -111,7 +111,8 @@ def _no_colour_reset_at_exit() -> None:
 # Fault injection for the test suite (orchestration.stages.epoch_reports): live in every install, so a
 # sweep that runs with one set says so (docs/orchestration.md, "Bad input and security").
 FAULT_SWITCHES = {"POXM_INJECT_CRASH_ONCE": "each targeted trial's worker dies after that epoch, once",
-                  "POXM_INJECT_HOLD": "trials wait after that epoch while the file exists"}
+                  "POXM_INJECT_HOLD": "trials wait after that epoch while the file exists",
+                  "POXM_INJECT_OOM": "each named trial runs out of GPU memory as it starts, once"}
 
 
 def fault_injection_lines(environ=None) -> list[str]:

@@ -77,6 +77,7 @@ class SweepInputs:
     prepared: dict[str, PreparedAt | PreparedRef]   # trial name -> its prepared variant
     resources: ResourcesConfig
     crash: str | None = None               # fault injection for tests (trial.CRASH_ENV)
+    oom: str | None = None                 # fault injection for tests (packing.OOM_ENV)
     mlflow_uri: str | None = None          # None: no MLflow tracking
     mlflow_points: dict[str, str] | None = None   # grid point key -> its MLflow run id
     mlflow_points_file: str | None = None  # while they are created beside the trials: where they appear (mlflow_runs.json)
@@ -112,6 +113,7 @@ class WorkerJob:
     cpus: float                            # resources.cpus_per_trial: the worker's torch threads
     fit_start: float                       # when the job's trainer.fit began (time.time())
     crash: str | None = None
+    oom: str | None = None
     mlflow_uri: str | None = None          # with points_file: each trial reads its runs there when it starts
     points_file: str | None = None         # (orchestration.stages.trial.wait_for_runs; SweepInputs.mlflow_points_file)
 
@@ -137,6 +139,7 @@ def worker_job(sweep: SweepInputs, name: str, trials: list[str], fit_start: floa
     return WorkerJob(name=name, members=tuple(members), config=sweep.config, run_root=sweep.run_root,
                      cache_dir=sweep.cache_dir, storage=sweep.storage, sweep_id=sweep.sweep_id,
                      cpus=sweep.resources.cpus_per_trial, fit_start=fit_start, crash=sweep.crash,
+                     oom=sweep.oom,
                      mlflow_uri=sweep.mlflow_uri if pending else None,
                      points_file=sweep.mlflow_points_file if pending else None)
 

@@ -29,11 +29,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["MARGIN", "card_bytes", "gpu_share", "is_oom", "oom_doublings", "record_oom", "trial_stats",
-           "Packing", "mps_memory_limit"]
+__all__ = ["MARGIN", "OOM_ENV", "card_bytes", "gpu_share", "inject_oom", "is_oom", "oom_doublings", "oom_spec",
+           "record_oom", "trial_stats", "Packing", "mps_memory_limit"]
 
 MARGIN = 1.25            # the estimate is a bound within a small factor; the caching allocator's slack
 OOM_FILE = "memory.json"
+OOM_ENV = "POXM_INJECT_OOM"    # fault injection for tests: '<trial>[,<trial>...]' run out of GPU memory once each
 
 
 def card_bytes() -> int | None:
@@ -94,6 +95,24 @@ def is_oom(exc: BaseException) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def oom_spec() -> str | None:
+    """OOM_ENV in the driver's environment (handed to the trials with the sweep's inputs), or None."""
+    return os.environ.get(OOM_ENV) or None
+
+
+def inject_oom(spec: str | None, trial: str, trial_dir: Path) -> None:
+    """Fault injection for tests (OOM_ENV): the trial runs out of GPU memory as it starts, once (a marker
+    file in its working directory records that it fired), as CUDA's allocator would say it."""
+    if not spec or trial not in [t.strip() for t in spec.split(",")]:
+        return
+    marker = Path(trial_dir) / ".oom_injected"
+    if marker.exists():
+        return
+    marker.write_text("1\n")
+    import torch
+    raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected: {OOM_ENV})")
 
 
 def record_oom(trial_dir_files, share: float) -> int:

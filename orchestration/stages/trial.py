@@ -39,7 +39,7 @@ from orchestration.cluster.ray_setup import PREEMPTION_WATCHER_ENV
 from orchestration.stages.epoch_reports import CRASH_ENV as CRASH_ENV, crash_spec as crash_spec
 from orchestration.stages.epoch_reports import EpochReports, crashes_after as crashes_after
 from orchestration.cluster.mps import MPS_LIMIT_ENV
-from orchestration.stages.packing import card_bytes, is_oom, mps_memory_limit, record_oom
+from orchestration.stages.packing import card_bytes, inject_oom, is_oom, mps_memory_limit, record_oom
 from orchestration.stages.ray_session import TUNE_REPORT_S, RaySession, checkpoint_name, executor_of
 from orchestration.stages.report_pace import ReportPace
 from orchestration.rundir import read_json
@@ -171,6 +171,7 @@ def run_member(job: WorkerJob, cfg, m: JobMember, index: int, files: TrialFiles,
                             head_epochs_before=base_head_epochs, packed=packed, session=session)
     ckpt, resumed = resume_point(ckpt, out_dir)
     try:
+        inject_oom(job.oom, spec.name, out_dir)      # fault injection for tests (packing.OOM_ENV)
         t1, start = time.perf_counter(), time.time()
         df = train_member(cfg, spec, prepared, out_dir, ckpt, on_epoch)
         seconds["run_trial_s"] = time.perf_counter() - t1

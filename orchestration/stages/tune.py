@@ -181,6 +181,7 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs, pending_runs: tuple[str,
     from orchestration.stages.handoff import PreparedRef
     from orchestration.cluster.ray_setup import state_api_available
     from orchestration.rundir import config_input
+    from orchestration.stages.packing import oom_spec
     from orchestration.stages.trial import crash_spec
 
     cfg = plan.cfg
@@ -194,7 +195,7 @@ def sweep_inputs(plan: SweepPlan, prepared: dict, runs, pending_runs: tuple[str,
         storage=plan.storage.uri if plan.storage else None, ray_storage=ray_storage(plan),
         sweep_id=plan.rd.root.name, specs={s.name: s.to_dict() for s in plan.specs},
         prepared=at,
-        resources=cfg.resources, crash=crash_spec(),
+        resources=cfg.resources, crash=crash_spec(), oom=oom_spec(),
         mlflow_uri=runs.uri if runs is not None else (pending_runs[0] if pending_runs else None),
         mlflow_points=dict(runs.points) if runs is not None else None,
         mlflow_points_file=pending_runs[1] if runs is None and pending_runs else None,

@@ -116,7 +116,8 @@ def test_ui_off_loopback_says_what_it_exposes_before_it_serves(tmp_path, capsys)
 
 def test_fault_injection_switches_say_they_are_on(tmp_path, capsys, monkeypatch, no_sweep):
     from orchestration.cli import FAULT_SWITCHES, fault_injection_lines
-    assert set(FAULT_SWITCHES) == {epoch_reports.CRASH_ENV, epoch_reports.HOLD_ENV}
+    from orchestration.stages.packing import OOM_ENV
+    assert set(FAULT_SWITCHES) == {epoch_reports.CRASH_ENV, epoch_reports.HOLD_ENV, OOM_ENV}
     assert fault_injection_lines({}) == []
     monkeypatch.setenv(epoch_reports.CRASH_ENV, "2")
     rd = planned(tmp_path)
