@@ -81,6 +81,8 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
             get_method(name).validate(mc)
         except PoxmInputError as exc:     # named at its file line (or override), like the config's own checks
             raise cfg.located(exc) from None
+    from orchestration.report.claims_family import declare_claims
+    cfg = declare_claims(cfg, fresh=not rd.config.is_file())     # the claims family, declared before any trial
     specs = trial_specs(cfg, cfg.group_by)
     _check_p(cfg, specs)
     store = sweep_storage(cfg.resources.storage_path, rd.root.name)
@@ -95,12 +97,13 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
 def _check_p(cfg: SweepConfig, specs) -> None:
     """p (the action selector's size) cannot exceed the K = model.n_candidates candidates C(x), nor a
     synthetic dataset's label count: known now, so not found inside a trial after Ray has started."""
+    from poxm_core.methods import get_method
     for s in specs:
         d = cfg.dataset(s.dataset)
         n_labels = d.synthetic.n_labels if d.synthetic is not None and d.synthetic.n_labels else None
         K = min(cfg.model.n_candidates, n_labels) if n_labels else cfg.model.n_candidates
         for h in s.heads:
-            if h.p is not None and h.p > K:
+            if h.p is not None and h.p > K and get_method(h.method).size_key == "p":   # not POTEC's k
                 valid = sorted(x for x in (cfg.methods[h.method].p or []) if x <= K) or [K]
                 raise PoxmInputError(
                     f"config key 'methods.{h.method}.p': p={h.p} exceeds the {K} candidates C(x) of dataset "

@@ -33,15 +33,26 @@ from poxm_core.estimators.base import ValidationLog
 from poxm_core.estimators.ips import IS
 
 __all__ = ["MIPS", "cluster_weights", "cluster_weights_torch", "cluster_masks", "CLUSTER_NEEDS",
-           "ESTIMATOR_CLUSTERS"]
+           "ESTIMATOR_CLUSTERS", "estimator_clusters"]
 
 # What the cluster weights read from a validation log (`ValidationLog.arrays`, docs/estimators.md).
 CLUSTER_NEEDS = ("action_cluster", "cand_pos", "candidates", "rho_candidates", "pi_selector")
-# k of the label clusters the trainer gives MIPS and OffCEM (k-means of the logging model's label rows,
-# `prepare.clusters.label_clusters` with k = min(k, L), seed 0; training/reporting.py):
-# coarse enough that a context's K = 100 candidates share clusters (the variance MIPS removes), fine
-# enough that labels of one cluster are alike (the bias it risks).
+# The default k of the label clusters the trainer gives MIPS and OffCEM (config key selection.clusters;
+# k-means of the logging model's label rows, `prepare.clusters.label_clusters`, seed 0;
+# training/reporting.py): coarse enough that a context's K = 100 candidates share clusters (the variance
+# MIPS removes), fine enough that labels of one cluster are alike (the bias it risks).
 ESTIMATOR_CLUSTERS = 32
+
+
+def estimator_clusters(k: int | None, n_labels: int) -> int:
+    """The k MIPS and OffCEM use on a dataset of `n_labels` labels: the configured `selection.clusters`, or
+    ESTIMATOR_CLUSTERS capped at L when unset; a configured k above L is a PoxmInputError naming the key."""
+    if k is None:
+        return min(ESTIMATOR_CLUSTERS, int(n_labels))
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_labels:
+        raise PoxmInputError(f"selection.clusters: k={k!r} label clusters: expected an int in [1, {n_labels}] "
+                             f"(the dataset's labels)")
+    return int(k)
 
 
 def cluster_masks(cand_cluster, cand_pos):

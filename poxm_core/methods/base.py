@@ -6,6 +6,8 @@ A method is a small stateless object declared in one module and registered in `r
   trains          False for the logging policy (nothing to learn)
   uses_p/uses_lam whether the (p, lam) grids apply; `validate` rejects a grid given to a method
                   that ignores it, naming the key methods.<name>.p
+  size_key        the config key of the head's size axis (HeadSpec.p): 'p', the action selector's size,
+                  or a method's own (POTEC: 'k', its label clusters; it then has no Phi^p)
   train_support   which labels the loss touches: "none" | "logged" | "all" | "phi" | "candidates" |
                   "full labels"
   test_policy     "rho" (logging), "greedy" (top-k over C(x) by score), or "softmax" (Plackett-Luce
@@ -172,6 +174,9 @@ class Method:
     trains: ClassVar[bool] = True
     uses_p: ClassVar[bool] = False
     uses_lam: ClassVar[bool] = False
+    # the config key of the head's size axis, HeadSpec.p (the rows' column p): 'p' = the action selector's
+    # size Phi^p; a method whose size means something else names its own key (POTEC: 'k') and has no Phi^p
+    size_key: ClassVar[str] = "p"
     train_support: ClassVar[str] = "none"
     test_policy: ClassVar[str] = "softmax"
     # this method's settings: MethodConfig (p, lam, lr, init) or a subclass adding its own options;
@@ -228,6 +233,9 @@ class Method:
         """Reject settings this method would silently ignore, naming the config key; return its Options."""
         mc = self.options(mc)
         given = mc.model_fields_set
+        if mc.p is not None and self.uses_p and self.size_key != "p":
+            raise PoxmInputError(f"methods.{self.name}.p: method '{self.name}' has no action selector p; its grid is "
+                                 f"'{self.size_key}': write methods.{self.name}.{self.size_key}: {list(mc.p)}")
         if mc.p is not None and not self.uses_p:
             raise PoxmInputError(f"methods.{self.name}.p: method '{self.name}' does not use p (action selector); remove it")
         if mc.lam is not None and not self.uses_lam:
@@ -236,18 +244,21 @@ class Method:
             for key in ("lr", "init"):
                 if key in given:
                     raise PoxmInputError(f"methods.{self.name}.{key}: method '{self.name}' trains nothing; remove it")
-        if mc.p is not None:
-            if not mc.p or any(isinstance(v, bool) or v < 1 for v in mc.p) or len(set(mc.p)) != len(mc.p):
-                raise PoxmInputError(f"methods.{self.name}.p: expected distinct positive ints, got {mc.p}")
+        sizes = getattr(mc, self.size_key, None)
+        if sizes is not None:
+            if not sizes or any(isinstance(v, bool) or v < 1 for v in sizes) or len(set(sizes)) != len(sizes):
+                raise PoxmInputError(f"methods.{self.name}.{self.size_key}: expected distinct positive ints, got {sizes}")
         if mc.lam is not None:
             if not mc.lam or any(not math.isfinite(v) for v in mc.lam) or len(set(mc.lam)) != len(mc.lam):
                 raise PoxmInputError(f"methods.{self.name}.lam: expected distinct finite floats, got {mc.lam}")
         return mc
 
     def grid(self, mc: MethodConfig) -> list[tuple[int | None, float | None]]:
-        """The (p, lam) grid points of this method (docs/methods.md defaults when a used grid is absent)."""
+        """The (p, lam) grid points of this method (docs/methods.md defaults when a used grid is absent); p
+        is the size axis, read from the key `size_key`."""
         mc = self.validate(mc)
-        ps = list(mc.p if mc.p is not None else DEFAULT_P) if self.uses_p else [None]
+        sizes = getattr(mc, self.size_key, None)
+        ps = list(sizes if sizes is not None else DEFAULT_P) if self.uses_p else [None]
         lams = list(mc.lam if mc.lam is not None else DEFAULT_LAM) if self.uses_lam else [None]
         return [(p, lam) for p in ps for lam in lams]
 

@@ -1,8 +1,8 @@
 """POTEC for slates (Saito, Yao, Joachims, ICLR 2025; docs/methods.md): a policy over label clusters,
 learned from cluster-level importance weights, whose slots a reward model fills.
 
-Clusters: k-means of the logging model's label rows (`prepare.clusters`, k = the head's p, the trial's
-seed), which the trainer hands to `for_trial`. First stage pi1 over the clusters present in C(x), drawn in rounds: at each position the
+Clusters: k-means of the logging model's label rows (`prepare.clusters`, k from the grid `k`, carried as
+the head's size HeadSpec.p; the trial's seed), which the trainer hands to `for_trial`. First stage pi1 over the clusters present in C(x), drawn in rounds: at each position the
 clusters with the fewest labels already in the slate (and a label left) compete by softmax of their
 logits s1(x, c); a cluster holds one output row of the head (row c, c < k). Its loss, per position of
 the logged slate (its prefix conditioning both policies, the prefix pruned as POXM's weights are):
@@ -21,13 +21,14 @@ import copy
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import MethodConfig
 from poxm_core.methods.base import Batch, HeadContext, Method, translated_loss
 from poxm_core.methods.dm import REWARD_METHOD
 
-__all__ = ["POTEC", "ROUND_GAP", "cluster_log_conditionals", "cluster_rho_conditionals", "two_stage_scores"]
+__all__ = ["POTEC", "POTECOptions", "ROUND_GAP", "cluster_log_conditionals", "cluster_rho_conditionals", "two_stage_scores"]
 
 # exp(-600) ~ 1e-261 is still a float64 (a second-round label's probability stays exact); two gaps underflow
 ROUND_GAP = 600.0
@@ -94,13 +95,20 @@ def two_stage_scores(cluster_logits: torch.Tensor, rhat: torch.Tensor, cc: torch
     return cluster_logits - ROUND_GAP * t
 
 
+class POTECOptions(MethodConfig):
+    """POTEC's grid of label-cluster counts (its size axis, in place of the action selector's p)."""
+    k: list[int] | None = Field(None, description="potec: grid of label-cluster counts k (k-means of the logging "
+                                                  "model's label rows; each at most L); default [10, 20, 50, 100]")
+
+
 class POTEC(Method):
     name = "potec"
-    uses_p = True              # p is the number of label clusters k (at most |C(x)|)
+    uses_p = True              # a size axis: the number of label clusters k (`size_key`), not Phi^p
+    size_key = "k"
     uses_lam = True
     train_support = "clusters"
     test_policy = "softmax"
-    Options = MethodConfig
+    Options = POTECOptions
     lr_group = "is"
     needs_reward_model = True
     graph_safe = True
@@ -111,11 +119,12 @@ class POTEC(Method):
         return "candidates"
 
     def for_trial(self, prepared, head, heads, device, clusters) -> "POTEC":
-        """A copy bound to the trial: the clusters of its logging model (k = head.spec.p, from the
-        trainer's `clusters(k)`) and its reward model (the head the trial fits first)."""
+        """A copy bound to the trial: the clusters of its logging model (k = head.spec.p, the grid `k`, from
+        the trainer's `clusters(k)`) and its reward model (the head the trial fits first)."""
         k = int(head.spec.p)
         if k > prepared.n_labels:
-            raise PoxmInputError(f"methods.{self.name}.p: k={k} clusters exceed the {prepared.n_labels} labels")
+            raise PoxmInputError(f"methods.{self.name}.k: k={k} clusters exceed the {prepared.n_labels} labels; "
+                                 f"expected k <= {prepared.n_labels}")
         bound = copy.copy(self)
         ids = clusters(k)                                         # cached beside the prepared levels
         bound.clusters = torch.as_tensor(np.asarray(ids), dtype=torch.int64, device=device)

@@ -49,7 +49,7 @@ class EvalInputs:
     training data (`TrainData`) so the training split is on the device once."""
 
     def __init__(self, prepared: Prepared, device: torch.device, Z_train: torch.Tensor | None = None,
-                 X_train: DeviceCSR | None = None) -> None:
+                 X_train: DeviceCSR | None = None, clusters: int | None = None) -> None:
         self.prepared, self.device = prepared, device
         # where the exact slate metrics' quadrature runs: the GPU, else NumPy on the host (the reference)
         self.gpu = device if device.type != "cpu" else None
@@ -65,10 +65,10 @@ class EvalInputs:
         # the label propensities' inverse and the logging model's output rows W as action embeddings
         self.action_arrays = {"inv_propensity": prepared.inv_propensity, "action_embedding": prepared.W}
         if "action_cluster" in needed_arrays():    # MIPS, OffCEM: label clusters of W (k-means, memoised)
-            from poxm_core.estimators.mips import ESTIMATOR_CLUSTERS
+            from poxm_core.estimators.mips import estimator_clusters      # k: selection.clusters
             from poxm_core.prepare.clusters import label_clusters
             self.action_arrays["action_cluster"] = label_clusters(
-                prepared, min(ESTIMATOR_CLUSTERS, prepared.n_labels), seed=0)
+                prepared, estimator_clusters(clusters, prepared.n_labels), seed=0)
 
     def _sparse(self, split: str) -> DeviceCSR | None:
         if self._X.get(split) is None:
@@ -132,7 +132,9 @@ def map_heads(fn, heads: list) -> list:
 
 
 def _p_sis(h: TrialHead, K: int) -> int:
-    return h.spec.p if h.spec.p is not None else K
+    """The selector estimators' Phi^p: the head's p, or all K candidates for a head without an action
+    selector (a size axis of another kind, POTEC's k, is not one)."""
+    return h.spec.p if h.spec.p is not None and h.method.size_key == "p" else K
 
 
 def val_estimates(h: TrialHead, ev: "EvalInputs", reward: TrialHead | None,

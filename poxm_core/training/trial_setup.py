@@ -94,7 +94,7 @@ def check_spec(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared) -> None:
         if m.uses_p != (h.p is not None) or m.uses_lam != (h.lam is not None):
             raise PoxmInputError(f"heads: {h.key}: method '{h.method}' expects p {'set' if m.uses_p else 'None'} "
                                  f"and lam {'set' if m.uses_lam else 'None'}")
-        if h.p is not None and h.p > K:
+        if h.p is not None and h.p > K and m.size_key == "p":     # another size (POTEC's k): its own check
             raise PoxmInputError(f"methods.{h.method}.p: p={h.p} exceeds the {K} candidates C(x) "
                                  f"(model.n_candidates); expected p <= {K}")
         if m.needs_labels() and prepared.Y_train is None:

@@ -69,7 +69,8 @@ def test_registry_entries_are_complete(name):
     assert m.test_policy in {"rho", "greedy", "softmax"}
     assert m.test_support(m.Options()) in {"rho", "phi", "candidates", "all"}
     assert (m.train_support == "none") == (not m.trains)
-    grid = head_grid(name, m.Options(p=[5, 7] if m.uses_p else None, lam=[0.8] if m.uses_lam else None))
+    sizes = {m.size_key: [5, 7]} if m.uses_p else {}        # the size axis under its own key (POTEC: k)
+    grid = head_grid(name, m.Options(**sizes, lam=[0.8] if m.uses_lam else None))
     assert len(grid) == (2 if m.uses_p else 1)
     assert all((h.p is not None) == m.uses_p and (h.lam is not None) == m.uses_lam for h in grid)
 
@@ -79,6 +80,9 @@ def test_registry_rejects_unused_settings(name):
     m = get_method(name)
     if not m.uses_p:
         with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.p"):
+            m.validate(m.Options(p=[10]))
+    elif m.size_key != "p":      # a size axis of its own: p is refused with the key to write instead
+        with pytest.raises(PoxmInputError, match=rf"^methods\.{name}\.p: .*write methods\.{name}\.{m.size_key}: \[10\]$"):
             m.validate(m.Options(p=[10]))
     if not m.uses_lam:
         with pytest.raises(PoxmInputError, match=rf"methods\.{name}\.lam"):

@@ -31,11 +31,12 @@ SAMPLED = {"banditnet": {"lam": [0.5, 0.9], "lr": 0.01, "softmax": "sampled", "n
 
 def grid_of(name: str) -> dict:
     """A method's small grid: GRID's where it has one, else from what the registry says the method uses
-    (p in {4, 8} if `uses_p`, lam 0.5 if `uses_lam`, lr 0.01), so a new method needs no entry here."""
+    (sizes {4, 8} under its size key if `uses_p`, lam 0.5 if `uses_lam`, lr 0.01), so a new method needs no
+    entry here."""
     if name in GRID:
         return GRID[name]
     m = METHODS[name]
-    return {"lr": 0.01, **({"p": [4, 8]} if m.uses_p else {}), **({"lam": [0.5]} if m.uses_lam else {})}
+    return {"lr": 0.01, **({m.size_key: [4, 8]} if m.uses_p else {}), **({"lam": [0.5]} if m.uses_lam else {})}
 
 
 # Every built-in method that trains on the shared policy network (not one with its own architecture, the
@@ -262,17 +263,28 @@ def test_batched_reproduces_golden_training_values(tmp_path, monkeypatch):
     assert golden.compare(expected, got, ["training"]) == []
 
 
+def point_of(name: str) -> dict:
+    """A method's first grid point (`grid_of` cut to one size and one lam): one head a method."""
+    return {k: v[:1] if isinstance(v, list) else v for k, v in grid_of(name).items()}
+
+
+# Every built-in method of the registry, trained or not, graph-safe or not (a new one needs no entry here)
+GRAPH_METHODS = sorted(n for n, m in METHODS.items() if type(m).__module__.startswith("poxm_core."))
+
+
 @pytest.mark.slow
-def test_graph_loop_takes_dr_poxm_skyline_and_end_to_end_heads(tmp_path, monkeypatch):
-    """Every method of a real-data config in the sync-free (CUDA-graph) loop, run here on CPU without a
-    graph: DR-POXM (rhat computed inside the step) and the skyline (padded labels) in the batched step,
-    the end-to-end skyline (its own layers) in an eager pass of its own over the same batches. The
-    trial's numbers equal the eager sequential trial's within float tolerance."""
+def test_graph_loop_takes_every_registered_method(tmp_path, monkeypatch):
+    """Every method of the registry, one head each, in the sync-free (CUDA-graph) loop, run here on CPU
+    without a graph: the graph-safe ones in the batched step (a reward model's rhat computed inside the
+    step for the methods that read one, the skyline's padded labels), the others (the end-to-end skyline,
+    its own layers) in an eager pass of their own over the same batches. The trial's numbers equal the
+    eager sequential trial's within float tolerance."""
     import numpy as np
 
     import poxm_core.training.epoch as epoch_mod
+    from poxm_core.methods import REWARD_METHOD
 
-    methods = {**GRID, "skyline_e2e": {"lr": 0.01}}
+    methods = {n: point_of(n) for n in GRAPH_METHODS}
     spec = pick_trial(tiny_config(methods))
     eager = run_trial(tiny_config(methods, epochs=2), spec, PREP, tmp_path / "eager", progress=False)
     calls = []
@@ -288,10 +300,15 @@ def test_graph_loop_takes_dr_poxm_skyline_and_end_to_end_heads(tmp_path, monkeyp
     monkeypatch.setattr(epoch_mod.GraphedSteps, "run_epoch", counted)
     static = run_trial(tiny_config(methods, epochs=2, batched_heads=True), spec, PREP, tmp_path / "static",
                        progress=False)
-    # phase 1 (the reward model alone), then phase 2: every head but the end-to-end skyline in the graph
-    phase2 = [c for c in calls if c[0] != ["dm"]]
+    in_graph = [n for n in GRAPH_METHODS if METHODS[n].trains and METHODS[n].graph_safe and n != REWARD_METHOD]
+    assert {"dr_poxm", "potec", "skyline", "supervised_logs"} <= set(in_graph)       # the registry has them
+    assert "skyline_e2e" in GRAPH_METHODS and "skyline_e2e" not in in_graph         # one eager pass at least
+    reads_rhat = any(METHODS[n].needs_reward_model for n in in_graph)
+    reads_labels = any(METHODS[n].needs_labels() for n in in_graph)
+    # phase 1 (the reward model alone), then phase 2: every graph-safe head but the reward model in the graph
+    phase2 = [c for c in calls if c[0] != [REWARD_METHOD]]
     assert len(calls) == 4 and len(phase2) == 2
-    assert phase2[0] == (["banditnet", "dr_poxm", "pm_banditnet", "poxm", "skyline", "wpoxm"], [], True, True)
+    assert phase2[0] == (in_graph, [], reads_rhat, reads_labels)
     np.testing.assert_allclose(static["value"].to_numpy(), eager["value"].to_numpy(), rtol=1e-4, atol=1e-6)
 
 
