@@ -35,7 +35,7 @@ __all__ = ["PropensityModel", "fit_propensity_model", "crossfit_log_rho", "slate
 
 FOLDS = 5
 FOLDS_STREAM = ("estimated-propensity", "folds")
-_CHUNK = 4096
+_CHUNK_FLOATS = 1 << 24          # the candidate rows of W gathered at once: 128 MiB in float64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,14 +137,18 @@ def slate_propensities(log_rho: np.ndarray, cand_pos: np.ndarray) -> tuple[np.nd
 
 
 def _candidate_scores(prepared, rows: np.ndarray) -> np.ndarray:
-    """(len(rows), K) the logging model's logits W_y . z + b_y of the rows' candidates, chunked."""
+    """(len(rows), K) the logging model's logits W_y . z + b_y of the rows' candidates, in chunks of rows
+    whose gathered candidate rows (chunk, K, d) stay within _CHUNK_FLOATS; only those rows of W are read
+    (and made float64), never all L of them."""
     cand = prepared.policy_train.cand
+    W, b = np.asarray(prepared.W), np.asarray(prepared.b)
     out = np.empty((rows.size, cand.shape[1]))
-    for a in range(0, rows.size, _CHUNK):
-        r = rows[a:a + _CHUNK]
+    step = max(1, _CHUNK_FLOATS // max(1, cand.shape[1] * W.shape[1]))
+    for a in range(0, rows.size, step):
+        r = rows[a:a + step]
         z = np.asarray(prepared.Z_train[r], dtype=np.float64)
-        Wc = np.asarray(prepared.W, dtype=np.float64)[cand[r]]
-        out[a:a + _CHUNK] = np.einsum("nd,nkd->nk", z, Wc) + np.asarray(prepared.b, dtype=np.float64)[cand[r]]
+        c = cand[r]
+        out[a:a + step] = np.einsum("nd,nkd->nk", z, W[c].astype(np.float64)) + b[c].astype(np.float64)
     return out
 
 
