@@ -56,6 +56,19 @@ def metric_name(key: str, split: str | None = None) -> str:
 PERCENT_SPLITS = ("test",)
 
 
+def point_note(slate_size: int = 5) -> str:
+    """A grid point's run description (mlflow.note.content): the units of its metrics, whose scales
+    differ, and what its Duration and cost tags measure."""
+    return (f"**Units.** `val/<estimator>` (IS, sIS, SNIS, DR, ...): the estimated expected reward per slate of "
+            f"{slate_size} labels on the validation log (0 to {slate_size}; not a rate), `_se` its standard error; "
+            "`val/ESS`: the effective sample size, in instances; `train/loss`: the method's own training loss; "
+            "`test/<metric>` (R_at_k, nDCR_at_k, PSR_at_k, P_at_k, ...): test metrics ×100, the report's scale "
+            "(`test/R_at_5` = 23.40 is R@5 = 23.40 %); `train/gpu_memory_*_mb`: MiB.\n\n"
+            "**Time.** Duration: this run's own, from its trial's start (tag `started_at`) to its last value "
+            "(`ended_at`); the heads of a trial train together, so they share it. Its share of the trial's "
+            "compute: `head_seconds` (of `trial_seconds`, among `trial_heads` heads; `share_of_trial`).")
+
+
 def ui_value(split: str, metric: str, value: float) -> float:
     """A value as MLflow shows it: the test metrics (R@k, nDCR@k, PSR@k, P@k, ...: rates) ×100, the
     report's and the terminal's scale, rounded to 4 decimals; validation estimates, ESS and the loss in

@@ -15,7 +15,9 @@ Layout (docs/orchestration.md, "MLflow"):
                coordinate and training setting; per-epoch metrics (step = epoch): 'train/loss',
                'val/IS', 'val/sIS', 'val/SNIS', 'val/ESS' (+ '_se'); final metrics: 'test/R_at_5' ... ×100
                (poxm_core.common.results.mlflow_name: MLflow rejects '@'), 'val/<estimator>' of untrained heads;
-               Duration (end - start) = the head's own share of its trial's compute (head_costs)
+               a description naming the units (names.point_note); Duration (end - start) = the run's own, from
+               its trial's start to its last value, tags started_at / ended_at; its share of the trial's
+               compute in tags head_seconds, share_of_trial (worker.duration_tags)
 
 The driver creates the store, the experiment and every run id before any trial starts (concurrent
 first use of a fresh sqlite store races on its schema migration), finds them by tags when they
@@ -33,7 +35,7 @@ from typing import Callable, Iterable, Mapping
 
 from orchestration.tracking.names import (GRID, MAX_PARAM_VALUE, PARENT_TAG, PERCENT_SPLITS, POINT_TAG,  # noqa: F401
                                           ROLE_TAG, SWEEP_TAG, TRIAL_TAG, flat_params, metric_name, point_key,
-                                          point_name, point_params, standard_tags, ui_value)
+                                          point_name, point_note, point_params, standard_tags, ui_value)
 from orchestration.tracking.store import (RUN_DIR_STORE, client, is_local_store, record_uri, relocate_store,  # noqa: F401
                                          resolve_uri, stored_uri)
 from orchestration.tracking.worker import PointLogger, head_costs  # noqa: F401  (the worker side)
@@ -167,10 +169,11 @@ def sweep_description(cfg_dict: Mapping, sweep: str, n_trials: int, n_points: in
             "Child runs are named `variant seed method p λ` (+ dataset when there are several: "
             "`A s0 poxm p10 λ.9`); their params `method`, `variant`, `p`, `lam`, `seed` and metrics `val/IS` "
             "(the validation estimate) and `test/R_at_5` are the runs table's columns (`poxm ui` sets them). "
-            "Metrics: `train/loss` and `val/<estimator>` (IS, sIS, SNIS, ESS, with `_se`) per epoch (step = epoch), "
-            "in their own units; `test/<metric>` (R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) ×100 like the "
-            "report, once at the end. A child's Duration is its own share of its trial's compute (tag "
-            "`head_seconds`). This run's summaries are tables in its artifacts (`tables/results.json`, "
+            "Metrics: `train/loss` and `val/<estimator>` (IS, sIS, SNIS, with `_se`: an expected reward per slate, "
+            "0 to the slate size, not a rate; `val/ESS`: instances) per epoch (step = epoch); `test/<metric>` "
+            "(R_at_k, nDCR_at_k, PSR_at_k = R@k, nDCR@k, PSR@k) ×100 like the report, once at the end. A child's "
+            "Duration is its own (its trial's start to its last value; the heads of a trial train together), its "
+            "share of the trial's compute the tags `head_seconds` and `share_of_trial`. This run's summaries are tables in its artifacts (`tables/results.json`, "
             "`tables/claims.json` with verdicts in words, `tables/sweep.json`), with the report (`report/`); "
             "its parameters are the resolved config.")
 
@@ -188,6 +191,7 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
 
     c = client(uri)
     have: dict[str, str] = {}
+    note = point_note(int((cfg_dict.get("model") or {}).get("slate_size") or 5))     # the units, on each run's page
     # the points of this parent only: another run directory's sweep of the same config has its own parent
     for r in sorted(_search_all(c, exp_id, f"tags.`{ROLE_TAG}` = 'point' and tags.`{SWEEP_TAG}` = '{sweep}' "
                                            f"and tags.`{PARENT_TAG}` = '{parent}'"),
@@ -208,7 +212,8 @@ def ensure_points(uri: str, exp_id: str, parent: str, sweep: str, cfg_dict: Mapp
                 _log_tags(c, have[key], extra)
             continue
         ptags = {ROLE_TAG: "point", SWEEP_TAG: sweep, POINT_TAG: key, TRIAL_TAG: trial, PARENT_TAG: parent,
-                 **{k: "none" if point[k] is None else str(point[k]) for k in GRID}, **tags, **extra}
+                 **{k: "none" if point[k] is None else str(point[k]) for k in GRID}, **tags,
+                 "mlflow.note.content": note, **extra}
         run = c.create_run(exp_id, run_name=point_name(point, with_dataset=len(cfg_dict["datasets"]) > 1),
                            tags=ptags)
         params = [Param(k, v) for k, v in point_params(cfg_dict, point, trial).items()]

@@ -3,8 +3,10 @@
 The server is `mlflow server` with one uvicorn worker, no job execution (MLflow 3 otherwise starts a
 huey job runner and its workers), no access log, logging at warning level. It runs in its own process
 group, which is taken down as a whole on Ctrl-C or SIGTERM (SIGTERM, then SIGKILL after half a second:
-uvicorn's own graceful shutdown is far slower; docs/performance.md). `poxm ui` waits until the server answers /health, then
-prints one line, the URL of the experiment's runs table in model-training mode
+uvicorn's own graceful shutdown is far slower; docs/performance.md). `poxm ui` prints one line at once (what it starts), the URL as
+soon as its proxy listens (a request waits there until the server answers /health; the server takes up to
+a minute on a busy machine) and one line when the server answers. The URL is the experiment's runs table
+in model-training mode
 (`#/experiments/<id>/runs?workflowType=machine_learning`; MLflow 3.17's UI routes). The server's
 own output (its security banner, warnings) goes to a temporary log, shown only if it fails.
 
@@ -101,14 +103,17 @@ RUN_NAME_COLUMN = "attributes.`Run Name`"
 RUN_NAME_WIDTH = 300      # px: 'A s0 pm_banditnet p50 λ.05' in full (MLflow's default, 190, cuts λ off)
 
 
-def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1) -> dict:
+def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1, slate_size: int = 5) -> dict:
     """The runs page's first view of a sweep: the sweep's run unfolded, the columns that tell its grid
     points apart (method, variant, p, λ, seed; the dataset when there are several) and the metrics that
-    matter (the validation estimate the selection uses, test R@5 ×100, the run's own cost), the run name
-    wide enough to read in full, and the charts over every run (MLflow's default draws the first 10)."""
+    matter (the validation estimate the selection uses, test R@5 ×100, the run's own share of its trial's
+    compute), the run name wide enough to read in full, and the charts over every run (MLflow's default
+    draws the first 10), opening on the selection's estimate against p and the curves (charts.py)."""
+    from orchestration.tracking.charts import chart_view
     cols = (["params.`dataset`"] if datasets > 1 else []) + [
         "params.`method`", "params.`variant`", "params.`p`", "params.`lam`", "params.`seed`",
         f"metrics.`val/{criterion}`", "metrics.`test/R_at_5`", "tags.`head_seconds`"]
+    sections, charts = chart_view(criterion, slate_size)
     return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
             # the UI applies widths only to the columns named in columnOrder
@@ -116,7 +121,8 @@ def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1) -> 
             "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH},
             "runsExpanded": {parent: True} if parent else {}, "runsPinned": [], "runsHidden": [],
             "runsVisibilityMap": {}, "runsHiddenMode": "SHOW_ALL", "viewMaximized": False, "runListHidden": False,
-            "isAccordionReordered": False, "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+            "compareRunSections": sections, "compareRunCharts": charts,
+            "isAccordionReordered": True, "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
             "groupBy": None, "groupsExpanded": {}, "autoRefreshEnabled": True,
             "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""}}
 
@@ -138,11 +144,15 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"       # one request per connection: answers end when the connection does
     upstream: tuple[str, int] = ("127.0.0.1", 0)
     extra: str = ""                     # view_script's, after MODE_SCRIPT
+    up: Upstream | None = None          # whether the MLflow server answers yet (requests wait for it)
 
     def log_message(self, *args) -> None:
         pass
 
     def _forward(self) -> None:
+        if self.up is not None and not self.up.wait():
+            self.send_error(503, "MLflow's server did not start (see poxm ui's output)")
+            return
         page = self.command == "GET" and self.path.split("?")[0] in ("/", "/index.html")
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else None
@@ -175,8 +185,28 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _forward
 
 
-def start_proxy(host: str, port: int, upstream_port: int, extra: str = "") -> http.server.ThreadingHTTPServer:
-    handler = type("Proxy", (_Proxy,), {"upstream": ("127.0.0.1", upstream_port), "extra": extra})
+class Upstream:
+    """The MLflow server behind the proxy: `answers()` once it does, `failed()` if it never will; a
+    request that comes before either waits (`wait`), so the URL can be given as soon as the proxy
+    listens and a browser opened on it gets the page once the server is up."""
+
+    def __init__(self, timeout_s: float = START_TIMEOUT_S):
+        self._done, self.ok, self.timeout_s = threading.Event(), False, timeout_s
+
+    def answers(self) -> None:
+        self.ok = True
+        self._done.set()
+
+    def failed(self) -> None:
+        self._done.set()
+
+    def wait(self) -> bool:
+        return self._done.wait(self.timeout_s) and self.ok
+
+
+def start_proxy(host: str, port: int, upstream_port: int, extra: str = "",
+                up: Upstream | None = None) -> http.server.ThreadingHTTPServer:
+    handler = type("Proxy", (_Proxy,), {"upstream": ("127.0.0.1", upstream_port), "extra": extra, "up": up})
     server = http.server.ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -209,16 +239,17 @@ def sweep_view(rd, ml: dict, exp_id: str) -> str:
     """view_script for the run directory's sweep ('' without an experiment id)."""
     if not exp_id:
         return ""
-    criterion, datasets = "IS", 1
+    criterion, datasets, k = "IS", 1, 5
     try:
         import yaml
         cfg = yaml.safe_load(rd.config.read_text()) or {}
         cfg = cfg.get("config", cfg)
         criterion = str((cfg.get("selection") or {}).get("criterion") or "IS")
         datasets = len(cfg.get("datasets") or [1])
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        k = int((cfg.get("model") or {}).get("slate_size") or 5)
+    except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
         pass
-    return view_script(exp_id, view_state(ml.get("parent_run_id"), criterion, datasets))
+    return view_script(exp_id, view_state(ml.get("parent_run_id"), criterion, datasets, k))
 
 
 def is_loopback_host(host: str) -> bool:
@@ -284,7 +315,9 @@ def _say_failure(exc: Exception, log) -> None:
 
 
 def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_port=None) -> int:
-    """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed."""
+    """`poxm ui`: serve the run's store until Ctrl-C/SIGTERM; exit status 0, or 1 if the server failed.
+    One line at once (what it prepares), the URL as soon as the proxy listens (a request waits there
+    until MLflow's server answers), and one line when the server answers."""
     from orchestration.rundir import RunDir, read_json
 
     rd = RunDir.existing(run_dir)
@@ -299,6 +332,9 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
         print(exposed, file=sys.stderr, flush=True)
     if check_port is not None:
         check_port(host, port)          # a busy or invalid port: one line, exit 2 (orchestration.cli)
+    t0 = time.time()
+    say(f"poxm ui: starting MLflow's server on the store of {rd.root.name} (on a busy machine up to a minute; "
+        "the page below waits for it)", flush=True)
     copy_dir = tempfile.TemporaryDirectory(prefix="poxm-ui-")
     uri = _browsed(rd, uri, copy_dir)
     log = tempfile.TemporaryFile(mode="w+", prefix="poxm-ui-")   # the server's banner and warnings
@@ -316,24 +352,38 @@ def serve(run_dir, host: str = "127.0.0.1", port: int = 5000, say=print, check_p
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
-    base = f"http://{host}:{port}"
     try:
-        try:
-            wait_until_up(proc, f"http://127.0.0.1:{inner}")
-            start_proxy(host, port, inner, sweep_view(rd, ml, exp_id))
-        except (RuntimeError, OSError) as exc:
-            stop_group(proc)
-            _say_failure(exc, log)
-            return 1
-        url = runs_url(base, exp_id) if exp_id else base
-        say(f"MLflow UI: {url}", flush=True)
-        # poll, not proc.wait(): a blocking wait holds Popen's waitpid lock, so the SIGTERM handler's
-        # own wait for the server could not reap it and would sit out its whole timeout
-        while proc.poll() is None:
-            time.sleep(0.2)
-        return 0 if proc.returncode in (0, -signal.SIGTERM) else 1
+        return _serve_until_stopped(proc, log, host, port, inner, sweep_view(rd, ml, exp_id), exp_id, say, t0)
     except KeyboardInterrupt:
         on_term()
     finally:
         log.close()
         copy_dir.cleanup()
+
+
+def _serve_until_stopped(proc, log, host: str, port: int, inner: int, extra: str, exp_id: str, say,
+                         t0: float) -> int:
+    """The proxy up and its URL said at once; the server waited for (then a line), then served until it ends."""
+    up = Upstream()
+    try:
+        start_proxy(host, port, inner, extra, up)
+    except OSError as exc:
+        stop_group(proc)
+        _say_failure(exc, log)
+        return 1
+    base = f"http://{host}:{port}"
+    say(f"MLflow UI: {runs_url(base, exp_id) if exp_id else base}", flush=True)
+    try:
+        wait_until_up(proc, f"http://127.0.0.1:{inner}")
+    except (RuntimeError, OSError) as exc:
+        up.failed()
+        stop_group(proc)
+        _say_failure(exc, log)
+        return 1
+    up.answers()
+    say(f"poxm ui: MLflow's server answers ({time.time() - t0:.0f} s); Ctrl-C stops it", flush=True)
+    # poll, not proc.wait(): a blocking wait holds Popen's waitpid lock, so the SIGTERM handler's
+    # own wait for the server could not reap it and would sit out its whole timeout
+    while proc.poll() is None:
+        time.sleep(0.2)
+    return 0 if proc.returncode in (0, -signal.SIGTERM) else 1

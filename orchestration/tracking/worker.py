@@ -1,6 +1,7 @@
 """The worker side of a sweep's MLflow tracking: a trial's Train worker logs its heads to the runs the
-driver created (orchestration.tracking.runs), per epoch and at the end, each run with its own share of
-the trial's compute as its duration (orchestration.tracking.runs re-exports these names)."""
+driver created (orchestration.tracking.runs), per epoch and at the end, each run with its own duration
+(from its trial's start to its last value: the heads of a trial train together) and, in tags, its share
+of the trial's compute (orchestration.tracking.runs re-exports these names)."""
 from __future__ import annotations
 
 import math
@@ -48,8 +49,10 @@ class PointLogger:
         self.c = client(uri)
         self.prefix = {mlflow_name(k + "/"): rid for k, rid in head_runs.items()}
         self.logged: dict[str, int] = {}
+        self.started: float | None = None      # when this attempt of the trial began training its heads
 
     def start(self) -> None:
+        self.started = time.time()
         for rid in self.prefix.values():
             self.c.update_run(rid, status="RUNNING")
             hist = self.c.get_metric_history(rid, metric_name("loss"))
@@ -75,8 +78,8 @@ class PointLogger:
         Monte-Carlo standard errors stay in results/rows.csv (as metrics they would add a chart each before
         the training curves); a final validation value keeps its epoch, and one whose per-epoch value was
         logged already is not logged twice. `seconds` (the trial's compute) and `timing` (its parts, the
-        trainer's summary.json) give each run its own cost: head_cost."""
-        from mlflow.entities import Metric, RunTag
+        trainer's summary.json) give each run its share of it: head_costs, in tags (duration_tags)."""
+        from mlflow.entities import Metric
         now = int(time.time() * 1000)
         fin = df[df["final"]]
         costs = head_costs(list(head_runs_by_point), seconds, timing)
@@ -98,14 +101,12 @@ class PointLogger:
                     ms.append(Metric(name + "_se", float(r.stderr), now, step))
             for i in range(0, len(ms), 1000):
                 self.c.log_batch(rid, metrics=ms[i:i + 1000])
-            end = None
-            if seconds is not None:
-                own = costs[pt]
-                self.c.log_batch(rid, tags=[RunTag("trial_seconds", f"{seconds:.1f}"),
-                                            RunTag("trial_heads", str(len(costs))),
-                                            RunTag("head_seconds", f"{own:.1f}")])
-                # the UI's Duration (end - start) is the run's own cost, not its trial's wall time
-                end = int(run.info.start_time + 1000 * own)
+            tags = duration_tags(self.started, costs.get(pt), seconds, len(costs))
+            if tags:
+                self.c.log_batch(rid, tags=tags)
+            # the UI's Duration (end - start) is the run's own: the run was created before its trial
+            # started (start_time cannot move), so its end is set that long after its start
+            end = None if self.started is None else int(run.info.start_time + 1000 * (time.time() - self.started))
             self.c.set_terminated(rid, "FINISHED", end_time=end)
 
     def fail(self) -> None:
@@ -114,3 +115,22 @@ class PointLogger:
                 self.c.set_terminated(rid, "FAILED")
             except Exception:  # noqa: BLE001  best effort while already failing
                 pass
+
+
+def duration_tags(started: float | None, own: float | None, seconds: float | None, heads: int):
+    """A run's times as tags: 'started_at' / 'ended_at' (UTC, when its trial began training it and when
+    its last value was logged: the run's own start and end, which the UI's Duration shows), and its
+    share of the trial: 'trial_seconds' (the trial's compute), 'trial_heads', 'head_seconds' (this
+    run's share: head_costs) and 'share_of_trial' (head_seconds / trial_seconds)."""
+    from datetime import datetime, timezone
+
+    from mlflow.entities import RunTag
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    tags = [] if started is None else [RunTag("started_at", iso(started)), RunTag("ended_at", iso(time.time()))]
+    if seconds is not None and own is not None:
+        tags += [RunTag("trial_seconds", f"{seconds:.1f}"), RunTag("trial_heads", str(heads)),
+                 RunTag("head_seconds", f"{own:.1f}"),
+                 RunTag("share_of_trial", f"{own / seconds:.3f}" if seconds > 0 else "nan")]
+    return tags

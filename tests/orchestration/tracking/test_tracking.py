@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pandas as pd
 import pytest
@@ -158,6 +159,7 @@ def test_worker_logger_dedupes_epochs_and_finishes(store):
     log.log_epoch(2, m(2))
     # a retried worker: a new logger, epoch 2 reported again, then 3
     log = tracking.PointLogger(uri, heads)
+    t0 = time.time()
     log.start()
     log.log_epoch(2, m(2))
     log.log_epoch(3, m(3))
@@ -176,9 +178,13 @@ def test_worker_logger_dedupes_epochs_and_finishes(store):
     # test metrics once at step 0 (MLflow charts a metric with no step >= 1 as one bar per run), ×100
     assert [(h.step, h.value) for h in c.get_metric_history(r10, "test/R_at_5")] == [(0, pytest.approx(100.0))]
     assert [h.step for h in c.get_metric_history(r10, "val/DR")] == [3]          # validation keeps its epoch
-    # without the trainer's timing, the trial's 30 s shared by its 2 heads; the UI's Duration is that share
-    assert (got.data.tags["trial_seconds"], got.data.tags["trial_heads"], got.data.tags["head_seconds"]) == ("30.0", "2", "15.0")
-    assert got.info.end_time - got.info.start_time == 15000
+    # without the trainer's timing, the trial's 30 s shared by its 2 heads: the run's share, in tags; the
+    # UI's Duration is the run's own, from this attempt's start to its last value (not the share, 15 s)
+    assert (got.data.tags["trial_seconds"], got.data.tags["trial_heads"], got.data.tags["head_seconds"],
+            got.data.tags["share_of_trial"]) == ("30.0", "2", "15.0", "0.500")
+    assert 0 <= got.info.end_time - got.info.start_time <= 1000 * (time.time() - t0) + 1
+    assert got.data.tags["started_at"] <= got.data.tags["ended_at"] and got.data.tags["ended_at"].endswith(" UTC")
+    assert got.data.tags["mlflow.note.content"].startswith("**Units.**")      # each run names its units
     assert got.data.metrics["test/R_at_5"] == pytest.approx(100.0) and "test/R_at_5_se" not in got.data.metrics
     assert got.data.metrics["val/DR"] == pytest.approx(0.2) and "val/DR_se" not in got.data.metrics
     # the final SNIS at epoch 3 was logged per epoch already: not a second point at step 3
