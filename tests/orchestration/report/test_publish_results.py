@@ -102,7 +102,8 @@ def test_one_dataset_keeps_its_rows_and_config(folder):
     src_cfg = yaml.safe_load((src / "config.yaml").read_text())
     assert {k: v for k, v in cfg.items() if k != "name"} == {k: v for k, v in src_cfg.items() if k != "name"}
     summary = claims_markdown([read_claims(out)])
-    assert summary.splitlines()[0].startswith("| claim (IS; H holds, F fails, ? undecided, n too few seeds; Holm) | dataset | A |")
+    assert summary.splitlines()[0] == ("| claim (IS; H holds, F fails, ? undecided, n too few seeds, e exploratory; Holm "
+                                       "over each report's declared family) | dataset | A |")
     assert "| POXM > logging policy | tiny (2) |" in summary
 
 
