@@ -121,6 +121,24 @@ class SelectionConfig(_Strict):
                     "(docs/protocol.md, section 6). Unset: the held-out validation log alone")
 
 
+class ClaimEntryConfig(_Strict):
+    """One claim of the declared family (its key is checked against the report's claim registry when the
+    sweep is planned, docs/report.md "The declared family")."""
+    claim: str = Field(description="a claim key: poxm_vs_logging, poxm_vs_dm, ..., ranking_<method>, p_grows")
+    datasets: list[str] | None = Field(None, exclude_if=_unset, description="the datasets it covers (default: every one)")
+    variants: list[str] | None = Field(None, exclude_if=_unset, description="the variants it covers (default: every one)")
+    test: Literal["crossed_t", "sign"] | None = Field(None, exclude_if=_unset, description="the test its verdict uses: crossed_t (default: t on seeds + test instances) or sign (exact sign test over seeds; p_grows' default)")
+
+
+class ClaimsConfig(_Strict):
+    """The claims the run declares before it starts: verdicts are Holm over this whole family at once;
+    every other row of the claims table is exploratory. Unset: the default family (every claim, every
+    dataset x variant), written into the run's config.yaml when it starts."""
+    criterion: str | None = Field(None, exclude_if=_unset, description="the selection criterion whose choices the verdicts test (default: selection.criterion)")
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level")
+    family: list[ClaimEntryConfig] | None = Field(None, exclude_if=_unset, description="the declared claims (default: every registered claim)")
+
+
 class ResourcesConfig(_Strict):
     cpus_per_trial: float = Field(1, gt=0, description="CPUs per Train worker")
     gpus_per_trial: float = Field(0, ge=0, description="GPUs per Train worker (fractions share a card)")
@@ -198,6 +216,7 @@ class SweepConfig(_Strict):
     resources: ResourcesConfig = ResourcesConfig()
     group_by: Literal["method", "seed"] = Field("method", description="one trial per (dataset, variant, seed, method) or per (dataset, variant, seed) with all methods")
     mlflow: MlflowConfig = MlflowConfig()
+    claims: ClaimsConfig | None = Field(None, exclude_if=_unset, description="the declared family of claims (docs/report.md); not part of the run's identity")
 
     @field_validator("seeds")
     @classmethod
