@@ -74,13 +74,12 @@ def claims_lines(run_dir: Path, report: Path | None) -> list[str]:
     from orchestration.report import first_screen as FS
     from orchestration.report.claims import read_claims, summary_from_report
     frame = read_claims(report) if report is not None else None
-    seeds = FS.run_seeds(run_dir)
-    if FS.has_verdicts(frame, len(seeds)):
+    if not FS.needs_seeds(frame):
         text = summary_from_report(report) if report is not None else None
         return ([text, "(intervals, seeds > 0 and Holm-adjusted p-values: the report's claims table)"]
                 if text else [])
     out = []
-    line = FS.verdict_line(shown(run_dir), seeds, command=poxm_command(), merged=FS.is_merged(run_dir))
+    line = FS.verdict_line(shown(run_dir), FS.run_seeds(run_dir), command=poxm_command(), merged=FS.is_merged(run_dir))
     if line:
         out.append(wrapped(line))
     if frame is not None and len(frame):

@@ -318,11 +318,10 @@ def _selected_blocks(inp: ReportInputs) -> None:
     frame = _claim_frame(inp, ch)
     claims = claims_blocks(frame, ch.shown, inp.tdir, inp.out, ch.protocol) + warn
     sections = _submit_dataset_tables(inp, ch)
-    seeds = inp.rows.loc[inp.rows["final"], "seed"].unique()
-    if FS.has_verdicts(frame, len(seeds)):
+    if not FS.needs_seeds(frame):
         blocks += claims + _headline_blocks(inp, ch)
     else:
-        blocks += _headline_blocks(inp, ch, FS.verdict_line(_shown(inp.run_dir), seeds,
+        blocks += _headline_blocks(inp, ch, FS.verdict_line(_shown(inp.run_dir), inp.rows["seed"].unique(),
                                                             merged=FS.is_merged(inp.run_dir))) + claims
     blocks += _paper_figure_blocks(inp, ch)
     # beyond the paper: the logging-quality landscape, the variance a re-drawn split adds (each only where the run has one)

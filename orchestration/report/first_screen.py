@@ -53,12 +53,12 @@ def verdict_line(run: str, have: Iterable[int], command: str = "poxm", merged: b
             f"{seeds}); {how}.")
 
 
-def has_verdicts(claims: pd.DataFrame | None, n_seeds: int) -> bool:
-    """Whether any claim can carry a verdict: a claim cell with MIN_SEEDS seeds, or (no claims at all)
-    a run of MIN_SEEDS seeds."""
-    if claims is not None and len(claims) and "n" in claims:
-        return bool(pd.to_numeric(claims["n"], errors="coerce").max() >= MIN_SEEDS)
-    return n_seeds >= MIN_SEEDS
+def needs_seeds(claims: pd.DataFrame | None) -> bool:
+    """Whether the run's claims wait for seeds: it has claims, and none with MIN_SEEDS seeds (no verdict
+    anywhere). A run without claims (none checkable, a logged sweep) waits for nothing."""
+    if claims is None or not len(claims) or "n" not in claims:
+        return False
+    return not bool(pd.to_numeric(claims["n"], errors="coerce").max() >= MIN_SEEDS)
 
 
 def _means(frame: pd.DataFrame, dataset: str, variant: str) -> dict[str, float]:

@@ -244,9 +244,8 @@ def headline_note(run_root: Path, report: Path | None) -> str | None:
         parts.append("**Results** (test, ×100, selected (p, λ), mean over seeds):\n\n" + _markdown(res))
         if frame is not None:
             parts += FS.below_logging_notes(frame, read_prepare(Path(run_root) / "results" / "prepare.csv"))
-    seeds = FS.run_seeds(run_root)
-    if not FS.has_verdicts(read_claims(report) if report is not None else None, len(seeds)):
-        line = FS.verdict_line(FS.shown_run(run_root), seeds, merged=FS.is_merged(run_root))
+    if FS.needs_seeds(read_claims(report) if report is not None else None):
+        line = FS.verdict_line(FS.shown_run(run_root), FS.run_seeds(run_root), merged=FS.is_merged(run_root))
         parts += [f"**{FS.VERDICT_LEAD}**{line[len(FS.VERDICT_LEAD):]}"] if line else []
     if claims is not None and len(claims):
         crit = claims["criterion"].iloc[0]

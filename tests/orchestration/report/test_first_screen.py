@@ -38,10 +38,10 @@ def test_verdict_line_names_the_command_and_the_seeds():
     assert "resume" not in merged and "`poxm report m RUN_B ...`" in merged
 
 
-def test_has_verdicts_reads_the_claims_seed_counts():
-    assert not FS.has_verdicts(pd.DataFrame({"n": [1, 2]}), 2)
-    assert FS.has_verdicts(pd.DataFrame({"n": [3, 2]}), 3)
-    assert not FS.has_verdicts(pd.DataFrame(), 1) and FS.has_verdicts(None, 5)
+def test_the_claims_need_seeds_when_none_has_three():
+    assert FS.needs_seeds(pd.DataFrame({"n": [1, 2]}))
+    assert not FS.needs_seeds(pd.DataFrame({"n": [3, 2]}))
+    assert not FS.needs_seeds(pd.DataFrame()) and not FS.needs_seeds(None)     # no claims: nothing waits
 
 
 def test_phenomenon_line_hand_values():
