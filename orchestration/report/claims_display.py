@@ -77,9 +77,10 @@ def _legend(f: pd.DataFrame, criteria: list[str]) -> list[str]:
                  "(add seeds with `poxm resume RUN_DIR --add-seeds ...`). ")
              + f"Criteria: {', '.join(criterion_name(c) for c in criteria)}. Test labels choose nothing."]
     if len(f) and (f["family"] == DEFAULT).any():
-        notes.append("This run's config.yaml declares no `claims:` family (a run from before families were declared): "
-                     "the verdicts are Holm over the default family, every claim above over every dataset × variant "
-                     "under the run's criterion, the family such a run now records when it starts.")
+        notes.append("No declared `claims:` family was read for this report (a run from before families were "
+                     "declared): the verdicts are Holm over the default family, every claim above over every dataset × "
+                     "variant under the run's criterion, the family a run records when it starts without declaring "
+                     "one; here it is applied after the fact.")
     if len(f) and (f["interval"] != SEEDS_AND_INSTANCES).any() and (f["metric"] != "p").any():
         notes.append("Some rows have no per-instance test values (a run from before they were kept, or a published "
                      "folder that kept only other claims' values): their interval covers the seeds only and is "

@@ -141,9 +141,9 @@ def test_a_config_without_claims_gets_the_default_family_and_the_table_says_so()
     assert family_of({"claims": default_block("IS")}).source == DECLARED
     rows = _two_dataset_rows()
     t = C.claims_table(_claims(rows, family=fam).reset_index(), ["IS"])
-    assert any("declares no `claims:` family" in n for n in t.notes)
+    assert any("No declared `claims:` family was read" in n for n in t.notes)
     t2 = C.claims_table(_claims(rows, family=family_of({"claims": default_block("IS")})).reset_index(), ["IS"])
-    assert not any("declares no" in n for n in t2.notes)
+    assert not any("No declared" in n for n in t2.notes)
 
 
 def test_a_claims_table_from_before_families_is_still_read(tmp_path):
