@@ -266,10 +266,11 @@ class Method:
         """'rho' | 'phi' | 'candidates' | 'all' (the support of the test-time policy)."""
         return {"rho": "rho", "greedy": "candidates"}.get(self.test_policy, "all")
 
-    def initial_bias(self, prepared) -> np.ndarray | None:
+    def initial_bias(self, prepared, mc: MethodConfig | None = None) -> np.ndarray | None:
         """Output-layer bias of a fresh head (None: 0). A softmax policy is shift-invariant, so only the
         logistic (one-vs-all / reward) heads need one: their prior log-odds, from what they may read,
-        so that the first steps are spent on the features, not on learning that labels are rare."""
+        so that the first steps are spent on the features, not on learning that labels are rare. `mc`:
+        the head's options (a loss they change may see another prior: DM's `loss_on`)."""
         return None
 
     def needs_labels(self) -> bool:

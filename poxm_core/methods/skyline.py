@@ -28,7 +28,7 @@ class Skyline(Method):
     def needs_labels(self) -> bool:
         return True
 
-    def initial_bias(self, prepared) -> np.ndarray:
+    def initial_bias(self, prepared, mc=None) -> np.ndarray:
         """Each label's prior log-odds on the fit instances (the logging model's init, with full labels)."""
         Y = prepared.Y_train[prepared.log_train.instance]
         prior = (np.asarray(Y.getnnz(axis=0), dtype=np.float64) + 0.5) / (Y.shape[0] + 1.0)

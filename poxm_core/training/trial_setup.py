@@ -128,7 +128,7 @@ def build_heads(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared,
     heads = [TrialHead(h, m, mc, next(it) if m.trains else None, hidden=hidden_reward and h.key == REWARD_KEY)
              for h, m, mc in metas]
     for h in heads:
-        bias = h.method.initial_bias(prepared) if h.trains and (h.mc.init or tr.init) != "logging" else None
+        bias = h.method.initial_bias(prepared, h.mc) if h.trains and (h.mc.init or tr.init) != "logging" else None
         if bias is not None:
             h.policy.out.b.copy_(torch.as_tensor(bias, dtype=torch.float32, device=device))
     def clusters(k: int) -> np.ndarray:

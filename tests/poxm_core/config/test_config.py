@@ -188,11 +188,12 @@ def test_option_of_another_method_is_refused_with_its_key_path(tmp_path):
 
     p = _write(tmp_path, yaml.safe_dump({**BASE, "methods": {"poxm": {}, "dm": {}, "banditnet": {}}}))
     opts = check(load_config(p, ["methods.banditnet.softmax=sampled", "methods.poxm.support=candidates"]))
-    assert type(opts["dm"]) is MethodConfig and type(opts["banditnet"]) is BanditNetOptions
+    from poxm_core.methods.dm import DirectMethodOptions
+    assert type(opts["dm"]) is DirectMethodOptions and type(opts["banditnet"]) is BanditNetOptions
     assert opts["banditnet"].softmax == "sampled" and opts["banditnet"].n_negatives == 1024
     assert opts["poxm"].support == "candidates" and not hasattr(opts["poxm"], "softmax")
     with pytest.raises(PoxmInputError, match=r"^methods\.dm\.support: method 'dm' has no option 'support' "
-                                             r"\(its keys: p, lam, lr, init\)$"):
+                                             r"\(its keys: p, lam, lr, init, loss_on\)$"):
         check(load_config(p, ["methods.dm.support=candidates"]))
     with pytest.raises(PoxmInputError, match=r"methods\.poxm\.n_negatives: method 'poxm' has no option"):
         check(load_config(p, ["methods.poxm.n_negatives=8"]))

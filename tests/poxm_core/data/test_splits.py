@@ -194,3 +194,12 @@ def test_real_bibtex_union_resplit_keeps_every_row():
         b = sp.vstack([getattr(new.train, part), getattr(new.test, part)])
         assert a.nnz == b.nnz and np.isclose(a.sum(), b.sum())
     assert (new.test.X != plain.test.X).nnz > 0
+
+
+def test_a_dataset_with_its_own_reader_refuses_a_split(monkeypatch, tmp_path):
+    def reader(dcfg, root, seed):
+        raise AssertionError("not reached")
+    monkeypatch.setitem(DATASETS, "made", DatasetSpec(name="made", folder="", description="test", reader=reader))
+    cfg = _cfg({"name": "made", "split": {"from": "union", "seed": 1}})
+    with pytest.raises(PoxmInputError, match=r"^datasets\.0\.split: dataset 'made' is read by its own reader .*remove 'split'$"):
+        load_dataset(cfg.datasets[0], tmp_path)

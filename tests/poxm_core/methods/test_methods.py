@@ -15,6 +15,7 @@ from poxm_core.estimators.registry import get_estimator
 from poxm_core.estimators.weights import importance_weights_torch
 from poxm_core.methods import METHODS, Batch, HeadContext, get_method, head_grid, translated_loss
 from poxm_core.methods.banditnet import BanditNetOptions
+from poxm_core.methods.dm import DirectMethodOptions
 from poxm_core.methods.poxm import POXMOptions
 from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
 
@@ -99,10 +100,11 @@ def test_registry_rejects_unused_settings(name):
 
 # spot checks of known methods' options classes and their own keys; every registered method gets the
 # structural checks below (a new one needs no entry here)
-OPTIONS = {"logging": MethodConfig, "dm": MethodConfig, "skyline": MethodConfig, "skyline_e2e": MethodConfig,
+OPTIONS = {"logging": MethodConfig, "dm": DirectMethodOptions, "skyline": MethodConfig, "skyline_e2e": MethodConfig,
            "banditnet": BanditNetOptions, "pm_banditnet": BanditNetOptions,
            "poxm": POXMOptions, "wpoxm": POXMOptions, "dr_poxm": POXMOptions}
-OWN_KEYS = {MethodConfig: set(), BanditNetOptions: {"softmax", "n_negatives"}, POXMOptions: {"support"}}
+OWN_KEYS = {MethodConfig: set(), BanditNetOptions: {"softmax", "n_negatives"}, POXMOptions: {"support"},
+            DirectMethodOptions: {"loss_on"}}
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -126,7 +128,7 @@ def test_options_from_a_config_entry():
     assert get_method("poxm").test_support(opts) == "candidates"
     assert get_method("poxm").options(MethodConfig()) == POXMOptions()
     with pytest.raises(PoxmInputError, match=r"methods\.dm\.support: method 'dm' has no option 'support' "
-                                             r"\(its keys: p, lam, lr, init\)"):
+                                             r"\(its keys: p, lam, lr, init, loss_on\)"):
         get_method("dm").options(entry)
 
 
