@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from poxm_core.config.schema import (PUBLISHED_METHOD_KEYS, MethodConfig, SweepConfig, config_hash, load_config,
+from poxm_core.config.schema import (PUBLISHED_METHOD_KEYS, SweepConfig, config_hash, load_config,
                               resolved_dict, resolved_yaml)
 from poxm_core.common.errors import PoxmInputError
 
@@ -145,12 +145,13 @@ def test_layers_and_resolved_round_trip(tmp_path):
 # They changed again when they took supervised_logs and potec (ids before: amazon-670k 5a4a61f4cdcf, bibtex 628e681b0dc3, corel5k d4f8b3a85635, stackex-cooking 94a4aab2ae60, delicious c78ba0fc4031, real-data 3706df3bf937, eurlex 97ebc6aa1088, quickstart 66facd660c34, wiki10-31k 686ebc057b44).
 # The quickstart's changed once more when supervised_logs took the IS-based rate there (before: quickstart fa6ee0a0b65a).
 # They changed again when POTEC's label-cluster counts became their own grid `k` (was `p`) (ids before: amazon-670k 100735f67ec8, bibtex 4c837b2762ae, corel5k def86a2473f8, delicious 5063e901537b, eurlex 5b836e8658d9, quickstart c13cbd1451af, real-data 80d0d6d4b2b1, stackex-cooking 6a145d1f7c40, wiki10-31k 09ce0f8d1666).
+# And when the real-data configs took the wide grids, p {2, ..., 100} x lambda {0.5, ..., 1.5} for every method (ids before: bibtex 7c99cca6f5d9, corel5k 2171d16e87f7, delicious 785cea0430eb, real-data cf708b4a61ed, stackex-cooking 5ba8ebe2890d).
 PUBLISHED_IDS = {
     "configs/amazon-670k.yaml": "amazon-670k-27ab13341316",   # ce1f107f22e8 before training.input_adam: lazy, then 1d1450d7d242
-    "docs/results/amazon-670k-generated/config.yaml": "amazon-670k-generated-5f4d2dd33cdb", "configs/bibtex.yaml": "bibtex-7c99cca6f5d9",
-    "configs/corel5k.yaml": "corel5k-2171d16e87f7", "configs/stackex-cooking.yaml": "stackex-cooking-5ba8ebe2890d",
-    "configs/delicious.yaml": "delicious-785cea0430eb",
-    "configs/real-data.yaml": "real-data-cf708b4a61ed", "tests/golden/published-configs/robustness-5seeds-real-data.yaml": "real-data-bb064814c18e",
+    "docs/results/amazon-670k-generated/config.yaml": "amazon-670k-generated-5f4d2dd33cdb", "configs/bibtex.yaml": "bibtex-cbf4831fbfbb",
+    "configs/corel5k.yaml": "corel5k-8b7ba2cbfeb5", "configs/stackex-cooking.yaml": "stackex-cooking-bf024bd90b37",
+    "configs/delicious.yaml": "delicious-e1f5376784c7",
+    "configs/real-data.yaml": "real-data-f1c85dacf69a", "tests/golden/published-configs/robustness-5seeds-real-data.yaml": "real-data-bb064814c18e",
     "docs/results/real-data/config.yaml": "real-data-b1e6c4d1af5b", "docs/results/ablation-warm-start/config.yaml": "real-data-c0506733ed55", "configs/eurlex.yaml": "eurlex-db4c81e0b828",
     "configs/gpu-smoke.yaml": "gpu-smoke-1477a310885d",
     "configs/prepare-check.yaml": "prepare-check-792e2157721a", "configs/quickstart.yaml": "quickstart-be6d72585a56",
