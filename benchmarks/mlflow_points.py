@@ -5,7 +5,7 @@ own SQLite store. No Ray, no training.
 
     python benchmarks/mlflow_points.py [CONFIG] [--limit N]
 
-CONFIG defaults to configs/real-data.yaml (2,760 grid points); --limit N creates only the first N
+CONFIG defaults to configs/real-data.yaml (52,080 grid points on its wide grids); --limit N creates only the first N
 points' runs (the time per point is printed either way). Writes only to a temporary folder.
 """
 from __future__ import annotations
