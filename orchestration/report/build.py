@@ -33,6 +33,7 @@ from orchestration.report import first_screen as FS
 from orchestration.report import tables as T
 from orchestration.report.aggregate import expected_from_config, expected_from_grid, expected_from_rows, seed_stats
 from orchestration.report.blocks import claims_blocks, dataset_tables, figure_blocks, table_blocks
+from orchestration.report.claims_family import family_of
 from orchestration.report.coverage import coverage_notes
 from orchestration.report.figure_pool import FigurePool
 from orchestration.report.gap_share import gap_shares, gap_table
@@ -183,8 +184,9 @@ def _chosen(inp: ReportInputs) -> Chosen:
 def _claim_frame(inp: ReportInputs, ch: Chosen) -> pd.DataFrame:
     """The claims under each criterion shown, on the per-instance values when the run kept them."""
     inst_file = inp.run_dir / "results" / INSTANCES
+    family = family_of(inp.config)   # the run's declared `claims:` (or the default family, declared at its start)
     with (np.load(inst_file) if inst_file.is_file() else contextlib.nullcontext()) as instances:
-        frames = [f for f in (C.claims(inp.rows, s, c, instances) for c, s in ch.pairs()) if len(f)]
+        frames = [f for f in (C.claims(inp.rows, s, c, instances, family=family) for c, s in ch.pairs()) if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
 
 
