@@ -103,7 +103,8 @@ RUN_NAME_COLUMN = "attributes.`Run Name`"
 RUN_NAME_WIDTH = 300      # px: 'A s0 pm_banditnet p50 λ.05' in full (MLflow's default, 190, cuts λ off)
 
 
-def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1, slate_size: int = 5) -> dict:
+def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1, slate_size: int = 5,
+               keys: dict[str, int] | None = None) -> dict:
     """The runs page's first view of a sweep: the sweep's run unfolded, the columns that tell its grid
     points apart (method, variant, p, λ, seed; the dataset when there are several) and the metrics that
     matter (the validation estimate the selection uses, test R@5 ×100, the run's own share of its trial's
@@ -113,7 +114,7 @@ def view_state(parent: str | None, criterion: str = "IS", datasets: int = 1, sla
     cols = (["params.`dataset`"] if datasets > 1 else []) + [
         "params.`method`", "params.`variant`", "params.`p`", "params.`lam`", "params.`seed`",
         f"metrics.`val/{criterion}`", "metrics.`test/R_at_5`", "tags.`head_seconds`"]
-    sections, charts = chart_view(criterion, slate_size)
+    sections, charts = chart_view(criterion, slate_size, keys)
     return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
             # the UI applies widths only to the columns named in columnOrder
@@ -249,7 +250,9 @@ def sweep_view(rd, ml: dict, exp_id: str) -> str:
         k = int((cfg.get("model") or {}).get("slate_size") or 5)
     except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
         pass
-    return view_script(exp_id, view_state(ml.get("parent_run_id"), criterion, datasets, k))
+    from orchestration.tracking.charts import store_keys
+    keys = store_keys(rd.mlflow_db, exp_id) if rd.mlflow_db.is_file() else None     # the sweep's metrics
+    return view_script(exp_id, view_state(ml.get("parent_run_id"), criterion, datasets, k, keys))
 
 
 def is_loopback_host(host: str) -> bool:
