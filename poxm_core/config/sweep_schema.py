@@ -119,6 +119,11 @@ class SelectionConfig(_Strict):
                     "logs) cut into K seeded folds, every head trained K more times (copy k on all folds but k, "
                     "estimated on fold k), the estimate the mean of the K; costs K more trainings a trial "
                     "(docs/protocol.md, section 6). Unset: the held-out validation log alone")
+    clusters: int | None = Field(
+        None, ge=1, exclude_if=_unset,
+        description="k of the label clusters MIPS and OffCEM marginalise over in every validation estimate (k-means "
+                    "of the logging model's label rows, seed 0; docs/estimators.md): at most the dataset's L. Unset: "
+                    "32, or L where a dataset has fewer labels")
 
 
 class ClaimEntryConfig(_Strict):

@@ -210,7 +210,7 @@ def _begin(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
     memory = PeakMemory(device, estimate_peak_bytes(shape_from_stats(cfg, spec, stats_of(prepared),
                                                                            eval_threads() or os.cpu_count() or 1)))
     data = train_data_for(prepared, heads, device)
-    ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X)
+    ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X, clusters=cfg.selection.clusters)
     timing.sync()
     timing["setup_data_s"] = time.perf_counter() - t     # ... and the data on the device
     timing["setup_s"] = time.perf_counter() - timing.t0
