@@ -16,7 +16,9 @@ Both sides train the trials of CONFIG (with the overrides) from ONE prepared cac
 Printed and written (--json): both wall times, `gpu_sweep_vs_plain_throughput` = plain wall / sweep wall
 (1.0: the orchestration costs nothing; the target is >= 0.85; `cpu_...` when the config's device is cpu),
 and the sweep's orchestration share
-(benchmarks/orchestration_share.py: the share of the sweep's wall time with no trial computing).
+(benchmarks/orchestration_share.py: the share of the sweep's wall time with no trial computing), and where the
+sweep's wall time went piece by piece (`timeline`: imports and plan, Ray's start, the trial processes' start-up,
+the trials, Tune's wind-down, the report, Ray's shutdown and exit; from sweep_summary.json and timing.json).
 --perf merges both figures into docs/benchmarks/perf.json (card, GPU count, date, commit, command).
 A config of more trials than slots is named by its waves: `..._3waves` (target >= 1.0: reused processes
 pay off). --plain-only and then --plain-seconds split the two sides over two calls of the same machine
@@ -117,15 +119,45 @@ def died(run_dir: Path) -> list[str]:
     return [n for n in names if not (run_dir / "trials" / n / "done.json").is_file()]
 
 
-def run_sweep(config: str, overrides: list[str], executor: str, sweep_dir: Path, cache: Path) -> tuple[float, Path]:
-    """Wall seconds of `poxm run` under `executor` (empty: the config's), and its run directory."""
+def timeline(run_dir: Path, launched: float, exited: float) -> dict:
+    """Where a sweep's wall time went, piece by piece (seconds), from its sweep_summary.json 'timeline' and
+    its trials' timing.json (wall-clock times), between `launched` (the `poxm run` process started) and
+    `exited` (it ended). Empty when the summary has no timeline (a poxm before it)."""
+    s = json.loads((run_dir / "results" / "sweep_summary.json").read_text())
+    m = s.get("timeline") or {}
+    attempts = [a for f in sorted((run_dir / "trials").glob("*/timing.json"))
+                for a in json.loads(f.read_text()).get("attempts", [])]
+    if not m or not attempts:
+        return {}
+    first = min(attempts, key=lambda a: a["start"])
+    last = max(a["end"] for a in attempts)
+    pieces = {
+        "imports_and_plan": m["execute_start"] - launched,         # the interpreter, poxm's imports, the plan
+        "lock_tracking_ray_start": m["ray_ready"] - m["execute_start"],
+        "prepare_and_tune_setup": m["trials_start"] - m["ray_ready"],
+        "trial_process_start": first["start"] - m["trials_start"],  # to the first trial computing
+        "  of_which_to_trial_function": first.get("job_start", first["start"]) - m["trials_start"],
+        "  of_which_imports_to_worker": first.get("worker_start", first["start"]) - first.get("job_start", first["start"]),
+        "  of_which_worker_to_compute": first["start"] - first.get("worker_ready", first["start"]),
+        "trials": last - first["start"],                             # the first trial's compute to the last end
+        "tune_wind_down": m["trials_end"] - last,
+        "report_after_last_trial": m["report_end"] - last,           # built beside the wind-down (EarlyReport)
+        "summary_close_shutdown_exit": exited - m["report_end"],
+    }
+    return {k: round(v, 2) for k, v in pieces.items()}
+
+
+def run_sweep(config: str, overrides: list[str], executor: str, sweep_dir: Path, cache: Path) -> tuple[float, Path, dict]:
+    """Wall seconds of `poxm run` under `executor` (empty: the config's), its run directory and its timeline."""
     out = sweep_dir / (executor or "default")
     out.mkdir(parents=True, exist_ok=True)
     extra = [f"resources.executor={executor}"] if executor else []
-    t = time.perf_counter()
+    t, launched = time.perf_counter(), time.time()
     subprocess.run(_poxm("run", config, *overrides, *extra, "--runs-dir", str(out), "--cache-dir", str(cache)),
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t, next(p for p in out.iterdir() if (p / "sweep.json").exists())
+    wall, exited = time.perf_counter() - t, time.time()
+    run_dir = next(p for p in out.iterdir() if (p / "sweep.json").exists())
+    return wall, run_dir, timeline(run_dir, launched, exited)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,12 +203,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plain    {plain_s:7.1f} s ({len(specs)} poxm train processes, {n_slots} at a time)", flush=True)
             return 0
         for ex in [e.strip() for e in a.executors.split(",")] if a.executors else [""]:
-            sweep_s, run_dir = run_sweep(a.config, a.overrides, ex, sweep_dir, cache)
+            sweep_s, run_dir, pieces = run_sweep(a.config, a.overrides, ex, sweep_dir, cache)
             runs[ex or "default"] = {"sweep_seconds": round(sweep_s, 1), "run_dir": run_dir,
                                      "orchestration_share": round(float(orchestration_share(run_dir)["orchestration_share"]), 3),
-                                     "died": died(run_dir), "memory": trial_memory(run_dir)}
+                                     "died": died(run_dir), "memory": trial_memory(run_dir), "timeline": pieces}
             print(f"sweep    {sweep_s:7.1f} s (poxm run, executor {ex or 'default'}: Ray, trials, gather, report); "
                   f"orchestration share {runs[ex or 'default']['orchestration_share']:.3f}", flush=True)
+            for k, v in pieces.items():
+                print(f"  {k:40s} {v:7.2f} s", flush=True)
         plain_s = a.plain_seconds or run_plain(a.config, a.overrides, specs, cache, plain_dir, slots,
                                                threads=max(1, int(cfg.resources.cpus_per_trial or 1)))
         print(f"plain    {plain_s:7.1f} s ({len(specs)} poxm train processes, {n_slots} at a time"

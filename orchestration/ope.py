@@ -17,8 +17,6 @@ from poxm_core.common.atomic import write_text
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.config.schema import default_data_root
 from poxm_core.data.obd import OBD_CAMPAIGNS
-from orchestration.report.ope_truth import obd_ope_frame, ope_table, ope_warnings
-from orchestration.report.table_format import to_markdown
 
 __all__ = ["add_ope_parser", "cmd_ope"]
 
@@ -55,6 +53,9 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 
 def cmd_ope(a: argparse.Namespace) -> int:
+    # imported here, not with the parser: every poxm command builds it, and these bring torch and the report
+    from orchestration.report.ope_truth import obd_ope_frame, ope_table, ope_warnings
+    from orchestration.report.table_format import to_markdown
     data = Path(a.data) if a.data else default_data_root() / "obd"
     campaigns = tuple(x.strip() for x in a.campaigns.split(",") if x.strip())
     p_list = _ints(a.p, "p")

@@ -162,8 +162,9 @@ def sweep_summary(rd: RunDir, n_trials: int, n_points: int, done: list, errored:
                   seconds: dict, max_concurrent: int, extra: dict | None = None) -> dict:
     """results/sweep_summary.json: this invocation's counts and stage times (seconds: wall, prepare,
     prepare_compute, tune, gather_select_report) with the trials' own compute, and `extra` (the
-    prepare stage's span and whether the trials ran beside it); the file keeps every invocation
-    under 'history'."""
+    prepare stage's span and whether the trials ran beside it; 'timeline': the wall-clock times at
+    which the process started, execute began, Ray was ready, the trials began and ended and the report
+    was built); the file keeps every invocation under 'history'."""
     compute, spans = 0.0, []
     for n in sorted(set(done) - before):
         for a in (read_json(rd.trial(n) / "timing.json", {}) or {}).get("attempts", []):

@@ -65,7 +65,7 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
     # this import brings Ray Tune: Ray has always been imported before quiet_libraries sets its environment
     from orchestration.stages.prepare import PrepareRun
 
-    t_start = time.perf_counter()
+    t_start, marks = time.perf_counter(), {"process_start": process_start(), "execute_start": round(time.time(), 3)}
     say = printer(progress)
     if not verbose:
         quiet_libraries()           # before MLflow's store is opened and Ray starts
@@ -78,21 +78,25 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         say(f"  run dir  {plan.rd.root}")
         track = open_tracking(plan, mlflow_uri, started, say)
         ray_s, max_conc = start_ray(plan, address, verbose, started, say)
+        marks["ray_ready"] = round(time.time(), 3)
         started.prep = prep = PrepareRun(plan, say)
         # every trial done while Ray winds down: gather, select and report meanwhile (local run dirs:
         # in storage mode the trials' files reach the run directory through callbacks, then the end)
         early = EarlyReport(plan, prep, progress_say(progress)) if plan.storage is None else None
         trials = trials_beside_prepare if prep.overlapped else trials_after_prepare
         done, errored, before, tune_s = trials(plan, prep, track, max_conc, early, started, progress, say)
+        marks.update(trials_start=round(time.time() - tune_s, 3), trials_end=round(time.time(), 3))
         prepare_s = prep.seconds
 
         t2 = time.perf_counter()
         prepared, prepare_compute, rows, report, report_s = report_stage(plan, prep, early, say)
+        marks["report_end"] = round(time.time(), 3)
         wall = time.perf_counter() - t_start
         summary = sweep_summary(plan.rd, len(plan.specs), len(plan.grid()), done, errored, before,
                                 {"wall": wall, "ray_init": ray_s, "prepare": prepare_s, "prepare_compute": prepare_compute,
                                  "tune": tune_s, "gather_select_report": report_s,
-                                 "after_trials": time.perf_counter() - t2}, max_conc, prepare_facts(prep))
+                                 "after_trials": time.perf_counter() - t2}, max_conc,
+                                {**prepare_facts(prep), "timeline": marks})
         close_runs(plan, started, done, errored, summary, report)
         say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
             f"compute {summary['trial_compute_s']:.1f} s ({100 * summary['share_outside_trial_compute']:.0f}% "
@@ -100,6 +104,19 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         return SweepOutcome(plan.rd.root, len(plan.specs), done, errored, summary, report)
     finally:
         started.end()
+
+
+def process_start() -> float | None:
+    """When this process started (wall-clock seconds, from /proc), or None where /proc is not there: the
+    sweep's timeline begins before `execute` (the interpreter's start, the command's imports and plan)."""
+    try:
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def printer(progress: bool):
