@@ -48,9 +48,10 @@ def cmd_run(a) -> int:
         from orchestration.tracking.store import resolve_uri
         note_store(resolve_uri(plan.rd.root, a.mlflow_uri, cfg.mlflow.tracking_uri))
     from orchestration.stages.sweep import run_sweep
+    ended: dict = {}      # the results printed as soon as they are complete, before Ray shuts down
     out = run_sweep(cfg, runs_dir=a.runs_dir, cache_dir=a.cache_dir, address=a.address, mlflow_uri=a.mlflow_uri,
-                    progress=not a.quiet, verbose=a.verbose)
-    return _outcome(out)
+                    progress=not a.quiet, verbose=a.verbose, on_end=lambda o: ended.setdefault("rc", _outcome(o)))
+    return ended["rc"] if "rc" in ended else _outcome(out)
 
 
 def cmd_resume(a) -> int:
@@ -68,9 +69,10 @@ def cmd_resume(a) -> int:
             print(f"report:  {plan.rd.root / 'report' / 'index.md'}")
             return 0
     _check_resume_inputs(a, plan)
+    ended: dict = {}
     out = resume_sweep(a.run_dir, address=a.address, mlflow_uri=a.mlflow_uri, progress=not a.quiet,
-                       verbose=a.verbose, add_seeds=seeds)
-    return _outcome(out)
+                       verbose=a.verbose, add_seeds=seeds, on_end=lambda o: ended.setdefault("rc", _outcome(o)))
+    return ended["rc"] if "rc" in ended else _outcome(out)
 
 
 def _check_resume_inputs(a, plan) -> None:

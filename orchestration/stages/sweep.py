@@ -59,9 +59,11 @@ class SweepOutcome:
 
 
 def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | None = None,
-            progress: bool = True, verbose: bool = False) -> SweepOutcome:
+            progress: bool = True, verbose: bool = False, on_end=None) -> SweepOutcome:
     """Run (or continue) every stage of a planned sweep; see the module docstring. What a stage starts
-    is recorded in `started` (teardown.py), which ends it however the sweep ends."""
+    is recorded in `started` (teardown.py), which ends it however the sweep ends. `on_end(outcome)`: called
+    once the sweep's results are complete, before that end (the command line prints the results there:
+    Ray's shutdown takes seconds, which they do not wait for)."""
     # this import brings Ray Tune: Ray has always been imported before quiet_libraries sets its environment
     from orchestration.stages.prepare import PrepareRun
 
@@ -101,7 +103,10 @@ def execute(plan: SweepPlan, *, address: str | None = None, mlflow_uri: str | No
         say(f"poxm: {len(done)}/{len(plan.specs)} trials done, {len(errored)} errored; wall {wall:.1f} s, trial "
             f"compute {summary['trial_compute_s']:.1f} s ({100 * summary['share_outside_trial_compute']:.0f}% "
             "of the wall time had no trial computing)")
-        return SweepOutcome(plan.rd.root, len(plan.specs), done, errored, summary, report)
+        outcome = SweepOutcome(plan.rd.root, len(plan.specs), done, errored, summary, report)
+        if on_end is not None:
+            on_end(outcome)
+        return outcome
     finally:
         started.end()
 
@@ -337,13 +342,13 @@ def report_only(plan: SweepPlan, log_mlflow: bool = True) -> Path | None:
 
 
 def run_sweep(cfg: SweepConfig, *, runs_dir=None, cache_dir=None, address=None, mlflow_uri=None,
-              progress: bool = True, verbose: bool = False) -> SweepOutcome:
+              progress: bool = True, verbose: bool = False, on_end=None) -> SweepOutcome:
     return execute(plan_sweep(cfg, runs_dir, cache_dir), address=address, mlflow_uri=mlflow_uri,
-                   progress=progress, verbose=verbose)
+                   progress=progress, verbose=verbose, on_end=on_end)
 
 
 def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = True, verbose: bool = False,
-                 add_seeds: list[int] | None = None) -> SweepOutcome:
+                 add_seeds: list[int] | None = None, on_end=None) -> SweepOutcome:
     """Continue the sweep in `run_dir`; with `add_seeds`, extended in place with those seeds first
     (orchestration.stages.merge.extend_plan: the new seeds prepared, the old ones found in the cache; trials
     and MLflow runs added for the new seeds; then selection and report over every seed)."""
@@ -354,4 +359,4 @@ def resume_sweep(run_dir, *, address=None, mlflow_uri=None, progress: bool = Tru
         plan = plan_from_run_dir(run_dir)
     if mlflow_uri is None:   # keep logging where the sweep started
         mlflow_uri = tracking.stored_uri(plan.rd.root, read_json(plan.rd.mlflow_runs, {}))
-    return execute(plan, address=address, mlflow_uri=mlflow_uri, progress=progress, verbose=verbose)
+    return execute(plan, address=address, mlflow_uri=mlflow_uri, progress=progress, verbose=verbose, on_end=on_end)

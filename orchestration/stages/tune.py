@@ -54,11 +54,23 @@ class StorageSync(Callback):
 _ALL_DONE: dict[str, object] = {}    # run dir -> what to call once every trial is done (run_trials sets it)
 
 
-_PRESTARTING: dict[str, threading.Thread] = {}   # run dir -> the thread starting the report's drawing processes
+_PRESTARTING: dict[str, threading.Thread] = {}   # run dir -> the thread preparing the report (prepare_report)
+
+
+def prepare_report() -> None:
+    """While the last trials run: the report's drawing processes started (figure_pool.prestart) and its
+    modules imported in this process (pandas' and SciPy's statistics, the tables and figures: seconds that
+    the report built after the last trial no longer waits for)."""
+    try:
+        from orchestration.report.figure_pool import prestart
+        prestart()
+        import orchestration.report.build  # noqa: F401
+    except Exception:       # noqa: BLE001 -- the report, built later, says what is wrong in its own words
+        pass
 
 
 def wait_prestarted(root) -> None:
-    """Before the report: the drawing processes ReportEarly began to start are started (or failed to)."""
+    """Before the report: what ReportEarly began to prepare for it (prepare_report) is done, or failed."""
     thread = _PRESTARTING.pop(str(root), None)
     if thread is not None:
         thread.join()
@@ -66,7 +78,7 @@ def wait_prestarted(root) -> None:
 
 class ReportEarly(Callback):
     """The report's preparations while the trials run. When the sweep's first trial finishes, the
-    report's drawing processes start (orchestration.report.figure_pool.prestart), on a thread of their
+    report's drawing processes start and its modules are imported (prepare_report), on a thread of their
     own, so they are ready when the last trial ends. When every trial of the plan is done (done.json),
     the hook `run_trials` was given is called once: the sweep then gathers and reports while Ray Tune
     and Ray Train wind down (orchestration.stages.sweep). Tune pickles its callbacks with the experiment (a
@@ -88,8 +100,8 @@ class ReportEarly(Callback):
             return
         if not self.started:
             self.started = True
-            from orchestration.report.figure_pool import prestart
-            _PRESTARTING[self.root] = thread = threading.Thread(target=prestart, name="poxm-figures", daemon=True)
+            _PRESTARTING[self.root] = thread = threading.Thread(target=prepare_report, name="poxm-report-prepare",
+                                                                daemon=True)
             thread.start()
         hook = _ALL_DONE.get(self.root)
         if hook is None or self.all_done:

@@ -61,9 +61,13 @@ def test_a_trial_out_of_memory_runs_again_at_twice_its_share(ray_with_a_gpu, tmp
     cfg = load_config(data=json.loads(json.dumps(TINY)))
     victim, other = "synthetic-B-s0-all", "synthetic-A-s0-all"
     monkeypatch.setenv(OOM_ENV, victim)
-    out = run_sweep(cfg, runs_dir=tmp_path / "runs", progress=False)
+    from orchestration.stages.teardown import Teardown
+    order, end = [], Teardown.end
+    monkeypatch.setattr(Teardown, "end", lambda self: order.append("teardown") or end(self))
+    out = run_sweep(cfg, runs_dir=tmp_path / "runs", progress=False, on_end=lambda o: order.append(o.ok))
 
     assert out.ok and out.errored == [] and sorted(out.done) == sorted([victim, other])
+    assert order == [True, "teardown"]        # the results handed on before Ray's shutdown (the command prints them)
     trials = out.run_dir / "trials"
     assert json.loads((trials / victim / "memory.json").read_text()) == {"oom": 1, "last_share": 0.5}
     assert json.loads((trials / victim / "done.json").read_text())["tries"] == 2    # the OOM start + the pass

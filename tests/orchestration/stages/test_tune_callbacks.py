@@ -147,7 +147,8 @@ def test_the_early_report_reads_done_files_a_fixed_number_of_times(monkeypatch, 
     reads = []
     real = trial_mod.done_trials
     monkeypatch.setattr(trial_mod, "done_trials", lambda root, ns: reads.append(1) or real(root, ns))
-    monkeypatch.setattr("orchestration.report.figure_pool.prestart", lambda procs=None: False)
+    started = []
+    monkeypatch.setattr("orchestration.report.figure_pool.prestart", lambda procs=None: started.append(1))
     called = []
     tune._ALL_DONE[str(tmp_path)] = lambda: called.append(len(reads))
     try:
@@ -163,6 +164,9 @@ def test_the_early_report_reads_done_files_a_fixed_number_of_times(monkeypatch, 
     finally:
         tune._ALL_DONE.pop(str(tmp_path), None)
     assert len(reads) == 2
+    assert started == [1]           # the report's drawing processes: started once, off the loop
+    import sys
+    assert "orchestration.report.build" in sys.modules      # and its modules imported
 
 
 def test_the_early_report_counts_trials_a_restarted_job_found_done(monkeypatch, tmp_path):
