@@ -60,15 +60,57 @@ def test_record_keeps_other_entries_and_stamps_the_figure(tmp_path):
     assert e["card"] and e["date"].count("-") == 2 and e["commit"]
 
 
-@pytest.mark.slow       # each a subprocess at CPU-sized shapes (seconds to a minute on 2 shared cores)
+def _all_label_eval_agrees_with_the_earlier_formulas(fig: dict, out: str) -> None:
+    """The figures it prints on a GPU compare the all-label evaluation with the formulas it replaced, so
+    those comparisons must hold at CPU shapes too."""
+    assert fig["val_max_abs_diff"] < 1e-6 and fig["test_rankings_equal"]
+    assert 0 < fig["test_truncated_mass"] < 1 and fig["val_s"] > 0 and fig["test_s"] > 0 and fig["metrics_s"] > 0
+
+
+def _mlflow_points_created_the_runs_and_timed_them(fig: dict, out: str) -> None:
+    """The MLflow set-up a sweep does before its trials, on a real SQLite store (a fresh temporary run
+    directory): the runs it created and its time a point."""
+    lines = out.splitlines()
+    assert lines[0].startswith("quickstart.yaml: ") and lines[0].endswith("3 run(s) created")
+    assert "one run per grid point" in lines[2] and "ms a point" in lines[2]
+
+
+# what a benchmark's quick run must show beyond its figures being recorded (fig: its figures; out: its stdout)
+QUICK_CHECKS = {"all-label-eval": _all_label_eval_agrees_with_the_earlier_formulas,
+                "mlflow-points": _mlflow_points_created_the_runs_and_timed_them}
+
+
+@pytest.mark.slow       # each benchmark a subprocess at CPU-sized shapes (seconds to a minute on 2 shared cores)
 @pytest.mark.parametrize("name", QUICK)
-def test_quick_form_runs_on_cpu_and_records_its_figures(name, tmp_path):
+def test_quick_form_runs_on_cpu_and_records_its_figures(name, tmp_path, capsys):
+    """`python -m benchmarks NAME --quick` as `main`: the benchmark's script runs as the subprocess it
+    always is (the entry point itself: test_the_entry_point_lists_the_benchmarks)."""
     perf = tmp_path / "perf.json"
-    out = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick", "--perf", str(perf)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    if "skipped, no datasets" in out.stdout:
-        pytest.skip(out.stdout.strip())
+    capsys.readouterr()
+    assert main([name, "--quick", "--perf", str(perf)]) == 0
+    out = capsys.readouterr().out
+    if "skipped, no datasets" in out:
+        pytest.skip(out.strip())
     entry = json.loads(perf.read_text())[name]
     assert entry["command"] == f"python -m benchmarks {name} --quick" and entry["card"].startswith("cpu")
     assert entry["value"]["wall_s"] > 0
+    QUICK_CHECKS.get(name, lambda fig, out: None)(entry["value"], out)
+
+
+def test_every_quick_check_names_a_benchmark_with_a_quick_form():
+    assert set(QUICK_CHECKS) <= set(QUICK)
+
+
+def test_the_entry_point_lists_the_benchmarks():
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "--list"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [ln.split()[0] for ln in out.stdout.strip().splitlines()] == list(BENCHMARKS)
+
+
+@pytest.mark.slow       # in-process, but it quiets Ray's and MLflow's loggers for the whole test run, as a sweep does
+def test_mlflow_points_on_a_missing_config_is_one_line(capsys):
+    from benchmarks import mlflow_points
+    assert mlflow_points.main([str(ROOT / "nope.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.yaml" in err
