@@ -208,10 +208,30 @@ def _run_dir(tmp: Path, with_sweep: bool = True) -> Path:
     return run
 
 
+@pytest.fixture(scope="module")
+def one_process_report(tmp_path_factory):
+    """_run_dir's report built once, its figures drawn in this process (POXM_REPORT_PROCS=1): what the
+    report holds, and the reference the report drawn by worker processes must equal byte for byte.
+    Returns (run dir, build_report's answer, the FigurePool that drew it)."""
+    from orchestration.report import figure_pool
+    pools = []
+    init = figure_pool.FigurePool.__init__
+
+    def spy(self, *a, **kw):
+        init(self, *a, **kw)
+        pools.append(self)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figure_pool, "MIN_FIGURES", 1)
+        mp.setattr(figure_pool.FigurePool, "__init__", spy)
+        mp.setenv(figure_pool.ENV, "1")
+        run = _run_dir(tmp_path_factory.mktemp("one-process"))
+        out = build_report(run)
+    return run, out, pools[0]
+
+
 @pytest.mark.slow
-def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
-    run = _run_dir(tmp_path)
-    out = build_report(run)
+def test_build_report_writes_every_file_and_shows_partial_cells(one_process_report):
+    run, out, _ = one_process_report
     assert out == run / "report"
     for d, v in (("eurlex-4k", "A"), ("eurlex-4k", "B"), ("toy", "A")):
         for kind in ("results", "greedy", "selection"):
@@ -245,8 +265,10 @@ def test_build_report_writes_every_file_and_shows_partial_cells(tmp_path):
     assert "<a " not in html and 'src="figures/' not in html and "http" not in html.replace("http-equiv", "")
     assert "<code>figures/robustness_eurlex-4k.pdf</code>" in html
 
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     build_report(run)  # a rebuild swaps the report in and leaves no temporary directories
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "report", "results", "sweep.json"]
+    assert sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file()) == sorted(before)
 
 
 @pytest.mark.slow
@@ -461,24 +483,22 @@ def test_run_selects_once_and_the_report_uses_that_selection(tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_figures_drawn_by_worker_processes_equal_those_drawn_in_one(tmp_path, monkeypatch):
+def test_figures_drawn_by_worker_processes_equal_those_drawn_in_one(one_process_report, tmp_path, monkeypatch):
     """POXM_REPORT_PROCS=2: the figures and each dataset's tables come from a pool of spawned
     processes; the report (index.md, every PNG and table file byte for byte) is the one built in this
-    process, in the same order."""
+    process (one_process_report, from the same rows), in the same order."""
     from orchestration.report import figure_pool
     monkeypatch.setattr(figure_pool, "MIN_FIGURES", 1)
-    pools = []
+    pools = [one_process_report[2]]
     init = figure_pool.FigurePool.__init__
 
     def spy(self, *a, **kw):
         init(self, *a, **kw)
         pools.append(self)
     monkeypatch.setattr(figure_pool.FigurePool, "__init__", spy)
+    monkeypatch.setenv(figure_pool.ENV, "2")
     reports = {}
-    for procs in ("1", "2"):
-        monkeypatch.setenv(figure_pool.ENV, procs)
-        run = _run_dir(tmp_path / procs)
-        out = build_report(run)
+    for procs, out in (("1", one_process_report[1]), ("2", build_report(_run_dir(tmp_path / "2")))):
         reports[procs] = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*")
                           if p.is_file() and p.suffix in (".md", ".png", ".csv", ".tex")}
     one, two = reports["1"], reports["2"]
