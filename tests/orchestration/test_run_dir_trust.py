@@ -531,7 +531,7 @@ def test_the_mlflow_line_of_a_sweep_prints_no_credentials(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(tmp_path, capsys):
+def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(ray_session, tmp_path, capsys):
     """A tampered cache array (checked against its manifest when the trial loads it) is a PoxmInputError
     in the Ray Train worker: with resources.max_failures=2, the trial is tried once (not by Ray Train's
     retries, nor Tune's), ends errored with that one line, and `poxm status` shows it, not WorkerGroupError."""
@@ -543,8 +543,8 @@ def test_an_input_error_inside_a_trial_is_not_retried_and_status_shows_its_line(
     b = bytearray(z.read_bytes())
     b[10:20] = b"??????????"
     z.write_bytes(bytes(b))
-    r = _poxm("run", cfg, "--runs-dir", tmp_path / "runs", "--cache-dir", cache, "--quiet")
-    assert r.returncode == 1, r.stderr[-3000:]
+    r = poxm_in_process(capsys, "run", cfg, "--runs-dir", tmp_path / "runs", "--cache-dir", cache, "--quiet")
+    assert r.returncode == 1, r.stderr[-3000:]                                     # (on the test run's Ray)
     (run,) = (tmp_path / "runs").iterdir()
     states = {t.name: json.loads((t / "state.json").read_text()) for t in (run / "trials").iterdir()
               if (t / "state.json").is_file()}
