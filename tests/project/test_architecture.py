@@ -186,19 +186,25 @@ import importlib, os, sys, traceback
 import numpy, scipy.sparse, pandas, torch, pydantic, yaml  # noqa
 for lib in ("ray", "ray.train", "ray.tune", "mlflow", "matplotlib.pyplot", "sklearn.feature_extraction.text"):
     importlib.import_module(lib)
-bad = []
-for m in sys.argv[1:]:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            importlib.import_module(m)
-            os._exit(0)
-        except BaseException:
-            sys.stderr.write(m + ": " + traceback.format_exc().strip().splitlines()[-1] + "\\n")
-            os._exit(1)
-    if os.waitpid(pid, 0)[1] != 0:
-        bad.append(m)
-print(bad)
+# two children at a time (one a core of a 2-core machine: each import is CPU-bound)
+bad, running, todo = [], {}, list(sys.argv[1:])
+while todo or running:
+    while todo and len(running) < 2:
+        m = todo.pop(0)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                importlib.import_module(m)
+                os._exit(0)
+            except BaseException:
+                sys.stderr.write(m + ": " + traceback.format_exc().strip().splitlines()[-1] + "\\n")
+                os._exit(1)
+        running[pid] = m
+    pid, status = os.wait()
+    if pid in running and status != 0:
+        bad.append(running[pid])
+    running.pop(pid, None)
+print(sorted(bad))
 sys.exit(1 if bad else 0)
 """
 
