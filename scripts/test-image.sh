@@ -235,7 +235,7 @@ submit() {
 finish() {
   wait "$FOLLOW_PID" || true
   ray_cli "status-$1" status "$1" > "$WORK/status-$1.log" 2>&1 || true
-  grep -q SUCCEEDED "$WORK/status-$1.log"
+  grep -q "Job '$1' succeeded" "$WORK/status-$1.log"      # `ray job status` says SUCCEEDED so
 }
 run_dir() { local d=("$WORK"/shared/"$1"/quickstart-*); [ -d "${d[0]}" ] || fail "no run directory in $1"; echo "${d[0]}"; }
 
@@ -271,7 +271,7 @@ rm -f "$WORK/shared/hold"
 say "killed the worker container with two trials mid-training"
 if ! finish lost; then
   # as KubeRay's user would: the same RayJob again (docker/README.md, "Launch, watch, resume")
-  say "the job ended $(grep -o 'FAILED\|STOPPED' "$WORK/status-lost.log" | head -1); submitting it again"
+  say "the job ended: $(grep -o "Job 'lost' [a-z ]*" "$WORK/status-lost.log" | head -1); submitting it again"
   submit lost-again /shared/runs-lost
   finish lost-again || fail "the sweep did not finish after losing its worker: $(tail -40 "$WORK/job-lost-again.log")"
 fi
