@@ -114,18 +114,7 @@ class Cluster:
     def run_watched(self, cmd: list[str], timeout: float, **kw) -> tuple[subprocess.CompletedProcess, list[str]]:
         """Run `cmd` (a driver of this cluster) to its end, sampling twice a second the TCP sockets of
         the driver's and the cluster's processes: returns the result and every socket seen off 127.0.0.1."""
-        bad: list[str] = []
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, **kw)
-            deadline = time.time() + timeout
-            while p.poll() is None and time.time() < deadline:
-                bad += [b for b in non_loopback_sockets(self.pids() | {p.pid, *descendants(p.pid)}) if b not in bad]
-                time.sleep(0.5)
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            out.seek(0); err.seek(0)
-            return subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read()), bad
+        return run_sampled(cmd, timeout, lambda pids: non_loopback_sockets(pids | self.pids()), **kw)
 
     def kill_node(self, proc: subprocess.Popen) -> None:
         """SIGKILL one node's every process at once, as when its machine dies: its `ray start`, and the
@@ -158,7 +147,30 @@ class Cluster:
 
 
 
+def run_sampled(cmd: list[str], timeout: float, sample, **kw) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `cmd` to its end (killed after `timeout` s), calling `sample(pids)` twice a second with the pids
+    of the process and everything under it: returns the result and every distinct line `sample` gave."""
+    seen: list[str] = []
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, **kw)
+        deadline = time.time() + timeout
+        while p.poll() is None and time.time() < deadline:
+            seen += [b for b in sample({p.pid, *descendants(p.pid)}) if b not in seen]
+            time.sleep(0.5)
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        out.seek(0); err.seek(0)
+        return subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read()), seen
+
+
 _PID = re.compile(r"pid=(\d+)")
+
+
+def listening_sockets(pids: set[int]) -> list[str]:
+    """The listening TCP sockets of these processes, one `ss -ltnpH` line each (iproute2)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [ln.strip() for ln in out.splitlines() if {int(p) for p in _PID.findall(ln)} & pids]
 
 
 def non_loopback_sockets(pids: set[int]) -> list[str]:
