@@ -14,7 +14,7 @@ tier=(-m "not slow")
 args=()
 for a in "$@"; do
   case "$a" in
-    --all) tier=() ;;
+    --all) tier=(--fast-first) ;;
     --slow) tier=(-m slow) ;;
     *) args+=("$a") ;;
   esac
