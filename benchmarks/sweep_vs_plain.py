@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps({**figures, "memory": {ex: r["memory"] for ex, r in runs.items()}},
                                            indent=1) + "\n")
+    print(json.dumps(figures, indent=1), flush=True)     # last: what `python -m benchmarks` records
     if a.perf:
         from poxm_core.common.atomic import write_text
         perf = json.loads(Path(a.perf).read_text())
