@@ -10,6 +10,9 @@ result files went through `resources.storage_path` (here a local folder both nod
 for s3:// or gs://) and Ray's object store, never through the driver's paths; under both executors
 (resources.executor: a Ray Train job's worker, or Ray Tune's trial process). It does not prove that a
 remote filesystem URI works (pyarrow's, used the same way) or a second machine's network.
+
+One cluster serves both executors' sweeps (started once: two `ray start`s fewer); each sweep has its own
+name, seed (nothing of it prepared on the node before) and storage folder.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -46,35 +50,46 @@ def _can_unshare() -> bool:
     return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode == 0
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not _can_unshare(), reason="needs `unshare -m` (root or user namespaces) to hide the run dir")
-@pytest.mark.parametrize("executor", ["train", "tune"])
-def test_sweep_on_two_nodes_exchanges_files_only_through_storage(tmp_path, executor):
-    runs, store, node = tmp_path / "runs", tmp_path / "store", tmp_path / "node"
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """The cluster, started once for both executors' sweeps: a head with no CPU and a worker node whose
+    view of the driver's runs_dir is an empty tmpfs (its cwd and node dir its own)."""
+    tmp = tmp_path_factory.mktemp("twonode")
+    runs, node = tmp / "runs", tmp / "node"
     runs.mkdir()
     (runs / "marker").write_text("the driver's run dir\n")
-    cfg_path = tmp_path / "sweep.yaml"
-    cfg_path.write_text(yaml.safe_dump(CONFIG))
-    cl = Cluster(tmp_path / "ray")
+    cl = Cluster(tmp / "ray")
     try:
         cl.start_head("--num-cpus", "0", "--num-gpus", "0", "--memory", str(10 * 1024 ** 2))
-        work = tmp_path / "worker-cwd"
+        work = tmp / "worker-cwd"
         work.mkdir()
-        # the worker node: the driver's runs_dir is an empty tmpfs there, its cwd and node dir its own
         cl.add_node("worker", "--num-cpus", "2", "--num-gpus", "0",
                     env=cluster_env(POXM_NODE_DIR=str(node)),
                     shell_prefix=f"mount -t tmpfs none {runs} && test ! -e {runs}/marker && cd {work} && exec")
-        res, off_loopback = cl.run_watched(
-            [POXM, "run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
-             f"resources.storage_path={store}", f"resources.executor={executor}", "mlflow.enabled=false"],
-            timeout=240, cwd=ROOT, env=cluster_env())
+        yield SimpleNamespace(cl=cl, tmp=tmp, runs=runs, node=node)
     finally:
         cl.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_unshare(), reason="needs `unshare -m` (root or user namespaces) to hide the run dir")
+@pytest.mark.parametrize("executor", ["train", "tune"])
+def test_sweep_on_two_nodes_exchanges_files_only_through_storage(two_nodes, executor):
+    cl, runs, node = two_nodes.cl, two_nodes.runs, two_nodes.node
+    store = two_nodes.tmp / f"store-{executor}"
+    # each executor's sweep its own name and seed: its own run dir, and nothing prepared on the node before it
+    cfg = {**CONFIG, "name": f"twonode-{executor}", "seeds": [["train", "tune"].index(executor)]}
+    cfg_path = two_nodes.tmp / f"sweep-{executor}.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    res, off_loopback = cl.run_watched(
+        [POXM, "run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
+         f"resources.storage_path={store}", f"resources.executor={executor}", "mlflow.enabled=false"],
+        timeout=240, cwd=ROOT, env=cluster_env())
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # every socket of the cluster and of the driver stayed on 127.0.0.1 (the address given is the one used)
     assert off_loopback == [], "\n".join(off_loopback[:10])
 
-    (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and p.name.startswith("twonode-")]
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and p.name.startswith(f"twonode-{executor}-")]
     rows = pd.read_csv(run_dir / "results" / "rows.csv")
     assert set(rows["method"]) >= {"dm", "poxm"} and rows["value"].notna().all()
     assert (run_dir / "results" / "prepare.csv").stat().st_size > 0

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from orchestration.cluster.preflight import check_address
 from orchestration.stages.epoch_reports import HOLD_ENV
 from tests.poxm_process import POXM, REPO, poxm_env, poxm_in_process, tiny_config
 from tests.ray_cluster import Cluster, cluster_env
@@ -70,6 +71,10 @@ def test_sweep_survives_losing_its_worker_node(ray_session, tmp_path, capsys):
         cl.start_head("--num-cpus", "1", "--num-gpus", "0")
         cl.add_node("worker", "--num-cpus", "2", "--num-gpus", "0")
         worker = cl.procs[-1]
+        with pytest.MonkeyPatch.context() as mp:     # its GCS (127.0.0.1, token authentication on) answers
+            for k, v in cluster_env().items():       # the handshake `poxm run --address` makes first
+                mp.setenv(k, v)
+            check_address(cl.address)
         proc = subprocess.Popen(POXM + ["run", str(cfg_path), "--address", cl.address, "--runs-dir", str(runs),
                                         "--quiet", "mlflow.enabled=false"], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
