@@ -43,10 +43,13 @@ def config(tmp: Path, seeds: list[int]) -> Path:
     return path
 
 
-def sweep(tmp: Path, runs: Path, seeds: list[int]) -> Path:
+def sweep(tmp: Path, runs: Path, seeds: list[int], mlflow: bool = True) -> Path:
+    """A finished sweep over `seeds`; `mlflow=False`: no MLflow store (a key outside the run's identity,
+    so merged and compared as the same config; for the runs whose MLflow runs no test reads)."""
     from orchestration.stages.sweep import run_sweep
     from poxm_core.config.schema import load_config
-    out = run_sweep(load_config(config(tmp, seeds)), runs_dir=runs, progress=False)
+    out = run_sweep(load_config(config(tmp, seeds), overrides=[] if mlflow else ["mlflow.enabled=false"]),
+                    runs_dir=runs, progress=False)
     assert out.ok, out
     return out.run_dir
 
@@ -75,11 +78,12 @@ def trial_files(run_dir: Path, trial: str) -> dict[str, tuple[int, bytes]]:
 
 @pytest.fixture(scope="module")
 def runs(ray_session, tmp_path_factory):
-    """The reference over seeds [0, 1] and one run each over [0] and [1], in one runs directory."""
+    """The reference over seeds [0, 1] and one run each over [0] and [1], in one runs directory (MLflow's
+    runs are read of s0 alone, the one the add-seed test extends)."""
     tmp = tmp_path_factory.mktemp("seeds")
     base = tmp / "runs"
-    return {"tmp": tmp, "base": base, "ref": sweep(tmp, base, [0, 1]), "s0": sweep(tmp, base, [0]),
-            "s1": sweep(tmp, base, [1])}
+    return {"tmp": tmp, "base": base, "ref": sweep(tmp, base, [0, 1], mlflow=False), "s0": sweep(tmp, base, [0]),
+            "s1": sweep(tmp, base, [1], mlflow=False)}
 
 
 def test_report_over_two_runs_equals_one_sweep_over_both_seeds(runs, capsys):
