@@ -47,20 +47,27 @@ def test_state_api_available_follows_the_dashboard(monkeypatch, url, expected):
 
 
 @pytest.mark.slow
-def test_the_sweep_starts_ray_trains_resource_coordinator(fresh_ray):
+def test_the_sweep_starts_ray_trains_resource_coordinator(ray_session):
     """start_train_coordinator creates the one actor Ray Train's jobs ask for resources (by the name
-    Ray Train looks it up by), so that the first jobs do not wait for it to start. A Ray of its own: the
-    test run's shared one holds the actor once any sweep has run."""
+    Ray Train looks it up by), so that the first jobs do not wait for it to start. On the test run's Ray,
+    which holds the actor once a sweep has run: that one is killed first (for good: no restart), and
+    the next sweep's jobs create it again as they would on a new Ray."""
+    import time
+
     import ray
 
     from orchestration.cluster.ray_setup import start_train_coordinator
 
-    def found() -> bool:
+    def found():
         try:
-            ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
-            return True
+            return ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
         except ValueError:
-            return False
-    assert not found()
+            return None
+    if (old := found()) is not None:
+        ray.kill(old, no_restart=True)
+        deadline = time.time() + 60
+        while found() is not None and time.time() < deadline:
+            time.sleep(0.1)
+    assert found() is None
     start_train_coordinator()
-    assert found()
+    assert found() is not None
