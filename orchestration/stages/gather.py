@@ -141,7 +141,7 @@ def select_and_report(rd: RunDir, criterion: str, rows: pd.DataFrame, say) -> Pa
     if sel is not None:
         write_selection(rd.root, sel.frame())
     try:
-        from orchestration.report import build_report
+        from orchestration.report.build import build_report
         return Path(build_report(rd.root, sel))
     except (PoxmInputError, ImportError) as exc:
         say(f"  report: not built ({exc})")

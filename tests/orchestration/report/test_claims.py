@@ -196,7 +196,7 @@ def test_stability_modal_point_share_and_ties():
 
 @pytest.mark.slow
 def test_report_opens_with_the_claims_table_under_is_and_snis(tmp_path):
-    from orchestration.report import build_report
+    from orchestration.report.build import build_report
     from orchestration.report.claims import read_claims, summary_from_report
     run = tmp_path / "run"
     (run / "results").mkdir(parents=True)

@@ -103,7 +103,7 @@ def _headings(index: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("seeds", [[0], [0, 1, 2]])
 def test_report_leads_with_the_headline_below_three_seeds(tmp_path, seeds):
-    from orchestration.report import build_report
+    from orchestration.report.build import build_report
     run = tmp_path / "run"
     (run / "results").mkdir(parents=True)
     _rows(seeds).to_csv(run / "results" / "rows.csv", index=False)

@@ -9,7 +9,7 @@ import pandas as pd
 import numpy as np
 import pytest
 
-from orchestration.report import build_report
+from orchestration.report.build import build_report
 from orchestration.report import figures as F
 from orchestration.report import paper
 from orchestration.report.aggregate import (Cell, best_cells, cell_grid, expected_from_config,

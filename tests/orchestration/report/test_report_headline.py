@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from orchestration.report import build_report
+from orchestration.report.build import build_report
 from orchestration.report import figures as F
 from orchestration.report.aggregate import expected_from_rows, seed_stats
 from orchestration.report.logging_table import logging_policy_values, logging_stats_table
