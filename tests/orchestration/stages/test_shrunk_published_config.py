@@ -14,7 +14,7 @@ MLDR = default_data_root() / "mldr_misc"
 # affords: one seed, the paper's variant A (P's T solve trains a supervised reference), 2 epochs, one grid
 # point a method, and the methods the claims "POXM > supervised on the logs" and "POXM > POTEC" compare
 SHRINK = ["seeds=[0]", "datasets.0.variants=[{name: A, alpha: 0.2, beta: 0.0, T: 2}]", "model.epochs=2",
-          "training.epochs=2",
+          "training.epochs=2", "training.mc_slates=8",
           "methods={logging: {}, dm: {}, poxm: {p: [10], lam: [0.9]}, supervised_logs: {}, "
           "potec: {k: [10], lam: [0.9]}}",
           "mlflow.enabled=false"]
