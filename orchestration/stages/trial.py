@@ -28,7 +28,6 @@ done.json exists is not run again.
 """
 from __future__ import annotations
 
-import gc
 import os
 import time
 from pathlib import Path
@@ -64,6 +63,7 @@ def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> N
     import torch
 
     from poxm_core.config.schema import SweepConfig
+    from poxm_core.training.memory import start_trial
 
     job: WorkerJob = train_loop_config["job"]
     if train_loop_config.get("mps_limit"):      # an MPS client's memory limit, before its CUDA context
@@ -93,9 +93,9 @@ def worker_loop(train_loop_config: dict, session: RaySession | None = None) -> N
             head_epochs += n_heads * E
             continue
         mine = ckpt if ckpt is not None and ckpt_trial == m.name else None
-        # a reused process (a pack, Tune's reuse_actors): what the previous trial left in reference cycles
-        # (its CUDA graphs, engines, device data) freed before this one measures its memory peak
-        gc.collect()
+        # a reused process (a pack, Tune's reuse_actors): what the previous trial left (reference cycles, the
+        # allocator's cache, cuBLAS workspaces) freed and the peak restarted, so the peak recorded is this one's
+        start_trial()
         try:
             run_member(job, cfg, m, i, files, mine, loaded, head_epochs, len(members) > 1, starts, pace, session)
         except PoxmInputError as exc:
