@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from sweep_vs_plain import timeline  # noqa: E402
+# as a module of the benchmarks package: benchmarks/ put on sys.path would make its profile.py the stdlib's
+# `profile` for the whole test run (cProfile, which torch._dynamo imports, then fails)
+from benchmarks.sweep_vs_plain import timeline
 
 
 def _write(path: Path, obj) -> None:
