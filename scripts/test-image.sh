@@ -63,8 +63,14 @@ cleanup() {
   fi
   [ -n "$INDEX_PID" ] && kill "$INDEX_PID" 2> /dev/null
   if [ -n "$OWN_DAEMON" ]; then
-    kill "$(cat "$WORK/dockerd.pid")" 2> /dev/null
-    for _ in $(seq 60); do [ -e "$WORK/dockerd.pid" ] || break; sleep 0.5; done
+    local pid cpid; pid=$(cat "$WORK/dockerd.pid" 2> /dev/null); cpid=$(cat "$WORK/x/containerd/containerd.pid" 2> /dev/null)
+    for p in $pid $cpid; do      # the daemon stops its containerd; either left after 30 s is killed
+      kill "$p" 2> /dev/null
+      for _ in $(seq 60); do kill -0 "$p" 2> /dev/null || break; sleep 0.5; done
+      kill -9 "$p" 2> /dev/null
+    done
+    # what the daemon leaves mounted under its folders (the host's network namespace, layers)
+    awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n1 umount -l
   fi
   rm -rf "$WORK"
   case $rc in 0) say "passed in $(since "$T0") s; nothing left behind" ;;
@@ -139,8 +145,10 @@ build_image() {
   if docker build "${BUILD_ARGS[@]}" --build-arg "PIP_INDEX_URL=http://127.0.0.1:$dead/simple" . > "$WORK/dead.log" 2>&1; then
     fail "the build succeeded with an index that does not answer"
   fi
-  grep -q "No matching distribution found for pip" "$WORK/dead.log" || fail "the build without an index failed elsewhere: $(tail -5 "$WORK/dead.log")"
-  say "without an index the build fails at pip's upgrade: $(grep -m1 'No matching distribution' "$WORK/dead.log")"
+  # the message as the failing step printed it (the URL expanded), not the step's echoed command
+  grep -q "could not come from http://127.0.0.1:$dead/simple" "$WORK/dead.log" \
+    || fail "the build without an index failed elsewhere: $(tail -5 "$WORK/dead.log")"
+  say "without an index the build stops at pip's upgrade: 'pip and setuptools ... could not come from http://127.0.0.1:$dead/simple'"
 }
 
 if [ -n "${POXM_TEST_IMAGE:-}" ]; then TAG=$POXM_TEST_IMAGE; BUILD_S=""
