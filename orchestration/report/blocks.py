@@ -85,7 +85,7 @@ def claims_blocks(frame: pd.DataFrame, criteria: list[str], tdir: Path, out: Pat
     n = pd.to_numeric(frame["n"], errors="coerce").max() if "n" in frame else float("nan")
     enough = bool(n >= MIN_SEEDS)            # below it no cell has an interval or a verdict (claims.py)
     how = ("a 95 % interval that covers seed variation and test-set sampling, the seeds that agree, and a "
-           "verdict from a test corrected for multiplicity within each claim (Holm)" if enough else
+           "verdict from Holm's correction over the run's whole declared family of claims" if enough else
            f"the seeds that agree; no interval and no verdict below {MIN_SEEDS} seeds")
     return [("p", f"What this benchmark says about each claim of the paper (and rows of ours), per dataset and "
                   f"variant: the mean paired difference over seeds at the selected heads, {how}, under {names}."),
