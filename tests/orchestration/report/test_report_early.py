@@ -13,6 +13,8 @@ from orchestration.rundir import write_json
 
 
 def test_the_callback_calls_the_hook_once_when_every_trial_is_done(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
     from orchestration.report import figure_pool
     started = []
     monkeypatch.setattr(figure_pool, "prestart", lambda: started.append(1))
@@ -21,17 +23,20 @@ def test_the_callback_calls_the_hook_once_when_every_trial_is_done(tmp_path, mon
     cb = ts.ReportEarly(tmp_path, ["a", "b"])
     # Tune pickles its callbacks with the experiment: the copy finds the hook by run directory
     cb = pickle.loads(pickle.dumps(cb))
-    cb.on_trial_result(0, [], None, {"epoch": 3})
+    a, b = (SimpleNamespace(config={"trial": {"name": n}}) for n in "ab")
+    cb.on_trial_result(0, [], a, {"epoch": 3})
     assert started == [] and calls == []
     write_json(tmp_path / "trials" / "a" / "done.json", {})
-    cb.on_trial_result(0, [], None, {"member_finished": 1})
+    cb.on_trial_result(0, [], a, {"member_finished": 1})
+    ts.wait_prestarted(tmp_path)           # started on a thread of its own, off Tune's loop
     assert started == [1] and calls == []              # drawing processes at the first trial, b not done
     write_json(tmp_path / "trials" / "b" / "done.json", {})
-    cb.on_trial_result(0, [], None, {"member_finished": 1, "finished": 1})
-    cb.on_trial_result(0, [], None, {"member_finished": 1})
+    cb.on_trial_result(0, [], b, {"member_finished": 1, "finished": 1})
+    cb.on_trial_result(0, [], b, {"member_finished": 1})
     assert started == [1] and calls == [1]
     other = ts.ReportEarly(tmp_path / "elsewhere", ["a"])        # no hook for its run directory: nothing
-    other.on_trial_result(0, [], None, {"member_finished": 1})
+    other.on_trial_result(0, [], a, {"member_finished": 1})
+    ts.wait_prestarted(tmp_path / "elsewhere")
 
 
 def test_the_early_report_runs_once_and_hands_over_its_result_or_error(monkeypatch):
