@@ -27,7 +27,7 @@ from orchestration.stages.epoch_reports import HOLD_ENV
 from tests.poxm_process import POXM, REPO, poxm_env, poxm_in_process, tiny_config
 from tests.ray_cluster import Cluster, cluster_env
 
-EPOCHS = 10
+EPOCHS = 4             # the hold keeps trials at epoch 1 until the kill: 4 leave them mid-training there
 CONFIG = tiny_config("nodeloss", [1.0, 2.0, 4.0], epochs=EPOCHS, group_by="seed",
                      resources={"cpus_per_trial": 1, "max_failures": 3, "trials_per_job": 1})
 

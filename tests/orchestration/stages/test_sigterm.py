@@ -15,7 +15,7 @@ import yaml
 from orchestration.stages.epoch_reports import HOLD_ENV
 from tests.poxm_process import POXM, REPO, poxm_env, poxm_in_process, tiny_config
 
-CONFIG = tiny_config("sigterm", [1.0], epochs=8)
+CONFIG = tiny_config("sigterm", [1.0], epochs=3)       # held after epoch 1: the signal comes mid-training
 
 
 @pytest.mark.slow
