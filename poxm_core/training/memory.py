@@ -30,10 +30,14 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
            head) the largest working set of a head: its features of both splits, then the largest of
            its table (n K f gathered rows, f its feature width; n L logits for an all-label policy; both
            at most CHUNK_GPU elements), POTEC's pairwise (n, K, K) arrays, and its exact slate metrics'
-           quadrature (metrics/slate.py: chunks of GPU_CHUNK_ELEMS float64 at 300 nodes a row, the torch
-           version's arrays counted; a row's relevant columns are its true labels in the support, at most
-           `labels_max`, else the support) or their Monte-Carlo draws (3 float64 arrays of
-           GPU_MC_CHUNK_ELEMS)
+           quadrature or their Monte-Carlo draws (3 float64 arrays of GPU_MC_CHUNK_ELEMS). The
+           quadrature (metrics/slate.py) cuts rows into chunks of GPU_CHUNK_ELEMS float64 at 300 nodes
+           a row (the torch version's arrays counted; a row's relevant columns are its true labels in
+           the support, at most `labels_max`, else the support), but a chunk takes the nodes its hardest
+           row needs: POTEC's two-stage scores put a second-round label e^-600 below the first, over 600
+           panels of 8 nodes, 16 times the 300 (5 GB for one POTEC head at Corel5k's 1,250 test rows).
+           So one thread's head is counted at the most nodes a chunk can take (`peaked_nodes`) when it
+           is POTEC's, the other threads' at 300
   cublas   cuBLAS's workspaces, 32 MiB each on Hopper from the caching allocator, one per thread and
            stream: the training thread's three (its stream, the capture's, the separate pass's) and two a
            evaluation thread (the default stream, the overlapped validation's)
@@ -43,8 +47,9 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
 The step's row term is what grows with the heads (the 186 heads of the wide grid: 455,040 rows a step at
 batch 64, against 6,400 for one POXM head of p = 100), the evaluation's with the threads. The estimate is a bound
 within a small factor of `torch.cuda.max_memory_allocated` (which sees one step, not the graph's pool
-beside it), except where a policy is so peaked that the slate quadrature takes more than 300 nodes a
-row (metrics/position_probs.py: up to 766 panels of 8). Each trial records it beside the peak measured
+beside it), except where two POTEC heads' slate quadratures run at once, or another policy is so peaked
+that its quadrature takes more than 300 nodes a row (200-416 measured on Corel5k's wide grid after 9
+epochs: threads seldom all hold their largest arrays at once). Each trial records it beside the peak measured
 in its first epoch and over the whole trial (summary.json "memory"); `start_trial` frees what an earlier
 trial of the same process left, so that the peak recorded is the trial's own.
 """
@@ -147,8 +152,19 @@ def _step(s: TrialShape) -> float:
     return total
 
 
-def _metrics(s: TrialShape, m: int) -> float:
-    """The slate metrics' device arrays of a stochastic table of m columns (metrics/slate.py)."""
+def peaked_nodes(kmax: int) -> int:
+    """The most quadrature nodes a chunk of the exact slate metrics takes: a row's range in log t is at
+    most log log(kmax / TAIL) + 745 + 17.3 (position_probs.py: 766 panels of 8 at kmax = 5). POTEC's rows
+    come close: its two-stage scores put a second-round label e^-600 below the first (621 panels and
+    more), and a chunk's hardest row sets the count of all its rows."""
+    from poxm_core.metrics.position_probs import ORDER, PANEL_WIDTH, TAIL
+
+    return ORDER * math.ceil((math.log(math.log(kmax / TAIL)) + 745 + 17.3) / PANEL_WIDTH)
+
+
+def _metrics(s: TrialShape, m: int, nodes: int) -> float:
+    """The slate metrics' device arrays of a stochastic table of m columns (metrics/slate.py), its chunk
+    of rows (sized for QUAD_NODES nodes a row) at `nodes` nodes."""
     from poxm_core.metrics.position_probs import elements_per_row
     from poxm_core.metrics.slate import _NOISE_BLOCK, EXACT_BUDGET, GPU_CHUNK_ELEMS, GPU_MC_CHUNK_ELEMS
 
@@ -157,8 +173,8 @@ def _metrics(s: TrialShape, m: int) -> float:
         return 0.0
     if max(s.n_test, 1) * m <= EXACT_BUDGET:
         r = min(m, s.labels_max) if s.labels_max > 0 else m      # a row's true labels in the support
-        rows = min(n, max(1, GPU_CHUNK_ELEMS // elements_per_row(m, r, k)))
-        return 8.0 * rows * QUAD_NODES * (2 * r * k + 8 * r + 3 * k)
+        rows = min(n, max(1, GPU_CHUNK_ELEMS // elements_per_row(m, r, k, QUAD_NODES)))
+        return 8.0 * rows * nodes * (2 * r * k + 8 * r + 3 * k)
     rows = min(n, max(1, GPU_MC_CHUNK_ELEMS // (s.mc_slates * m) // _NOISE_BLOCK) * _NOISE_BLOCK)
     return 24.0 * rows * s.mc_slates * m
 
@@ -173,10 +189,19 @@ def _table(s: TrialShape, h: HeadShape, n: int) -> float:
     return max(gathered, pairs)
 
 
-def _final_thread(s: TrialShape, h: HeadShape) -> float:
+def _final_thread(s: TrialShape, h: HeadShape, nodes: int) -> float:
     f = h.feat or h.width
     n = max(s.n_test, s.n_val)
-    return 8.0 * (s.n_val + s.n_test) * f + max(_table(s, h, n), _metrics(s, h.support))
+    return 8.0 * (s.n_val + s.n_test) * f + max(_table(s, h, n), _metrics(s, h.support, nodes))
+
+
+def _final(s: TrialShape) -> float:
+    """The final report's threads: one with the largest head at the nodes its rows may take (POTEC's,
+    `peaked_nodes`), the others at the nodes the metrics' chunks are sized for."""
+    if not s.heads:
+        return 0.0
+    own = max(_final_thread(s, h, peaked_nodes(s.kmax) if h.pairs else QUAD_NODES) for h in s.heads)
+    return own + (_threads(s) - 1) * max(_final_thread(s, h, QUAD_NODES) for h in s.heads)
 
 
 def _overlap(s: TrialShape) -> float:
@@ -194,9 +219,8 @@ def _threads(s: TrialShape) -> int:
 
 def estimate_parts(s: TrialShape) -> dict[str, int]:
     """The estimate's terms in bytes (module doc): data, params, cublas, step (one), overlap, final."""
-    final = max((_final_thread(s, h) for h in s.heads), default=0.0)
     return {"data": int(_data(s)), "params": int(_params(s)), "cublas": (3 + 2 * _threads(s)) * CUBLAS_WORKSPACE,
-            "step": int(_step(s)), "overlap": int(_overlap(s)), "final": int(_threads(s) * final)}
+            "step": int(_step(s)), "overlap": int(_overlap(s)), "final": int(_final(s))}
 
 
 def estimate_peak_bytes(s: TrialShape) -> int:
