@@ -26,7 +26,7 @@ different derivation would change them; new code must not copy them):
   default_rng([seed, k])  the synthetic generator (data/synthetic.py: [seed, 0], a chunk [seed, 1, c]), the Monte-Carlo
                           slate noise blocks of the stochastic metrics (k = block index)
   default_rng(seed)       a user-given seed used as is: the test split of a declared dataset
-                          (split.seed, data/registry.py), the bootstrap of an estimate or an aggregate, the
+                          (split.seed, data/splits.py), the bootstrap of an estimate or an aggregate, the
                           k-means++ draws of label clusters (prepare/clusters.py: the published OBD clusters)
   torch.manual_seed(seed) the logging model's initialisation (global torch RNG, model/logging_model.py), the
                           known-answer learners' initialisation (bandit/known_answer_learners.py)

@@ -62,7 +62,7 @@ def test_tagged_stream_is_the_kept_formula():
 ALLOWED = {
     "SeedSequence": {"poxm_core/common/seeds.py", "poxm_core/bandit/policy.py"},
     "default_rng": {"poxm_core/common/seeds.py", "poxm_core/metrics/slate.py", "poxm_core/data/synthetic.py",
-                    "poxm_core/data/registry.py", "poxm_core/estimators/base.py", "orchestration/report/aggregate.py",
+                    "poxm_core/data/registry.py", "poxm_core/data/splits.py", "poxm_core/estimators/base.py", "orchestration/report/aggregate.py",
                     "poxm_core/prepare/clusters.py"},
     "manual_seed": {"poxm_core/common/seeds.py", "poxm_core/model/logging_model.py", "poxm_core/training/epoch.py",
                     "poxm_core/policy/registry.py", "poxm_core/accel/triton_adam.py",
