@@ -8,8 +8,9 @@
 #   2. an MLflow server container (the manifest's command), a Ray head and a Ray worker container, all
 #      on the host network with Ray pinned to 127.0.0.1 (tests/ray_loopback_start.py); KubeRay's probes
 #      answer in them; MLflow answers the in-cluster host names and refuses others;
-#   3. the quickstart sweep submitted with `ray job submit`, as the RayJob's entrypoint (the manifest's,
-#      on configs/quickstart.yaml): it finishes, MLflow lists its runs, `poxm report` rebuilds the report;
+#   3. the quickstart sweep (made smaller) submitted with `ray job submit`, as the RayJob's entrypoint
+#      (the manifest's, on configs/quickstart.yaml): it finishes, MLflow lists its runs, `poxm report`
+#      rebuilds the report;
 #   4. the same sweep in another runs folder, the worker container killed mid-sweep: it finishes with
 #      the same rows;
 #   all along, no TCP socket of any container is off 127.0.0.1 (`ss`, tests/docker/on_host.py watch).
@@ -31,7 +32,10 @@ RUN=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 PREFIX=pxi-$RUN-
 WORK=$(mktemp -d /tmp/pxi.XXXXXX)
 TORCH_VERSION=2.13.0
-OVERRIDES=(${POXM_TEST_OVERRIDES-training.epochs=2 datasets.0.synthetic.scale=0.25})
+# the quickstart made smaller for a test: 4 of its methods, 2 epochs, a quarter of its data (the cluster
+# path is the same; POXM_TEST_OVERRIDES= runs the whole quickstart)
+SMALLER='training.epochs=2 datasets.0.synthetic.scale=0.25 methods={"logging":{},"dm":{},"poxm":{"p":[10,50],"lam":[0.9]},"skyline":{"lr":5.0e-3}}'
+read -r -a OVERRIDES <<< "${POXM_TEST_OVERRIDES-$SMALLER}"
 EPOCHS=$(printf '%s\n' "${OVERRIDES[@]}" | sed -n 's/^training\.epochs=//p' | tail -1)
 EPOCHS=${EPOCHS:-5}        # configs/quickstart.yaml's
 HOLD_EPOCH=1
@@ -69,9 +73,10 @@ cleanup() {
       for _ in $(seq 60); do kill -0 "$p" 2> /dev/null || break; sleep 0.5; done
       kill -9 "$p" 2> /dev/null
     done
-    # what the daemon leaves mounted under its folders (the host's network namespace, layers)
-    awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n1 umount -l
   fi
+  # what is left mounted under the temp folder: the daemon's (the host's network namespace, layers), or
+  # a debootstrap that failed half-way (its /proc, /sys)
+  awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n1 umount -l
   rm -rf "$WORK"
   case $rc in 0) say "passed in $(since "$T0") s; nothing left behind" ;;
     77) ;; *) say "failed (exit $rc) in $(since "$T0") s; nothing left behind" ;; esac
@@ -172,6 +177,10 @@ chmod 600 "$WORK/auth/token"
 COMMON=(--network host --user "$(id -u):$(id -g)" -e HOME=/tmp --add-host mlflow:127.0.0.1
         -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/auth/token -v "$WORK/auth:/auth:ro"
         -v "$WORK/shared:/shared" -w /opt/poxm)
+# from here on, every socket of every container of this test is watched
+python3 tests/docker/on_host.py watch "$PREFIX" "$WORK/sockets" "$WORK/watch.stop" &
+WATCH_PID=$!
+
 in_image() {   # NAME ARGS...: tests/docker/in_image.py in a container of the image
   local name=$1; shift
   docker run --rm --name "$PREFIX$name" "${COMMON[@]}" -v "$REPO/tests/docker/in_image.py:/opt/test/in_image.py:ro" \
@@ -180,9 +189,6 @@ in_image() {   # NAME ARGS...: tests/docker/in_image.py in a container of the im
 parts=$(in_image manifest manifest /opt/test/kuberay-rayjob.yaml "$MLP") || fail "reading the manifest: $parts"
 eval "$parts"
 [ "${ENTRYPOINT_ARGS[*]:0:3}" = "poxm run configs/quickstart.yaml" ] || fail "unexpected entrypoint: ${ENTRYPOINT_ARGS[*]}"
-
-python3 tests/docker/on_host.py watch "$PREFIX" "$WORK/sockets" "$WORK/watch.stop" &
-WATCH_PID=$!
 
 # the three start side by side: MLflow, the Ray head, then the worker once the head answers
 docker run -d --name "${PREFIX}mlflow" "${COMMON[@]}" -v "$WORK/mlflow:/mlflow" "$TAG" "${MLFLOW_ARGS[@]}" > /dev/null

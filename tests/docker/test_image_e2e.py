@@ -17,7 +17,7 @@ SKIP = 77          # scripts/test-image.sh: it cannot run on this machine (and s
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_the_image_serves_the_rayjob_on_this_machine():
+def test_the_image_serves_the_rayjob_on_this_machine(capsys):
     if shutil.which("docker") is None:
         pytest.skip("no docker command (apt-get install docker.io debootstrap; .ci/run does)")
     r = subprocess.run([str(REPO / "scripts" / "test-image.sh")], cwd=REPO, capture_output=True, text=True,
@@ -27,3 +27,6 @@ def test_the_image_serves_the_rayjob_on_this_machine():
     assert r.returncode == 0, r.stderr[-8000:]
     assert "no container socket off 127.0.0.1" in r.stderr
     assert "the same" in r.stderr and "final rows" in r.stderr
+    with capsys.disabled():          # what it measured, in the test log (build time, image size, sweeps)
+        print("\n" + "\n".join(line for line in r.stderr.splitlines()
+                                if any(w in line for w in ("base image", "built", "measured:")))[-2000:])
