@@ -139,7 +139,9 @@ def test_sweep_layout_mlflow_and_selection(reference):
         # at least the trial's compute; its share of that compute in tags (the logging policy's the least)
         assert (r.info.end_time - r.info.start_time) / 1000 >= float(t["trial_seconds"]) - 0.051
         assert float(t["head_seconds"]) <= float(t["trial_seconds"])
-        assert float(t["share_of_trial"]) == pytest.approx(float(t["head_seconds"]) / float(t["trial_seconds"]), abs=0.01)
+        # the seconds tags are rounded to 0.1 s, the share is not: their ratio is off by up to ~0.05 s / trial
+        assert float(t["share_of_trial"]) == pytest.approx(float(t["head_seconds"]) / float(t["trial_seconds"]),
+                                                           abs=0.002 + 0.1 / float(t["trial_seconds"]))
         assert r.info.run_name.startswith(f"{t['variant']} s{t['seed']} {t['method']}") and len(r.info.run_name) <= 25
         assert all(k.split("/")[0] in ("train", "val", "test", "val_truth") for k in m), sorted(m)
         if t["method"] in ("dm", "poxm"):    # trained heads: per-epoch curves, step = epoch
