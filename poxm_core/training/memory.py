@@ -44,14 +44,15 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
 
     estimate = data + params + cublas + step + max(step + overlap, final)
 
-The step's row term is what grows with the heads (the 186 heads of the wide grid: 455,040 rows a step at
-batch 64, against 6,400 for one POXM head of p = 100), the evaluation's with the threads. The estimate is a bound
-within a small factor of `torch.cuda.max_memory_allocated` (which sees one step, not the graph's pool
-beside it), except where two POTEC heads' slate quadratures run at once, or another policy is so peaked
-that its quadrature takes more than 300 nodes a row (200-416 measured on Corel5k's wide grid after 9
-epochs: threads seldom all hold their largest arrays at once). Each trial records it beside the peak measured
-in its first epoch and over the whole trial (summary.json "memory"); `start_trial` frees what an earlier
-trial of the same process left, so that the peak recorded is the trial's own.
+The step's row term is what grows with the heads (the 186 heads of the wide grid: 455,040 rows a step
+at batch 64, against 6,400 for one POXM head of p = 100), the evaluation's with the threads. The
+estimate is a bound within a small factor of `torch.cuda.max_memory_allocated` (which sees one step, not
+the graph's pool beside it), except where two POTEC heads' slate quadratures run at once, or another
+policy is so peaked that its quadrature takes more than 300 nodes a row (200-440 measured on Corel5k's
+wide grid after 11 of 20 epochs, POTEC's k = 2 heads 4,968; threads seldom all hold their largest arrays
+at once). Each trial records it beside the peak measured in its first epoch and over the whole trial
+(summary.json "memory"); `start_trial` frees what an earlier trial of the same process left, so that
+the peak recorded is the trial's own.
 """
 from __future__ import annotations
 
