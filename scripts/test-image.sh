@@ -57,11 +57,12 @@ cleanup() {
     for f in "$WORK"/job-*.log; do [ -f "$f" ] && { echo "---- $(basename "$f")" >&2; tail -30 "$f" >&2; }; done
   fi
   [ -n "$ids" ] && docker rm -f $ids > /dev/null
-  if [ -z "${POXM_IMAGE_TEST_KEEP:-}" ] && [ -z "${POXM_TEST_IMAGE:-}" ]; then
+  # images: a private daemon's go with its folder; on another daemon, those this run made
+  if [ -z "$OWN_DAEMON" ] && [ -z "${POXM_IMAGE_TEST_KEEP:-}" ] && [ -z "${POXM_TEST_IMAGE:-}" ]; then
     docker rmi -f "$TAG" > /dev/null 2>&1
   fi
-  [ -n "$BASE_MADE" ] && docker rmi -f "$BASE" > /dev/null 2>&1
-  if [ -n "$LISTED" ]; then     # the layers of the builds that tagged nothing (the failing build)
+  [ -z "$OWN_DAEMON" ] && [ -n "$BASE_MADE" ] && docker rmi -f "$BASE" > /dev/null 2>&1
+  if [ -z "$OWN_DAEMON" ] && [ -n "$LISTED" ]; then     # the layers of the builds that tagged nothing (the failing build)
     comm -13 <(sort -u <<< "$IMAGES_BEFORE") <(docker images -aq --no-trunc | sort -u) \
       | xargs -r docker rmi -f > /dev/null 2>&1
   fi
