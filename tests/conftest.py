@@ -66,24 +66,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 # ------------------------------------------------------------------------------ tiers in one run
 
-def pytest_addoption(parser):
-    parser.addoption("--fast-first", action="store_true",
-                     help="run the tests not marked slow first, and the slow ones only when none of those failed "
-                          "(./scripts/test.sh --all: both tiers in one run, collected and imported once)")
-
-
-def pytest_collection_modifyitems(config, items):
-    if config.getoption("--fast-first"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is not None)     # stable: file order kept
-
-
-def pytest_runtest_setup(item):
-    """--fast-first: the first slow test ends the run when a fast one failed, as a fast tier of its own would."""
-    session = item.session
-    if (session.config.getoption("--fast-first") and session.testsfailed
-            and item.get_closest_marker("slow") is not None):
-        session.shouldstop = f"{session.testsfailed} fast test(s) failed: the slow tests were not run"
-        pytest.skip(session.shouldstop)
+from tier_order import pytest_addoption, pytest_collection_modifyitems, pytest_runtest_setup  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------------------- files left behind

@@ -149,6 +149,7 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
     behind (mlflow forks uvicorn and job-queue workers; `poxm ui` takes their whole group down)."""
     import json
     import os
+    import re
     import signal
     import socket
     import time
@@ -187,11 +188,16 @@ def test_ui_serves_the_run_store_and_stops_with_its_workers(tmp_path):
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
         from orchestration.tracking.ui import MODE_SCRIPT
         assert MODE_SCRIPT in page and page.index(MODE_SCRIPT) < page.index("static-files")   # before MLflow's own
-        while not out.read_text().strip() and time.time() < deadline:    # the URL follows /health
+        while "answers" not in out.read_text() and time.time() < deadline:  # the last line follows /health
             time.sleep(0.2)
-        # one line, the URL; nothing of MLflow's (security banner, warnings) on either stream
-        # (no mlflow_runs.json here, so no experiment to point at: the server's address)
-        assert out.read_text().strip().splitlines() == [f"MLflow UI: http://127.0.0.1:{port}"], out.read_text()
+        # three lines of poxm's own: what it starts, the URL, that the server answers; nothing of MLflow's
+        # (security banner, warnings) on either stream (no mlflow_runs.json here, so no experiment to point
+        # at: the URL is the server's address)
+        lines = out.read_text().strip().splitlines()
+        assert len(lines) == 3, lines
+        assert lines[0].startswith(f"poxm ui: starting MLflow's server on the store of {run.name}"), lines
+        assert lines[1] == f"MLflow UI: http://127.0.0.1:{port}", lines
+        assert re.fullmatch(r"poxm ui: MLflow's server answers \(\d+ s\); Ctrl-C stops it", lines[2]), lines
         assert err.read_text() == ""
         t0 = time.time()
         proc.send_signal(signal.SIGTERM)
