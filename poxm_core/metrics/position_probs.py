@@ -137,8 +137,43 @@ def position_sums(probs: np.ndarray, values: np.ndarray, kmax: int, *, panel_wid
 
 
 def elements_per_row(m: int, r: int, kmax: int, nodes: int = 300) -> int:
-    """float64 elements one row with r relevant columns needs in `position_sums` (for chunking)."""
+    """float64 elements one row with r relevant columns needs in `position_sums` (for chunking); `nodes`
+    may be an array (one count per row)."""
     return (2 * r * kmax + 4 * r + kmax + 2) * nodes + 3 * m
+
+
+def row_nodes(probs: np.ndarray, kmax: int, *, panel_width: float = PANEL_WIDTH, order: int = ORDER) -> np.ndarray:
+    """(c,) quadrature nodes each row needs on its own (`_nodes` gives a chunk the most of its rows)."""
+    c, m = probs.shape
+    npos = (probs > 0).sum(1)
+    kth = np.clip(np.minimum(kmax, npos) - 1, 0, m - 1)
+    wk = -np.partition(-probs, kth=np.unique(kth), axis=1)[np.arange(c), kth]     # the row's kth largest
+    wk = np.where(wk > 0, wk, 1.0)
+    scale = np.where(wk < TINY_WK, RESCALE, 1.0)
+    width = np.log(np.log(kmax / TAIL) / (wk * scale)) - (0.5 * np.log(2 * TAIL) - np.log(scale))
+    return order * np.maximum(1, np.ceil(width / panel_width)).astype(np.int64)
+
+
+def node_bounded_groups(probs: np.ndarray, r: int, kmax: int, max_elems: int) -> list[np.ndarray]:
+    """The rows of one chunk as groups whose `position_sums` working arrays (at the nodes the group's
+    hardest row needs) hold at most `max_elems` elements: [all rows] when they fit together (the usual
+    case: the values are bit for bit the chunk's own), else the rows ordered by the nodes they need and
+    cut greedily, so that a few peaked rows (POTEC's two-stage scores put a second-round label e^-600
+    below the first: 16 times the nodes of an ordinary row) neither blow the memory bound nor lend their
+    600 panels to every other row. A single row over the bound is a group of its own."""
+    c, m = probs.shape
+    nodes = row_nodes(probs, kmax)
+    if c <= 1 or c * elements_per_row(m, r, kmax, int(nodes.max())) <= max_elems:
+        return [np.arange(c)]
+    order = np.argsort(nodes, kind="stable")
+    per_row = elements_per_row(m, r, kmax, nodes[order])     # ascending: a group's last row needs the most
+    groups, start = [], 0
+    while start < c:
+        fits = np.arange(1, c - start + 1) * per_row[start:] <= max_elems      # the group [start, start + i]
+        size = c - start if fits.all() else max(1, int(np.argmin(fits)))
+        groups.append(np.sort(order[start:start + size]))
+        start += size
+    return groups
 
 
 # ---- the same quadrature in torch (float64), for evaluation on a GPU -----------------------------------

@@ -18,7 +18,8 @@ import torch
 
 from poxm_core.metrics.inputs import (CHUNK_ELEMS, check_count, check_ids, check_inv_prop, check_ks, check_labels,
                                      check_probs, discount_cumsum, member, true_keys, truth_summaries)
-from poxm_core.metrics.position_probs import elements_per_row, position_sums, position_sums_torch
+from poxm_core.metrics.position_probs import (elements_per_row, node_bounded_groups, position_sums,
+                                              position_sums_torch)
 from poxm_core.common.errors import PoxmInputError
 from poxm_core.common.seeds import torch_generator
 
@@ -189,16 +190,22 @@ def _map_chunks(fn, starts: range) -> list:
     return list(_POOL.map(fn, starts))
 
 
-def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None, out_rows=None, a: int = 0) -> None:
+def _exact_chunk(pr, hit, w, ks, idcg, disc, est, device=None, out_rows=None, a: int = 0,
+                 max_elems: int = 1 << 62) -> None:
     """Add the chunk's exact expectations to est[(name, k)]: position probabilities by quadrature (on
-    `device` when it is a GPU: the same quadrature in torch, equal to round-off)."""
+    `device` when it is a GPU: the same quadrature in torch, equal to round-off). The chunk was sized
+    for 300 nodes a row; rows that need far more are computed in groups within `max_elems` elements a
+    working array (position_probs.node_bounded_groups)."""
     kmax = ks[-1]
     vals = np.stack([hit.astype(np.float64), w], axis=2)
-    if device is not None:
-        S = position_sums_torch(torch.as_tensor(pr, device=device), torch.as_tensor(vals, device=device),
-                                kmax).cpu().numpy()
-    else:
-        S = position_sums(pr, vals, kmax)   # (c, kmax, 2)
+    r = max(1, int((np.any(vals != 0, axis=2) & (pr > 0)).sum(1).max()))
+    S = np.empty((pr.shape[0], kmax, 2))         # (c, kmax, 2), by groups bounded at their nodes a row
+    for rows in node_bounded_groups(pr, r, kmax, max_elems):
+        if device is not None:
+            S[rows] = position_sums_torch(torch.as_tensor(pr[rows], device=device),
+                                          torch.as_tensor(vals[rows], device=device), kmax).cpu().numpy()
+        else:
+            S[rows] = position_sums(pr[rows], vals[rows], kmax)
     cum_hit = np.cumsum(S[:, :, 0], axis=1)
     cum_dcg = np.cumsum(S[:, :, 0] * disc[:kmax], axis=1)
     cum_ps = np.cumsum(S[:, :, 1], axis=1)
@@ -243,12 +250,18 @@ def _chunk_rows(Y, m: int, S: int, kmax: int, exact: bool, device, chunk_elems: 
     """Rows per chunk: the working arrays of one chunk hold about `chunk_elems` elements (on a GPU more,
     unless the caller set them: a chunk costs a few hundred kernels whatever its size). Monte-Carlo
     chunks are whole noise blocks, so the draws do not depend on the chunking."""
+    budget = _elems_budget(exact, device, chunk_elems)
     if exact:
         r = min(m, int(np.diff(Y.indptr).max()))   # relevant columns per row, at most
-        budget = GPU_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
         return max(1, budget // elements_per_row(m, max(r, 1), kmax))
-    budget = GPU_MC_CHUNK_ELEMS if device is not None and chunk_elems == CHUNK_ELEMS else chunk_elems
     return max(1, budget // (S * m) // _NOISE_BLOCK) * _NOISE_BLOCK
+
+
+def _elems_budget(exact: bool, device, chunk_elems: int) -> int:
+    """Elements a working array of a chunk may hold: the caller's, else larger ones on a GPU."""
+    if device is None or chunk_elems != CHUNK_ELEMS:
+        return chunk_elems
+    return GPU_CHUNK_ELEMS if exact else GPU_MC_CHUNK_ELEMS
 
 
 def _per_instance_arrays(per_instance: dict | None, ks: list[int], n: int) -> dict[tuple[str, int], np.ndarray]:
@@ -277,6 +290,7 @@ class _Chunks:
     chunk: int
     device: object
     want: dict                  # per-instance arrays to fill ({} for none)
+    elems: int                  # elements a working array may hold (the chunk's rows at their own nodes)
 
     def sums(self, a: int):
         """Chunk [a, a + chunk)'s (sum of best_i per k, additions to est, additions to var)."""
@@ -295,7 +309,7 @@ class _Chunks:
         v = {(nm, k): 0.0 for nm in NAMES for k in self.ks}
         want, kk = self.want or None, min(kmax, m)
         if self.exact:
-            _exact_chunk(pr, hit, w, self.ks, idcg, disc, e, self.device, want, a)
+            _exact_chunk(pr, hit, w, self.ks, idcg, disc, e, self.device, want, a, self.elems)
         elif self.device is not None:
             _mc_chunk_torch(pr, hit, w, self.ks, idcg, disc, self.seed, a, self.S, kk, e, v, self.device, want)
         else:
@@ -387,7 +401,7 @@ def stochastic_metrics(Y, support, probs, inv_prop, ks=(1, 3, 5), n_slates: int 
     exact = ks[-1] == 1 or n * m <= exact_budget
     want = _per_instance_arrays(per_instance, ks, n)
     chunks = _Chunks(Y, support, probs, inv, ks, S, seed, exact, _chunk_rows(Y, m, S, ks[-1], exact, device, chunk_elems),
-                     device, want)
+                     device, want, _elems_budget(exact, device, chunk_elems))
     est, var, best_sum = chunks.totals()
     for (nm, k), arr in want.items():    # PSR: each row's numerator over the mean denominator
         den = best_sum[k - 1] / n if nm == "PSR" else 1.0

@@ -33,11 +33,11 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
            quadrature or their Monte-Carlo draws (3 float64 arrays of GPU_MC_CHUNK_ELEMS). The
            quadrature (metrics/slate.py) cuts rows into chunks of GPU_CHUNK_ELEMS float64 at 300 nodes
            a row (the torch version's arrays counted; a row's relevant columns are its true labels in
-           the support, at most `labels_max`, else the support), but a chunk takes the nodes its hardest
-           row needs: POTEC's two-stage scores put a second-round label e^-600 below the first, over 600
-           panels of 8 nodes, 16 times the 300 (5 GB for one POTEC head at Corel5k's 1,250 test rows).
-           So one thread's head is counted at the most nodes a chunk can take (`peaked_nodes`) when it
-           is POTEC's, the other threads' at 300
+           the support, at most `labels_max`, else the support); rows that need more nodes (POTEC's
+           two-stage scores put a second-round label e^-600 below the first: over 600 panels of 8
+           nodes, 16 times the 300) are computed in smaller groups within the same bound
+           (position_probs.node_bounded_groups), so a chunk's arrays keep their 300-node size, or one
+           row's at the most nodes a row can take (`peaked_nodes`) where that is larger
   cublas   cuBLAS's workspaces, 32 MiB each on Hopper from the caching allocator, one per thread and
            stream: the training thread's three (its stream, the capture's, the separate pass's) and two a
            evaluation thread (the default stream, the overlapped validation's)
@@ -47,10 +47,9 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
 The step's row term is what grows with the heads (the 186 heads of the wide grid: 455,040 rows a step
 at batch 64, against 6,400 for one POXM head of p = 100), the evaluation's with the threads. The
 estimate is a bound within a small factor of `torch.cuda.max_memory_allocated` (which sees one step, not
-the graph's pool beside it), except where two POTEC heads' slate quadratures run at once, or another
-policy is so peaked that its quadrature takes more than 300 nodes a row (200-440 measured on Corel5k's
-wide grid after 11 of 20 epochs, POTEC's k = 2 heads 4,968; threads seldom all hold their largest arrays
-at once). Each trial records it beside the peak measured in its first epoch and over the whole trial
+the graph's pool beside it; threads seldom all hold their largest arrays at once). The quadrature's
+nodes a row were measured on Corel5k's wide grid at 200-440 after 11 of 20 epochs, 4,968 for POTEC's
+k = 2 heads: before its rows were grouped by the nodes they need, one POTEC head's chunk took 5 GB. Each trial records it beside the peak measured in its first epoch and over the whole trial
 (summary.json "memory"); `start_trial` frees what an earlier trial of the same process left, so that
 the peak recorded is the trial's own.
 """
@@ -164,8 +163,9 @@ def peaked_nodes(kmax: int) -> int:
 
 
 def _metrics(s: TrialShape, m: int, nodes: int) -> float:
-    """The slate metrics' device arrays of a stochastic table of m columns (metrics/slate.py), its chunk
-    of rows (sized for QUAD_NODES nodes a row) at `nodes` nodes."""
+    """The slate metrics' device arrays of a stochastic table of m columns (metrics/slate.py): its chunk of
+    rows at QUAD_NODES nodes a row, or one row at `nodes` (the most a row of the table may need) where
+    that is more (rows needing more nodes run in smaller groups within the chunk's bound)."""
     from poxm_core.metrics.position_probs import elements_per_row
     from poxm_core.metrics.slate import _NOISE_BLOCK, EXACT_BUDGET, GPU_CHUNK_ELEMS, GPU_MC_CHUNK_ELEMS
 
@@ -175,7 +175,7 @@ def _metrics(s: TrialShape, m: int, nodes: int) -> float:
     if max(s.n_test, 1) * m <= EXACT_BUDGET:
         r = min(m, s.labels_max) if s.labels_max > 0 else m      # a row's true labels in the support
         rows = min(n, max(1, GPU_CHUNK_ELEMS // elements_per_row(m, r, k, QUAD_NODES)))
-        return 8.0 * rows * nodes * (2 * r * k + 8 * r + 3 * k)
+        return 8.0 * max(rows * QUAD_NODES, nodes) * (2 * r * k + 8 * r + 3 * k)
     rows = min(n, max(1, GPU_MC_CHUNK_ELEMS // (s.mc_slates * m) // _NOISE_BLOCK) * _NOISE_BLOCK)
     return 24.0 * rows * s.mc_slates * m
 
@@ -198,7 +198,8 @@ def _final_thread(s: TrialShape, h: HeadShape, nodes: int) -> float:
 
 def _final(s: TrialShape) -> float:
     """The final report's threads: one with the largest head at the nodes its rows may take (POTEC's,
-    `peaked_nodes`), the others at the nodes the metrics' chunks are sized for."""
+    `peaked_nodes`: it matters only where one such row is more than a chunk), the others at the nodes
+    the metrics' chunks are sized for."""
     if not s.heads:
         return 0.0
     own = max(_final_thread(s, h, peaked_nodes(s.kmax) if h.pairs else QUAD_NODES) for h in s.heads)

@@ -157,3 +157,78 @@ def test_peaked_rows_down_to_denormals_match_exact_enumeration(kmax, backend):
     # a row alone (its own number of panels, its own scale) as within the chunk
     for i in range(c):
         assert np.abs(run(w[i:i + 1], vals[i:i + 1])[0] - want[i]).max() < 1e-9
+
+
+# ---- chunks bounded at the nodes their rows need (POTEC's peaked rows) ---------------------------------
+
+def _mixed_rows(c: int = 60, m: int = 12, seed: int = 0) -> np.ndarray:
+    """Ordinary rows with every fifth one peaked as POTEC's two-stage scores are (a second label e^-600
+    below the first): those need about 16 times the nodes of the others."""
+    rng = np.random.default_rng(seed)
+    w = rng.dirichlet(np.ones(m), size=c)
+    w[::5] = 1e-261
+    w[::5, 0] = 1.0 - 1e-261 * (m - 1)
+    return w
+
+
+def test_row_nodes_are_what_a_row_alone_takes():
+    from poxm_core.metrics.position_probs import ORDER, PANEL_WIDTH, _nodes, row_nodes
+
+    w = np.vstack([_mixed_rows(10, m=7), _peaked_rows()])
+    for k in (2, 5):
+        got = row_nodes(w, k)
+        assert [_nodes(w[i:i + 1], k, PANEL_WIDTH, ORDER)[0].shape[1] for i in range(len(w))] == got.tolist()
+    assert got[0] > 10 * got[1]                                 # a peaked row against an ordinary one
+
+
+def test_groups_keep_each_within_the_bound_and_cover_every_row_once():
+    from poxm_core.metrics.position_probs import elements_per_row, node_bounded_groups, row_nodes
+
+    w, k, r = _mixed_rows(), 5, 3
+    c, m = w.shape
+    nodes = row_nodes(w, k)
+    roomy = c * elements_per_row(m, r, k, int(nodes.max()))
+    assert [g.tolist() for g in node_bounded_groups(w, r, k, roomy)] == [list(range(c))]   # fits: one group
+    bound = c * elements_per_row(m, r, k, 300)                  # what the chunk was sized for
+    groups = node_bounded_groups(w, r, k, bound)
+    assert len(groups) > 1
+    assert sorted(np.concatenate(groups).tolist()) == list(range(c))
+    for g in groups:
+        assert len(g) == 1 or len(g) * elements_per_row(m, r, k, int(nodes[g].max())) <= bound
+    # the ordinary rows are not grouped with a peaked one
+    peaked = set(range(0, c, 5))
+    assert all(set(g.tolist()) <= peaked or not set(g.tolist()) & peaked for g in groups)
+
+
+def test_stochastic_metrics_in_bounded_groups_equal_one_chunk(monkeypatch):
+    """stochastic_metrics at a small working-array bound: no quadrature call holds more than the bound at
+    the nodes it uses, and the metrics equal those of one unbounded chunk within the quadrature's error."""
+    import scipy.sparse as sp
+
+    import poxm_core.metrics.slate as slate
+    from poxm_core.metrics.position_probs import elements_per_row, row_nodes
+
+    w = _mixed_rows(c=40, m=8)
+    c, m = w.shape
+    rng = np.random.default_rng(1)
+    support = np.stack([rng.permutation(20)[:m] for _ in range(c)])
+    Y = sp.csr_matrix((np.ones(2 * c), (np.repeat(np.arange(c), 2), support[:, [0, 3]].ravel())), shape=(c, 20))
+    inv = 1.0 + rng.random(20)
+    seen = []
+    real = slate.position_sums
+
+    def spy(pr, vals, kmax):
+        r = int((np.any(vals != 0, axis=2) & (pr > 0)).sum(1).max())
+        seen.append(len(pr) * elements_per_row(m, r, kmax, int(row_nodes(pr, kmax).max())))
+        return real(pr, vals, kmax)
+
+    monkeypatch.setattr(slate, "position_sums", spy)
+    bound = 20 * elements_per_row(m, 2, 5, 300)       # chunks of 20 rows; a peaked row alone takes ~16
+    small = slate.stochastic_metrics(Y, support, w, inv, ks=(1, 3, 5), chunk_elems=bound)
+    assert len(seen) > c // 20 and max(seen) <= bound
+    seen.clear()
+    whole = slate.stochastic_metrics(Y, support, w, inv, ks=(1, 3, 5), chunk_elems=1 << 40)
+    assert len(seen) == 1                                          # one chunk, one group
+    assert small.keys() == whole.keys()
+    for key in whole:
+        assert small[key] == pytest.approx(whole[key], abs=1e-10), key

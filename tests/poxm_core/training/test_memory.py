@@ -56,23 +56,27 @@ def test_the_formula_by_hand():
             + 8 * 16 * 10 * 10)                                             # POTEC's (B, K, K) structure
     frozen = 4 * 4 * 30 * 33 + 4 * 20 * (32 + 64 + 32 + 32)
     overlap = frozen + 4 * (8 * 20 * 64 + 6 * 20 * 10 * 64)                 # POTEC's validation is the largest
-    def quad(nodes):                                                         # 50 rows, 3 true labels at most
-        return 8 * 50 * nodes * (2 * 3 * 5 + 8 * 3 + 3 * 5)
-    assert 50 < 2 ** 25 // elements_per_row(10, 3, 5)                       # ... in one chunk
+    def quad(nodes):                                                         # 3 true labels at most
+        return 8 * nodes * (2 * 3 * 5 + 8 * 3 + 3 * 5)
+    assert 50 < 2 ** 25 // elements_per_row(10, 3, 5)                       # 50 rows in one chunk
     potec_nodes = 8 * 766          # a row's range at most log log(5 / 1e-15) + 745 + 17.3 (position_probs.py)
-    # one thread's POTEC head at its nodes, the 3 others at 300; POTEC's features are the widest
-    final = 8 * (20 + 50) * 64 + quad(potec_nodes) + 3 * (8 * (20 + 50) * 64 + quad(300))
+    # one thread's POTEC head at the larger of its chunk at 300 nodes a row and one row at its nodes (rows
+    # that need more run in groups within the chunk's bound), the 3 others at 300; POTEC's features are
+    # the widest
+    assert 50 * 300 > potec_nodes
+    final = 8 * (20 + 50) * 64 + quad(max(50 * 300, potec_nodes)) + 3 * (8 * (20 + 50) * 64 + quad(50 * 300))
     want = data + params + cublas + step + max(step + overlap, final)
-    assert (data, step, final) == (52_480, 1_401_104, 194_116_160)
+    assert (data, step, final) == (52_480, 1_401_104, 33_263_360)
     assert estimate_parts(SHAPE) == {"data": data, "params": params, "cublas": cublas, "step": step,
                                      "overlap": overlap, "final": final}
-    assert estimate_peak_bytes(SHAPE) == want == 564_799_984
+    assert estimate_peak_bytes(SHAPE) == want == 403_947_184
 
 
 def test_potec_rows_take_the_quadrature_nodes_the_estimate_gives_them():
     """POTEC's test-time scores put a label of the second round e^-600 below the first: the exact slate
-    metrics' quadrature then spans over 600 panels of 8 nodes for the whole chunk (position_probs._nodes),
-    16 times the 300 nodes a row its chunks are sized for, and at most the estimate's count."""
+    metrics' quadrature then spans over 600 panels of 8 nodes for a chunk holding it (position_probs._nodes),
+    16 times the 300 nodes a row its chunks are sized for, and at most the estimate's count; such a row is
+    computed apart from the ordinary ones (node_bounded_groups)."""
     import numpy as np
     from poxm_core.methods.potec import two_stage_scores
     from poxm_core.metrics.position_probs import _nodes
@@ -85,6 +89,13 @@ def test_potec_rows_take_the_quadrature_nodes_the_estimate_gives_them():
     rows = np.vstack([probs, np.full((1, 8), 1 / 8)])                # a flat row beside it in the chunk
     t, _, _ = _nodes(rows, 5, 1.0, 8)
     assert 16 * 300 < t.shape[1] <= peaked_nodes(5) == 8 * 766
+    # the slate metrics compute such rows apart when the chunk sized at 300 nodes a row cannot hold them
+    # at theirs: the flat row keeps its own few nodes, and no group is over the bound but a lone row
+    from poxm_core.metrics.position_probs import elements_per_row, node_bounded_groups, row_nodes
+    bound = 2 * elements_per_row(8, 2, 5, 300)
+    groups = node_bounded_groups(rows, 2, 5, bound)
+    assert [g.tolist() for g in groups] == [[1], [0]]
+    assert row_nodes(rows, 5).tolist()[::-1] == [row_nodes(rows[1:], 5)[0], t.shape[1]]
 
 
 def test_chunks_cap_the_evaluation_and_monte_carlo_takes_over_wide_tables():
