@@ -139,7 +139,8 @@ class Packing:
         from poxm_core.training.memory import estimate_peak_bytes, shape_from_stats
         self.plan, self.res = plan, plan.cfg.resources
         self.card = card if card is not None else (card_bytes() if self.res.gpus_per_trial > 0 else None)
-        threads = int(os.environ.get("POXM_EVAL_THREADS", "0") or 0) or os.cpu_count() or 1
+        from poxm_core.training.eval_threads import eval_threads_for
+        threads = eval_threads_for("cuda" if self.res.gpus_per_trial > 0 else None)   # as the trial will count them
         self.estimates: dict[str, int | None] = {}
         for s in plan.specs:
             stats = None

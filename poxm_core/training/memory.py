@@ -26,8 +26,8 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
   overlap  the previous epoch's validation beside training (overlap.py): each trained head's copy of its
            output layer and validation features, and per evaluation thread one head's working set on the
            validation rows
-  final    the final report: per evaluation thread (POXM_EVAL_THREADS, else the CPU count; at most one a
-           head) the largest working set of a head: its features of both splits, then the largest of
+  final    the final report: per evaluation thread (eval_threads.eval_threads_for: POXM_EVAL_THREADS, else
+           the CPU count, at most 4 on a GPU; at most one a head) the largest working set of a head: its features of both splits, then the largest of
            its table (n K f gathered rows, f its feature width; n L logits for an all-label policy; both
            at most CHUNK_GPU elements), POTEC's pairwise (n, K, K) arrays, and its exact slate metrics'
            quadrature or their Monte-Carlo draws (3 float64 arrays of GPU_MC_CHUNK_ELEMS). The

@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from poxm_core.config.schema import SweepConfig
-from poxm_core.common.errors import PoxmInputError
 from poxm_core.estimators.base import effective_sample_size
 from poxm_core.estimators.validation import needed_arrays, validation_estimates
 from poxm_core.estimators.weights import importance_weights
 from poxm_core.metrics.ranking import greedy_metrics, greedy_per_instance, stochastic_metrics
 from poxm_core.prepare.prepared import Prepared
 from poxm_core.common.results import KS, make_row, mlflow_name
+from poxm_core.training.eval_threads import eval_threads_for
 from poxm_core.training.batches import DeviceCSR
 from poxm_core.policy.heads import HeadParams
 from poxm_core.training.evaluation import PolicyView, test_table, val_arrays
@@ -111,20 +110,10 @@ class EvalInputs:
         return own if h.companion is None else torch.cat([own, self.eval_features(h.companion, e)], dim=1)
 
 
-def eval_threads() -> int:
-    """POXM_EVAL_THREADS as a positive int, 0 when unset."""
-    raw = os.environ.get("POXM_EVAL_THREADS", "").strip()
-    if not raw:
-        return 0
-    if not raw.isdigit() or int(raw) < 1:
-        raise PoxmInputError(f"POXM_EVAL_THREADS={raw!r}: expected a positive integer (threads evaluating heads)")
-    return int(raw)
-
-
-def map_heads(fn, heads: list) -> list:
+def map_heads(fn, heads: list, device=None) -> list:
     """[fn(h) for h in heads], run by a thread pool (results in order; the first error is raised) of
-    at most POXM_EVAL_THREADS threads (default: the CPU count)."""
-    workers = min(len(heads), eval_threads() or os.cpu_count() or 1)
+    at most `eval_threads_for(device)` threads."""
+    workers = min(len(heads), eval_threads_for(device))
     if workers <= 1:
         return [fn(h) for h in heads]
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -242,7 +231,7 @@ def epoch_report(spec: TrialSpec, heads: list[TrialHead], losses: dict[str, floa
                  epoch: int) -> tuple[list[dict], dict[str, float]]:
     """Per-epoch rows (train loss, validation estimates) and MLflow metrics of the trained `heads`."""
     trained = [h for h in heads if h.trains]
-    return epoch_rows(spec, trained, losses, map_heads(lambda h: val_estimates(h, ev, None), trained), epoch)
+    return epoch_rows(spec, trained, losses, map_heads(lambda h: val_estimates(h, ev, None), trained, ev.device), epoch)
 
 
 def freeze(h: TrialHead, ev: EvalInputs) -> tuple[PolicyView, torch.Tensor]:
@@ -297,4 +286,4 @@ def final_report(cfg: SweepConfig, spec: TrialSpec, heads: list[TrialHead], rewa
             instances[instance_key(h.spec)] = per
         return rows
     ev.prefetch_sparse()
-    return [r for rows in map_heads(one, heads) for r in rows]
+    return [r for rows in map_heads(one, heads, ev.device) for r in rows]

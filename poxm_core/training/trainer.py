@@ -36,7 +36,6 @@ the time spent in it (on Ray: handing each epoch's report to Ray Train, which ta
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import warnings
@@ -61,7 +60,8 @@ from poxm_core.training.crossfit import cross_fitted_rows
 from poxm_core.training.epoch import train_data_for, train_epoch
 from poxm_core.training.overlap import overlap_wanted
 from poxm_core.training.memory import PeakMemory, estimate_peak_bytes, shape_from_stats, stats_of
-from poxm_core.training.reporting import KS, EvalInputs, epoch_report, eval_threads, final_report
+from poxm_core.training.eval_threads import eval_threads_for
+from poxm_core.training.reporting import KS, EvalInputs, epoch_report, final_report
 from poxm_core.training.schedule import REPORTED, EpochSchedule, OnEpoch, Timing, mark_reported
 from poxm_core.training.spec import TrialSpec
 from poxm_core.training.trial_setup import (REWARD_KEY, TrialHead, build_heads, check_spec, deterministic, head_lr,
@@ -208,7 +208,7 @@ def _begin(cfg: SweepConfig, spec: TrialSpec, prepared: Prepared, out_dir: Path,
     phase1 = range(1, E + 1) if two_phase and start == 0 and len(epochs) else range(0)
     t = time.perf_counter()
     memory = PeakMemory(device, estimate_peak_bytes(shape_from_stats(cfg, spec, stats_of(prepared),
-                                                                           eval_threads() or os.cpu_count() or 1)))
+                                                                           eval_threads_for(device))))
     data = train_data_for(prepared, heads, device)
     ev = EvalInputs(prepared, device, Z_train=data.Z, X_train=data.X, clusters=cfg.selection.clusters)
     timing.sync()

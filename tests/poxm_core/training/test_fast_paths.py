@@ -124,12 +124,18 @@ def test_eval_threads_setting(monkeypatch):
     import pytest
 
     from poxm_core.common.errors import PoxmInputError
-    from poxm_core.training.reporting import eval_threads, map_heads
+    from poxm_core.training.eval_threads import GPU_EVAL_THREADS, eval_threads, eval_threads_for
+    from poxm_core.training.reporting import map_heads
 
     monkeypatch.delenv("POXM_EVAL_THREADS", raising=False)
     assert eval_threads() == 0
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    # unset: the CPU count on the host, at most GPU_EVAL_THREADS on a CUDA device (no GPU needed to ask)
+    assert (eval_threads_for(None), eval_threads_for("cpu")) == (16, 16)
+    assert eval_threads_for("cuda") == eval_threads_for("cuda:1") == GPU_EVAL_THREADS == 4
     monkeypatch.setenv("POXM_EVAL_THREADS", "3")
     assert eval_threads() == 3
+    assert eval_threads_for("cuda") == eval_threads_for(None) == 3        # the setting wins everywhere
     assert map_heads(lambda x: x * x, [1, 2, 3, 4]) == [1, 4, 9, 16]
     for bad in ("0", "abc", "-2"):
         monkeypatch.setenv("POXM_EVAL_THREADS", bad)

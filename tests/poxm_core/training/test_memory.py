@@ -183,7 +183,7 @@ def test_summary_records_the_estimate(tmp_path):
     run_trial(cfg, spec, PREP, tmp_path, progress=False)
     mem = json.loads((tmp_path / "summary.json").read_text())["memory"]
     import os
-    from poxm_core.training.reporting import eval_threads
+    from poxm_core.training.eval_threads import eval_threads
     want = estimate_peak_bytes(shape_from_stats(cfg, spec, stats_of(PREP), eval_threads() or os.cpu_count()))
     assert mem == {"estimate_mb": round(want / 2**20, 1)}      # on a CPU no measured peak
 
