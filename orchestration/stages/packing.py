@@ -67,7 +67,8 @@ def gpu_share(gpus_per_trial: float, estimate: int | None, card: int | None, dou
 
 def trial_stats(cache_dir: Path, levels) -> dict | None:
     """memory.shape_from_stats's statistics of a variant from its levels' manifests in the cache (data,
-    model, candidates, variant), with the sparse entries per row read off X_train; None if any is missing."""
+    model, candidates, variant), with the sparse entries per row read off X_train and the most labels of
+    a row off Y_train and Y_test (as the trial's own `memory.stats_of`); None if a manifest is missing."""
     stats: dict = {}
     for rel in levels:
         man = Path(cache_dir) / rel / "manifest.json"
@@ -75,13 +76,21 @@ def trial_stats(cache_dir: Path, levels) -> dict | None:
             stats.update(json.loads(man.read_text()).get("stats") or {})
         except (OSError, ValueError):
             return None
-    data = Path(cache_dir) / levels[0] / "X_train.npz"
+    import numpy as np
+    data = Path(cache_dir) / levels[0]
     try:
-        import numpy as np
-        with np.load(data) as z:
+        with np.load(data / "X_train.npz") as z:
             stats["nnz_per_row"] = float(z["indptr"][-1]) / max(int(stats.get("N_train", 1)), 1)
     except (OSError, KeyError, ValueError):
         pass
+    try:    # the most true labels of a row bound the exact slate metrics' relevant columns (memory._metrics)
+        most = []
+        for name in ("Y_train.npz", "Y_test.npz"):
+            with np.load(data / name) as z:
+                most.append(int(np.diff(z["indptr"]).max()) if len(z["indptr"]) > 1 else 0)
+        stats["labels_max"] = max(most)
+    except (OSError, KeyError, ValueError):
+        pass                # unknown: the estimate takes the support instead (larger)
     need = ("N_train", "N_test", "L", "dim", "K", "n_fit", "n_val")
     return stats if all(k in stats for k in need) else None
 

@@ -45,6 +45,12 @@ def _cache(tmp_path):
         (tmp_path / rel / "manifest.json").write_text(json.dumps({"stats": st}))
     X = sp.csr_matrix(np.eye(300, 40) + np.eye(300, 40, 1))       # 2 entries a row but the last
     sp.save_npz(tmp_path / "data/a/X_train.npz", X, compressed=False)
+    Y_train = sp.csr_matrix(np.eye(300, 30))                        # one label a row ...
+    Y_test = sp.csr_matrix(np.eye(100, 30) + np.eye(100, 30, 3))   # ... two, at most, among the test rows
+    Y_test = Y_test.tolil()
+    Y_test[50, :6] = 1.0                            # and one test row of six (row 50 had none: past the 30 labels)
+    sp.save_npz(tmp_path / "data/a/Y_train.npz", Y_train)
+    sp.save_npz(tmp_path / "data/a/Y_test.npz", sp.csr_matrix(Y_test))
     return list(stats)
 
 
@@ -53,6 +59,9 @@ def test_statistics_from_the_cache(tmp_path):
     st = trial_stats(tmp_path, levels)
     assert st["L"] == 30 and st["dim"] == 8 and st["K"] == 10 and st["n_val"] == 30
     assert st["nnz_per_row"] == pytest.approx(X_nnz(tmp_path) / 300)
+    assert st["labels_max"] == 6                         # as the trial's own memory.stats_of reads it
+    (tmp_path / "data/a/Y_test.npz").unlink()
+    assert "labels_max" not in trial_stats(tmp_path, levels)      # unknown: the estimate takes the support
     (tmp_path / "variant/d/manifest.json").unlink()
     assert trial_stats(tmp_path, levels) is None        # not prepared yet: unknown
 
