@@ -21,9 +21,8 @@ from poxm_core.metrics.inputs import (CHUNK_ELEMS, check_count, check_ids, check
 from poxm_core.metrics.position_probs import (elements_per_row, node_bounded_groups, position_sums,
                                               position_sums_torch)
 from poxm_core.common.errors import PoxmInputError
-from poxm_core.common.seeds import torch_generator
+from poxm_core.metrics.gumbel_noise import _NOISE_BLOCK, block_gumbel, torch_gumbel
 
-_NOISE_BLOCK = 64        # rows per independently seeded noise block: results do not depend on chunking
 # Exact when instances x support <= this (e.g. 3000 test instances at m = 100): the exact quadrature
 # costs several times the 32-slate Monte-Carlo per row (docs/metrics.md, docs/performance.md), so larger
 # tables use Monte-Carlo
@@ -56,43 +55,11 @@ def _slate_values(hit_pos, w_pos, filled, ks, idcg, disc):
     return out
 
 
-def _gumbel(rng: np.random.Generator, shape: tuple) -> np.ndarray:
-    """`rng.gumbel(size=shape)` from the same draws: NumPy's Gumbel is -log(-log(1 - u)) with u =
-    next_double = (raw >> 11) * 2^-53, one 64-bit draw per value (numpy/random/src/distributions:
-    random_gumbel), and `rng.random` yields exactly those u. Computed vectorised (several times faster;
-    `random` fills and the logs run without the GIL, so chunks evaluated by threads overlap); equal to
-    rng.gumbel up to the last bit of NumPy's vectorised log (1 ulp on a fraction of the values,
-    tests/poxm_core/training/test_fast_paths.py). A draw u = 0, which random_gumbel rejects and redraws (probability
-    2^-53 a value), falls back to rng.gumbel itself."""
-    state = rng.bit_generator.state
-    u = rng.random(int(np.prod(shape)))
-    if u.size and not u.all():
-        rng.bit_generator.state = state
-        return rng.gumbel(size=shape)
-    np.subtract(1.0, u, out=u)
-    np.log(u, out=u)
-    np.negative(u, out=u)
-    np.log(u, out=u)
-    np.negative(u, out=u)
-    return u.reshape(shape)
-
-
-def _block_gumbel(seed: int, a: int, b: int, S: int, m: int) -> np.ndarray:
-    """Gumbel noise (b-a, S, m) for rows a..b-1 (a multiple of _NOISE_BLOCK): a fixed function of
-    (seed, row block), so the chunk size never changes the draws."""
-    parts = []
-    for blk_start in range(a, b, _NOISE_BLOCK):
-        r = min(b, blk_start + _NOISE_BLOCK) - blk_start
-        rng = np.random.default_rng([seed, blk_start // _NOISE_BLOCK])
-        parts.append(_gumbel(rng, (r, S, m)))
-    return np.concatenate(parts, axis=0)
-
-
 def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
     """Gumbel-top-kk: (idx (c, S, kk) columns in draw order, filled (c, S, kk) real positions)."""
     c, m = probs.shape
     with np.errstate(divide="ignore"):
-        keys = np.log(probs)[:, None, :] + _block_gumbel(seed, a, a + c, S, m)
+        keys = np.log(probs)[:, None, :] + block_gumbel(seed, a, a + c, S, m)
     if kk < m:
         idx = np.argpartition(-keys, kk - 1, axis=-1)[..., :kk]
     else:
@@ -104,21 +71,6 @@ def _mc_slates(probs: np.ndarray, seed: int, a: int, S: int, kk: int):
     return idx, filled
 
 
-def _torch_gumbel(seed: int, a: int, b: int, S: int, m: int, device) -> torch.Tensor:
-    """Gumbel noise (b-a, S, m) float64 on `device` for rows a..b-1 (a multiple of _NOISE_BLOCK), from the
-    stream (seed, "mc-slates", row block) on the device: a fixed function of them on one device, so the
-    chunk size never changes the draws (other draws than the NumPy path's; the same distribution)."""
-    out = torch.empty((b - a, S, m), dtype=torch.float64, device=device)
-    for blk_start in range(a, b, _NOISE_BLOCK):
-        r = min(b, blk_start + _NOISE_BLOCK) - blk_start
-        gen = torch_generator(seed, "mc-slates", blk_start // _NOISE_BLOCK, device=device)
-        u = torch.rand((r, S, m), dtype=torch.float64, device=device, generator=gen)
-        # -log(-log(1 - u)); an endpoint draw (u = 0, or 1 on a backend that returns it) would give an
-        # infinite key: clamped to a finite one (about 690 from the bound), as likely as 2^-53 a value
-        out[blk_start - a:blk_start - a + r] = -torch.log((-torch.log1p(-u)).clamp_(min=1e-300, max=1e300))
-    return out
-
-
 def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device, out_rows=None) -> None:
     """`_mc_chunk` on a torch device (a trial's GPU): the slates drawn and scored there instead of NumPy's
     noise on the host, which for wide supports is most of an evaluation (an all-label head's 1,024
@@ -128,7 +80,7 @@ def _mc_chunk_torch(pr, hit, w, ks, idcg, disc, seed, a, S, kk, est, var, device
     if ks[-1] > 1:
         prt = torch.as_tensor(pr, device=device)
         with torch.no_grad():
-            keys = torch.log(prt).unsqueeze(1) + _torch_gumbel(seed, a, a + c, S, prt.shape[1], device)
+            keys = torch.log(prt).unsqueeze(1) + torch_gumbel(seed, a, a + c, S, prt.shape[1], device)
             sel, idx = torch.topk(keys, kk, dim=-1, sorted=True)          # draw order: largest key first
             del keys
             filled = torch.isfinite(sel)                                   # -inf key = zero prob: slate ends

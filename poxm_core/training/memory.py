@@ -167,7 +167,8 @@ def _metrics(s: TrialShape, m: int, nodes: int) -> float:
     rows at QUAD_NODES nodes a row, or one row at `nodes` (the most a row of the table may need) where
     that is more (rows needing more nodes run in smaller groups within the chunk's bound)."""
     from poxm_core.metrics.position_probs import elements_per_row
-    from poxm_core.metrics.slate import _NOISE_BLOCK, EXACT_BUDGET, GPU_CHUNK_ELEMS, GPU_MC_CHUNK_ELEMS
+    from poxm_core.metrics.gumbel_noise import _NOISE_BLOCK
+    from poxm_core.metrics.slate import EXACT_BUDGET, GPU_CHUNK_ELEMS, GPU_MC_CHUNK_ELEMS
 
     n, k = max(s.n_test, s.n_val), s.kmax
     if m <= 0 or n <= 0:

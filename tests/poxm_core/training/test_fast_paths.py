@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import poxm_core.training.epoch as epoch_mod
-from poxm_core.metrics.slate import _gumbel, stochastic_metrics
+from poxm_core.metrics.gumbel_noise import _gumbel
+from poxm_core.metrics.slate import stochastic_metrics
 from poxm_core.training.checkpoint import load_checkpoint, save_checkpoint
 from poxm_core.accel.static import static_unique
 from poxm_core.policy.heads import HeadParams, RowAdam, RowScorer
