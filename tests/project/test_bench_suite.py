@@ -75,9 +75,18 @@ def _mlflow_points_created_the_runs_and_timed_them(fig: dict, out: str) -> None:
     assert "one run per grid point" in lines[2] and "ms a point" in lines[2]
 
 
+def _slate_quadrature_groups_bound_the_arrays(fig: dict, out: str) -> None:
+    """POTEC-shaped rows need ~16 times the 300 nodes a chunk is sized for; grouped, the largest working set
+    stays within the budget, and the values are the one chunk's within the quadrature's error."""
+    assert fig["nodes_a_row"]["min"] > 16 * 300 and fig["groups"] > 1
+    assert fig["one_chunk_elems"] > fig["budget_elems"] >= fig["grouped_elems"]
+    assert fig["max_abs_difference"] < 1e-9
+
+
 # what a benchmark's quick run must show beyond its figures being recorded (fig: its figures; out: its stdout)
 QUICK_CHECKS = {"all-label-eval": _all_label_eval_agrees_with_the_earlier_formulas,
-                "mlflow-points": _mlflow_points_created_the_runs_and_timed_them}
+                "mlflow-points": _mlflow_points_created_the_runs_and_timed_them,
+                "slate-quadrature": _slate_quadrature_groups_bound_the_arrays}
 
 
 @pytest.mark.slow       # each benchmark a subprocess at CPU-sized shapes (seconds to a minute on 2 shared cores)
@@ -114,3 +123,12 @@ def test_mlflow_points_on_a_missing_config_is_one_line(capsys):
     assert mlflow_points.main([str(ROOT / "nope.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope.yaml" in err
+
+
+def test_the_quadrature_benchmark_chunks_as_the_metrics_do():
+    """bench_slate_quadrature.py imports NumPy and torch only (it runs on a bare GPU machine), so it holds its
+    own copy of the GPU chunk's budget: the same as metrics/slate.py's."""
+    from benchmarks.bench_slate_quadrature import GPU_CHUNK_ELEMS
+    from poxm_core.metrics.slate import GPU_CHUNK_ELEMS as used
+    assert GPU_CHUNK_ELEMS == used
+
