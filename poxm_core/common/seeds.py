@@ -24,7 +24,7 @@ different derivation would change them; new code must not copy them):
   bandit.policy.noise_key SeedSequence(entropy).generate_state(1, uint64): the keys of the variants'
                           frozen Gumbel noise (counter-based, bandit/policy.py)
   default_rng([seed, k])  the synthetic generator (data/synthetic.py: [seed, 0], a chunk [seed, 1, c]), the Monte-Carlo
-                          slate noise blocks of the stochastic metrics (k = block index)
+                          slate noise blocks of the stochastic metrics (metrics/gumbel_noise.py, k = block index)
   default_rng(seed)       a user-given seed used as is: the test split of a declared dataset
                           (split.seed, data/splits.py), the bootstrap of an estimate or an aggregate, the
                           k-means++ draws of label clusters (prepare/clusters.py: the published OBD clusters)

@@ -79,7 +79,7 @@ class BackgroundValidation:
                 return val_estimates(h, ev, None, frozen=fr)
 
         def run():
-            ests = map_heads(one, list(zip(trained, frozen)), ev.device)
+            ests = map_heads(one, list(zip(trained, frozen)), self.device)
             if self.stream is not None:
                 with self.guard.device_work():
                     self.stream.synchronize()
