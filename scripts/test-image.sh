@@ -22,10 +22,7 @@
 # Environment: POXM_TEST_BASE (a base image to use instead of debootstrap's), POXM_TEST_IMAGE (an image
 # already built: skip step 1), POXM_IMAGE_TEST_KEEP=1 (keep the image), POXM_TEST_OVERRIDES (config
 # overrides of both sweeps), POXM_EXTRA_CA_FILE (CA certificates, default the host's
-# /usr/local/share/ca-certificates/*.crt), DEBIAN_MIRROR, POXM_IMAGE_TEST_GATE (a file: once the image
-# is built, wait until it exists before starting any container; the test suite builds the image while
-# its other tests run and opens the gate when they are done, so that no container's Ray shares the
-# machine with theirs; tests/docker/background.py).
+# /usr/local/share/ca-certificates/*.crt), DEBIAN_MIRROR.
 set -euo pipefail
 {   # the whole script is read before it runs: editing it meanwhile cannot change a run in progress
 cd "$(dirname "$0")/.."
@@ -162,14 +159,6 @@ build_image() {
 
 if [ -n "${POXM_TEST_IMAGE:-}" ]; then TAG=$POXM_TEST_IMAGE; BUILD_S=""
 else TAG=poxm-test:$RUN; build_image; fi
-if [ -n "${POXM_IMAGE_TEST_GATE:-}" ]; then
-  say "built; waiting for $POXM_IMAGE_TEST_GATE before starting any container"
-  t=$(date +%s)
-  for _ in $(seq 7200); do [ -e "$POXM_IMAGE_TEST_GATE" ] && break; sleep 0.5; done
-  [ -e "$POXM_IMAGE_TEST_GATE" ] || fail "the gate $POXM_IMAGE_TEST_GATE did not open within an hour"
-  say "the gate opened after $(since "$t") s"
-  T0=$(( T0 + $(since "$t") ))     # the total below counts the test's own time, not the wait
-fi
 SIZE=$(docker image inspect -f '{{.Size}}' "$TAG")
 docker run --rm --name "${PREFIX}look" --network none "$TAG" bash -c '
   command -v wget gcc tini git > /dev/null || { echo "missing a tool"; exit 1; }

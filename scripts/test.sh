@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # From a fresh clone: create .venv (scripts/bootstrap.sh), then run the tests (pytest).
-#   ./scripts/test.sh              the fast tier: every test not marked `slow` (about 1,230 tests; 153 s of pytest on
-#                                  2 quiet CPU cores when they were 1,057; the set-up from a pip cache 123 s;
-#                                  README.md says the same and has the other conditions measured)
+#   ./scripts/test.sh              the fast tier: every test not marked `slow` (about 1,245 tests; 120 s of pytest on
+#                                  2 quiet CPU cores; the set-up from a pip cache 123 s; README.md says the same
+#                                  and has the other conditions measured)
 #   ./scripts/test.sh --all        everything in one pytest run (what .ci/run runs): the fast tier first, then the
 #                                  slow one (Ray, MLflow servers, `poxm` subprocesses, longer training runs: about
 #                                  115 tests), which runs only when no fast test failed

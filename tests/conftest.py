@@ -60,17 +60,8 @@ def fresh_ray():
     yield
 
 
-def pytest_collection_finish(session):
-    """The image test's build in the background from the start (tests/docker/background.py)."""
-    from tests.docker import background
-    if background.wanted(session.items):
-        background.start()
-
-
 def pytest_sessionfinish(session, exitstatus):
     SHARED_RAY.down()
-    from tests.docker import background
-    background.stop()
 
 
 # ------------------------------------------------------------------------------ tiers in one run

@@ -15,13 +15,8 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """--fast-first: the fast tier, then the slow one. In any run, the image test last: its containers
-    start once every other test is done (tests/docker/background.py)."""
-    last = "tests/docker/test_image_e2e.py::"
     if config.getoption("--fast-first"):
-        items.sort(key=lambda item: (item.get_closest_marker("slow") is not None, item.nodeid.startswith(last)))
-    else:
-        items.sort(key=lambda item: item.nodeid.startswith(last))        # stable: file order kept
+        items.sort(key=lambda item: item.get_closest_marker("slow") is not None)     # stable: file order kept
 
 
 def pytest_runtest_setup(item):
