@@ -94,15 +94,37 @@ def plan_sweep(cfg: SweepConfig, runs_dir: str | os.PathLike | None = None,
     return SweepPlan(cfg, rd, cache, specs)
 
 
+def _labels_at_most(d) -> int | None:
+    """The most labels dataset `d` can have, where that is known before reading it: a synthetic dataset's
+    n_labels, else the largest of a registered dataset's published shapes; None for a dataset of your own."""
+    if d.synthetic is not None:
+        return d.synthetic.n_labels or None
+    if d.format is not None or d.logged is not None:
+        return None
+    from poxm_core.data import spec_for
+    spec = spec_for(d)
+    if spec.reader is not None:
+        return None
+    shapes = [spec.L, *(s.L for s in spec.other_shapes)]
+    return None if any(L is None for L in shapes) else max(shapes)
+
+
 def _check_p(cfg: SweepConfig, specs) -> None:
     """p (the action selector's size) cannot exceed the K = model.n_candidates candidates C(x), nor a
-    synthetic dataset's label count: known now, so not found inside a trial after Ray has started."""
+    synthetic dataset's label count; POTEC's k (label clusters) cannot exceed the labels. Known now, so
+    not found inside a trial after Ray has started."""
     from poxm_core.methods import get_method
     for s in specs:
         d = cfg.dataset(s.dataset)
         n_labels = d.synthetic.n_labels if d.synthetic is not None and d.synthetic.n_labels else None
         K = min(cfg.model.n_candidates, n_labels) if n_labels else cfg.model.n_candidates
+        L = _labels_at_most(d)
         for h in s.heads:
+            key = get_method(h.method).size_key
+            if h.p is not None and key != "p" and L is not None and h.p > L:        # POTEC's k: clusters of labels
+                valid = sorted(x for x in (getattr(cfg.methods[h.method], key, None) or []) if x <= L) or [L]
+                raise PoxmInputError(f"config key 'methods.{h.method}.{key}': {key}={h.p} clusters exceed the {L} "
+                                     f"labels of dataset {s.dataset}; use {key} <= {L}, e.g. {key}: {valid}")
             if h.p is not None and h.p > K and get_method(h.method).size_key == "p":   # not POTEC's k
                 valid = sorted(x for x in (cfg.methods[h.method].p or []) if x <= K) or [K]
                 raise PoxmInputError(

@@ -65,6 +65,21 @@ def test_plan_rejects_bad_input_before_ray(tmp_path):
     assert not list(tmp_path.iterdir())                  # nothing written before the error
 
 
+def test_potec_clusters_beyond_the_labels_are_refused_before_ray(tmp_path):
+    """POTEC's k (label clusters) above a dataset's labels, where those are known before reading it: a
+    synthetic dataset's n_labels, a registered dataset's published shapes (Bibtex: 159). One line naming
+    the key, the dataset and the values that fit; a dataset of your own is checked at trial start."""
+    with pytest.raises(PoxmInputError, match=r"^config key 'methods\.potec\.k': k=20 clusters exceed the 10 "
+                                             r"labels of dataset synthetic; use k <= 10, e.g. k: \[2, 5\]$"):
+        plan_sweep(cfg('methods.potec={"k": [2, 5, 20]}'), runs_dir=tmp_path)
+    plan_sweep(cfg('methods.potec={"k": [2, 5, 10]}'), runs_dir=tmp_path)                 # k = L is fine
+    bibtex = ['datasets=[{"name": "bibtex", "variants": [{"name": "A", "alpha": 0.5}]}]']
+    with pytest.raises(PoxmInputError, match=r"k=200 clusters exceed the 159 labels of dataset bibtex"):
+        plan_sweep(cfg(*bibtex, 'methods.potec={"k": [100, 200]}'), runs_dir=tmp_path, check_data=False)
+    plan_sweep(cfg(*bibtex, 'methods.potec={"k": [100, 159]}'), runs_dir=tmp_path, check_data=False)
+    assert not list(tmp_path.iterdir())                  # nothing written before the error
+
+
 def test_write_plan_and_reload(tmp_path):
     plan = plan_sweep(cfg("methods.logging.init=null"), runs_dir=tmp_path)   # a default written out
     write_plan(plan)
