@@ -192,7 +192,8 @@ eval "$parts"
 [ "${ENTRYPOINT_ARGS[*]:0:3}" = "poxm run configs/quickstart.yaml" ] || fail "unexpected entrypoint: ${ENTRYPOINT_ARGS[*]}"
 
 # the three start side by side: MLflow, the Ray head, then the worker once the head answers
-docker run -d --name "${PREFIX}mlflow" "${COMMON[@]}" -v "$WORK/mlflow:/mlflow" "$TAG" "${MLFLOW_ARGS[@]}" > /dev/null
+docker run -d --name "${PREFIX}mlflow" "${COMMON[@]}" ${MLFLOW_ENV[@]+"${MLFLOW_ENV[@]}"} -v "$WORK/mlflow:/mlflow" \
+  "$TAG" "${MLFLOW_ARGS[@]}" > /dev/null
 wait_for() {   # WHAT SECONDS COMMAND...: until COMMAND succeeds
   local what=$1 end=$(( $(date +%s) + $2 )); shift 2
   while [ "$(date +%s)" -lt "$end" ]; do "$@" > /dev/null 2>&1 && return 0; sleep 1; done

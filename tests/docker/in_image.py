@@ -56,7 +56,7 @@ def runtime_env(docs: dict[str, dict], port: int) -> dict:
 
 
 def pod_env(pod: dict, port: int) -> list[str]:
-    """`docker run` -e options of a Ray pod's container env."""
+    """`docker run` -e options of a pod's (Ray's or MLflow's) container env."""
     out = []
     for e in pod["spec"]["containers"][0].get("env", []):
         out += ["-e", f"{e['name']}={here(str(e['value']), port)}"]
@@ -67,6 +67,7 @@ def print_manifest(path: str, port: int) -> None:
     docs = manifest_docs(path)
     spec = docs["RayJob"]["spec"]["rayClusterSpec"]
     arrays = {"MLFLOW_ARGS": mlflow_args(docs, port),
+              "MLFLOW_ENV": pod_env(docs["Deployment"]["spec"]["template"], port),
               "ENTRYPOINT_ARGS": entrypoint_args(docs, port),
               "HEAD_ENV": pod_env(spec["headGroupSpec"]["template"], port),
               "WORKER_ENV": pod_env(spec["workerGroupSpecs"][0]["template"], port)}

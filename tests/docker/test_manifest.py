@@ -90,6 +90,10 @@ def test_the_image_test_submits_the_manifests_entrypoint_and_server():
     changed = [i for i, (a, b) in enumerate(zip(server, original)) if a != b]
     assert [server[i] for i in changed] == ["127.0.0.1", "5123"] and len(server) == len(original)
     assert "in_image manifest manifest /opt/test/kuberay-rayjob.yaml" in SCRIPT
+    # the MLflow container's env too: no job runner (8 more processes importing MLflow), as `poxm ui`
+    mlflow_env = in_image.pod_env(d["Deployment"]["spec"]["template"], 5123)
+    assert mlflow_env == ["-e", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"]
+    assert '${MLFLOW_ENV[@]+"${MLFLOW_ENV[@]}"}' in SCRIPT.split('--name "${PREFIX}mlflow"')[1].splitlines()[0]
 
 
 def test_the_jobs_runtime_env_leaves_poxms_worker_variables_to_poxm():
