@@ -45,9 +45,9 @@ TINY_WK = 2.0 ** -1000
 RESCALE = 2.0 ** 128
 
 
-def _nodes(probs: np.ndarray, kmax: int, panel_width: float, order: int):
-    """Per-row quadrature nodes t (c, T), weights dt (c, T) over [t_lo_i, t_hi_i] and the factor (c,)
-    the row's rates are multiplied by (1, or RESCALE for a row too peaked for float64's t)."""
+def _log_range(probs: np.ndarray, kmax: int):
+    """Each row's integration range in x = log t, (lo, hi), and the factor (c,) its rates are multiplied
+    by (1, or RESCALE for a row too peaked for float64's t)."""
     c, m = probs.shape
     npos = (probs > 0).sum(1)
     srt = -np.sort(-probs, axis=1)
@@ -58,6 +58,14 @@ def _nodes(probs: np.ndarray, kmax: int, panel_width: float, order: int):
     # total rate `scale`: the two-arrivals bound (scale t_lo)^2 / 2 moves t_lo down by the same factor
     lo = 0.5 * np.log(2 * TAIL) - np.log(scale)                           # (c,)
     hi = np.log(np.log(kmax / TAIL) / wk)
+    return lo, hi, scale
+
+
+def _nodes(probs: np.ndarray, kmax: int, panel_width: float, order: int):
+    """Per-row quadrature nodes t (c, T), weights dt (c, T) over [t_lo_i, t_hi_i] and the factor (c,)
+    the row's rates are multiplied by (1, or RESCALE for a row too peaked for float64's t)."""
+    c = probs.shape[0]
+    lo, hi, scale = _log_range(probs, kmax)
     n_panels = max(1, int(np.ceil((hi - lo).max() / panel_width)))
     xg, wg = np.polynomial.legendre.leggauss(order)
     h = (hi - lo) / n_panels                                              # (c,)
@@ -146,14 +154,8 @@ def elements_per_row(m: int, r: int, kmax: int, nodes: int = 300) -> int:
 
 def row_nodes(probs: np.ndarray, kmax: int, *, panel_width: float = PANEL_WIDTH, order: int = ORDER) -> np.ndarray:
     """(c,) quadrature nodes each row needs on its own (`_nodes` gives a chunk the most of its rows)."""
-    c, m = probs.shape
-    npos = (probs > 0).sum(1)
-    kth = np.clip(np.minimum(kmax, npos) - 1, 0, m - 1)
-    wk = -np.partition(-probs, kth=np.unique(kth), axis=1)[np.arange(c), kth]     # the row's kth largest
-    wk = np.where(wk > 0, wk, 1.0)
-    scale = np.where(wk < TINY_WK, RESCALE, 1.0)
-    width = np.log(np.log(kmax / TAIL) / (wk * scale)) - (0.5 * np.log(2 * TAIL) - np.log(scale))
-    return order * np.maximum(1, np.ceil(width / panel_width)).astype(np.int64)
+    lo, hi, _ = _log_range(probs, kmax)
+    return order * np.maximum(1, np.ceil((hi - lo) / panel_width)).astype(np.int64)
 
 
 def node_bounded_groups(probs: np.ndarray, r: int, kmax: int, max_elems: int) -> list[np.ndarray]:
