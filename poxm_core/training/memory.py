@@ -27,8 +27,9 @@ network head, else d; B the batch; the CUDA context is `CONTEXT_BYTES`, added by
            output layer and validation features, and per evaluation thread one head's working set on the
            validation rows
   final    the final report: per evaluation thread (eval_threads.eval_threads_for: POXM_EVAL_THREADS, else
-           the CPU count, at most 4 on a GPU; at most one a head) the largest working set of a head: its features of both splits, then the largest of
-           its table (n K f gathered rows, f its feature width; n L logits for an all-label policy; both
+           the CPU count, at most 4 on a GPU; at most one a head) the largest working set of a head:
+           its features of both splits, then the largest of its table (n K f gathered rows, f its
+           feature width; n L logits for an all-label policy; both
            at most CHUNK_GPU elements), POTEC's pairwise (n, K, K) arrays, and its exact slate metrics'
            quadrature or their Monte-Carlo draws (3 float64 arrays of GPU_MC_CHUNK_ELEMS). The
            quadrature (metrics/slate.py) cuts rows into chunks of GPU_CHUNK_ELEMS float64 at 300 nodes
@@ -49,7 +50,8 @@ at batch 64, against 6,400 for one POXM head of p = 100), the evaluation's with 
 estimate is a bound within a small factor of `torch.cuda.max_memory_allocated` (which sees one step, not
 the graph's pool beside it; threads seldom all hold their largest arrays at once). The quadrature's
 nodes a row were measured on Corel5k's wide grid at 200-440 after 11 of 20 epochs, 4,968 for POTEC's
-k = 2 heads: before its rows were grouped by the nodes they need, one POTEC head's chunk took 5 GB. Each trial records it beside the peak measured in its first epoch and over the whole trial
+k = 2 heads: before its rows were grouped by the nodes they need, one POTEC head's chunk took 5 GB.
+Each trial records the estimate beside the peak measured in its first epoch and over the whole trial
 (summary.json "memory"); `start_trial` frees what an earlier trial of the same process left, so that
 the peak recorded is the trial's own.
 """
