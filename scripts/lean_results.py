@@ -4,7 +4,8 @@ A published folder is text and data a reader or the rebuild needs, each file onc
   - tables as Markdown and CSV (LaTeX is rebuilt on demand by `poxm report`), one PNG per figure (PDF too
     is rebuilt on demand), index.md without links to either;
   - the final rows and the per-instance test values the tables are rebuilt from, the latter only for the
-    (method, metric) pairs a claim reads (orchestration.report.claims.CLAIMS);
+    (method, metric) pairs a claim reads (orchestration.report.claims.CLAIMS) and, for every method, the
+    greedy P@5 and stochastic R@5 the logging-quality landscape reads (orchestration.report.landscape);
   - a per-dataset page built from a sweep links to the sweep's files (figures, rows, logging statistics,
     per-instance values, selection, and any table byte-identical to the sweep's) instead of copying them.
 
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestration.report.claims import CLAIMS, _twin  # noqa: E402
+from orchestration.report.landscape import POLICIES  # noqa: E402
 
 ON_DEMAND = (".tex", ".pdf", ".html")          # rebuilt by `poxm report`, never published
 _ON_DEMAND_LINK = re.compile(r" · \[(?:TEX|PDF)\]\([^)]*\)")
@@ -40,21 +42,29 @@ def claim_pairs() -> set[tuple[str, str]]:
     return {pair for c in CLAIMS for pair in ((c.first, c.metric), (c.second, c.second_metric or c.metric))}
 
 
+def kept_keys(keys) -> set[str]:
+    """Of per-instance array keys (dataset|variant|seed|method|p|lam|metric), those a claim or the landscape
+    reads: a greedy head without the metric keeps its twin, which the claims read instead. Without the
+    landscape's (every method's greedy P@5 and stochastic R@5), a rebuilt landscape table would fall back
+    to the seed term alone where the published one had the test-set term too."""
+    have = set(keys)
+    methods = {k.split("|")[3] for k in have}
+    pairs = claim_pairs() | {(m, metric) for m in methods for metric in POLICIES.values()}
+    keep = set()
+    for k in have:
+        prefix, metric = k.rsplit("|", 1)
+        method = prefix.split("|")[3]
+        for m in (m for meth, m in pairs if meth == method):
+            if metric == m or (metric == _twin(m) and f"{prefix}|{m}" not in have):
+                keep.add(k)
+    return keep
+
+
 def keep_claim_arrays(npz: Path) -> Path:
-    """Replace `npz` by `<name>.npz.xz` holding only the arrays a claim reads (keys
-    dataset|variant|seed|method|p|lam|metric; a greedy head without the metric keeps its twin, which the
-    claims read instead): xz over the plain archive takes a fifth less than the zip's own compression."""
-    pairs = claim_pairs()
+    """Replace `npz` by `<name>.npz.xz` holding only the arrays a claim or the landscape reads (kept_keys):
+    xz over the plain archive takes a fifth less than the zip's own compression."""
     with np.load(npz) as z:
-        have = set(z.files)
-        keep = set()
-        for k in have:
-            prefix, metric = k.rsplit("|", 1)
-            method = prefix.split("|")[3]
-            for m in (m for meth, m in pairs if meth == method):
-                if metric == m or (metric == _twin(m) and f"{prefix}|{m}" not in have):
-                    keep.add(k)
-        arrays = {k: z[k] for k in sorted(keep)}
+        arrays = {k: z[k] for k in sorted(kept_keys(z.files))}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     out = npz.with_name(npz.name + ".xz")

@@ -10,6 +10,12 @@ machine given back), the report can still be rebuilt from them, and completed:
                         finished): their final rows join the published ones. A trial whose config differs
                         from the folder's (apart from runs_dir and data_root), or whose (dataset,
                         variant, seed) the folder already holds, is refused.
+  --join FOLDER ...     other published folders of the same declared config (the stages of one run that
+                        ran apart: other datasets, variants or seeds): their rows, logging statistics and
+                        per-instance values join the source's, and the config names the union of their
+                        datasets and variants. A folder whose config differs in anything but its
+                        datasets, a dataset or variant of the same name defined differently, or a
+                        (dataset, variant, seed) two folders hold, is refused.
   --dataset NAME        keep one dataset: a report of its own (config reduced to that dataset, named
                         after it: what `poxm run configs/NAME.yaml` with the same overrides would produce);
                         its page links to the source folder's figures, data and identical tables.
@@ -18,6 +24,7 @@ machine given back), the report can still be rebuilt from them, and completed:
 
   python scripts/publish_results.py docs/results/real-data --add /tmp/trials/* --out docs/results/real-data
   python scripts/publish_results.py docs/results/real-data --dataset bibtex --out docs/results/bibtex
+  python scripts/publish_results.py docs/results/confirmatory --join STAGE_DIR... --out docs/results/confirmatory
   python scripts/publish_results.py claims docs/results/bibtex docs/results/delicious ...   (one table, Markdown)
 
 The report is built by the same code as `poxm report` (selection on the validation log by the config's
@@ -45,10 +52,10 @@ sys.path.insert(0, str(ROOT))
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
-from orchestration.report.instances import (load_arrays, read_published_instances, read_rows, row_files,  # noqa: E402
-                                            write_rows, write_selected)
+from orchestration.report.instances import (as_published, load_arrays, read_published_instances,  # noqa: E402
+                                            read_rows, row_files, write_rows, write_selected)
 from poxm_core.common.atomic import publish  # noqa: E402
-from scripts.lean_results import link_to_sweep, make_lean, share_identical  # noqa: E402
+from scripts.lean_results import kept_keys, link_to_sweep, make_lean, share_identical  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
 
 CELL = ["dataset", "variant", "seed"]
@@ -97,6 +104,54 @@ def added_rows(cfg: dict, rows: pd.DataFrame, trial_dirs: list[Path]) -> pd.Data
     return pd.concat([rows, *frames], ignore_index=True) if frames else rows
 
 
+def _cells(rows: pd.DataFrame) -> set[tuple]:
+    return set(map(tuple, rows[CELL].drop_duplicates().astype(str).itertuples(index=False)))
+
+
+def _join_datasets(datasets: list[dict], more: list[dict], where: Path) -> None:
+    """Add `more`'s datasets and variants to `datasets` (in place): a new name is appended, a known one
+    must be defined the same (its variants matched by name, a new variant appended)."""
+    for d in more:
+        same = next((x for x in datasets if x["name"] == d["name"]), None)
+        if same is None:
+            datasets.append(dict(d, variants=list(d["variants"])))
+            continue
+        diff = _first_difference({k: v for k, v in same.items() if k != "variants"},
+                                 {k: v for k, v in d.items() if k != "variants"}, f"datasets.{d['name']}")
+        if diff:
+            raise PoxmInputError(f"{where}/config.yaml: {diff[0]} differs from the source's ({diff[2]!r} vs {diff[1]!r})")
+        known = {v["name"]: v for v in same["variants"]}
+        for v in d["variants"]:
+            if v["name"] not in known:
+                same["variants"].append(v)
+            elif v != known[v["name"]]:
+                raise PoxmInputError(f"{where}/config.yaml: variant {d['name']}/{v['name']} is defined differently "
+                                     f"from the source's ({v} vs {known[v['name']]})")
+
+
+def joined(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, folders: list[Path]):
+    """The source and `folders` (published stages of the same declared config) as one: (config naming the
+    union of their datasets and variants, rows, logging statistics)."""
+    datasets = [dict(d, variants=list(d["variants"])) for d in cfg["datasets"]]
+    rows_all, prep_all, have = [rows], [prepare], _cells(rows)
+    for f in folders:
+        other, r, p = read_published(f)
+        diff = _first_difference({k: v for k, v in _comparable(cfg).items() if k != "datasets"},
+                                 {k: v for k, v in _comparable(other).items() if k != "datasets"})
+        if diff:
+            raise PoxmInputError(f"{f}/config.yaml: {diff[0]} differs from the source's ({diff[2]!r} vs {diff[1]!r})")
+        _join_datasets(datasets, other["datasets"], f)
+        both = have & _cells(r)
+        if both:
+            raise PoxmInputError(f"{f}: {'/'.join(sorted(both)[0])} is already in the source's rows "
+                                 f"({len(both)} such cells)")
+        have |= _cells(r)
+        rows_all.append(r)
+        prep_all.append(p)
+    return (dict(cfg, datasets=datasets), pd.concat(rows_all, ignore_index=True),
+            pd.concat(prep_all, ignore_index=True))
+
+
 def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str):
     names = [d["name"] for d in cfg["datasets"]]
     if name not in names:
@@ -105,13 +160,19 @@ def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str)
     return cfg, rows[rows["dataset"] == name], prepare[prepare["dataset"] == name]
 
 
-def _instances(src: Path, trial_dirs: list[Path], out: Path) -> bool:
-    """The folder's instances/<dataset>.npz and the added trials' test_instances.npz as one file at
-    `out`; False (and none written) when the folder has none: its claims then have the seed term alone."""
+def _instances(src: Path, trial_dirs: list[Path], out: Path, joined_folders: list[Path] = ()) -> bool:
+    """The folder's instances/<dataset>.npz, the joined folders' and the added trials' test_instances.npz
+    as one file at `out`; False (and none written) when the folder has none: its claims then have the seed
+    term alone."""
     arrays = read_published_instances(src)
+    for f in joined_folders:
+        arrays.update(read_published_instances(f))
     if not arrays:
         return False
     arrays.update(load_arrays([d / "test_instances.npz" for d in trial_dirs]))
+    # the report is built from the arrays the published folder keeps, in the half precision it keeps them
+    # in, so that rebuilding it from the folder gives the same tables
+    arrays = {k: arrays[k].astype(np.float16) for k in kept_keys(arrays)}
     with open(out, "wb") as fh:
         np.savez_compressed(fh, **arrays)
     return True
@@ -141,24 +202,29 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows-*.csv.xz, prepare.csv.xz)")
     ap.add_argument("--add", type=Path, nargs="+", default=[], metavar="TRIAL_DIR")
+    ap.add_argument("--join", type=Path, nargs="+", default=[], metavar="FOLDER")
     ap.add_argument("--dataset")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--check", action="store_true", help="compare with --out instead of replacing it")
     a = ap.parse_args(argv)
     try:
         cfg, rows, prepare = read_published(a.src)
+        if a.join:
+            cfg, rows, prepare = joined(cfg, rows, prepare, a.join)
         rows = added_rows(cfg, rows, a.add)
         if a.dataset:
             cfg, rows, prepare = one_dataset(cfg, rows, prepare, a.dataset)
+        rows = as_published(rows)
         with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
             run = Path(tmp) / cfg["name"]
             (run / "results").mkdir(parents=True)
             (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
             rows.to_csv(run / "results" / "rows.csv", index=False)
             prepare.to_csv(run / "results" / "prepare.csv", index=False)
-            has_instances = _instances(a.src, a.add, run / "results" / "test_instances.npz")
+            has_instances = _instances(a.src, a.add, run / "results" / "test_instances.npz", a.join)
             report = build_report(run)
-            shown = " ".join(["python scripts/publish_results.py", str(a.src)]
+            # joined stages are one folder afterwards: the command shown is the one that rebuilds it from itself
+            shown = " ".join(["python scripts/publish_results.py", str(a.out if a.join else a.src)]
                              + (["--add", "TRIAL_DIR..."] if a.add else [])
                              + (["--dataset", a.dataset] if a.dataset else []) + ["--out", str(a.out)])
             index = report / "index.md"
@@ -172,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copytree(report, staged, dirs_exist_ok=True)
                 # the self-contained HTML inlines every figure (several MB); index.md links the same files
                 (staged / "index.html").unlink(missing_ok=True)
-                # the folder's own config.yaml as it was (its run id pins it), a reduced one for --dataset
-                shutil.copy(run / "config.yaml" if a.dataset else a.src / "config.yaml", staged / "config.yaml")
+                # the folder's own config.yaml as it was (its run id pins it), a reduced one for --dataset, the
+                # union of the stages' datasets and variants for --join
+                shutil.copy(run / "config.yaml" if a.dataset or a.join else a.src / "config.yaml", staged / "config.yaml")
                 shutil.copy(run / "results" / "selection.csv", staged / "selection.csv")
                 for f in row_files(staged):     # the report's copy may hold the source's: one layout only
                     f.unlink()

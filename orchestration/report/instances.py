@@ -70,6 +70,14 @@ def write_rows(rows: pd.DataFrame, folder: Path) -> list[Path]:
     return out
 
 
+def as_published(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` as a rebuild reads them back from write_rows' files (7 significant digits, datasets in name
+    order): a report built from these equals the one rebuilt later from the folder."""
+    parts = [pd.read_csv(io.StringIO(g.to_csv(index=False, float_format=ROW_DIGITS)))
+             for _, g in rows.groupby(rows["dataset"].astype(str), sort=True)]
+    return pd.concat(parts, ignore_index=True) if parts else rows
+
+
 def row_files(folder: Path) -> list[Path]:
     """A published folder's row files: rows-<dataset>.csv.xz (or .gz), or the single rows.csv.gz of older folders."""
     one = folder / "rows.csv.gz"

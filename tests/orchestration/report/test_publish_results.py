@@ -118,3 +118,69 @@ def test_rebuilt_in_place(folder):
     before = (here / "rows-tiny.csv.xz").read_bytes()
     assert pub.main([str(here), "--add", str(t1), "--out", str(here)]) == 2
     assert (here / "rows-tiny.csv.xz").read_bytes() == before
+
+
+def _published(trial: Path, out: Path, variant: str | None = None) -> Path:
+    """A published folder of one trial (its final rows, config, logging statistics), its variant renamed
+    to `variant` where given (a stage of the same declared config that ran another variant)."""
+    out.mkdir(parents=True)
+    cfg = yaml.safe_load((trial / "config.yaml").read_text())["config"]
+    rows = pd.read_csv(trial / "rows.csv")
+    rows = rows[rows["final"]].copy()
+    seed = int(rows["seed"].iloc[0])
+    if variant is not None:
+        cfg["datasets"][0]["variants"] = [dict(v, name=variant) for v in cfg["datasets"][0]["variants"]]
+        rows["variant"] = variant
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rows.to_csv(out / "rows.csv.gz", index=False)
+    pd.DataFrame({"dataset": ["tiny"], "variant": [variant or "A"], "seed": [seed], "metric": ["covering@1"],
+                  "value": [0.5]}).to_csv(out / "prepare.csv", index=False)
+    return out
+
+
+def test_joined_stages_equal_the_trials_added(folder):
+    """Stages of one config published apart (seeds 1 and 2 here) joined to the source give the report that
+    adding their trials gives; a stage of another variant widens the config's variants."""
+    tmp, src, t1, t2 = folder
+    stages = [_published(t, tmp / "stages" / t.name) for t in (t1, t2)]
+    joined, added = tmp / "joined", tmp / "added"
+    assert pub.main([str(src), "--join", *map(str, stages), "--out", str(joined)]) == 0
+    assert pub.main([str(src), "--add", str(t1), str(t2), "--out", str(added)]) == 0
+    assert sorted(read_rows(joined)["seed"].unique()) == [0, 1, 2]
+    for table in ("claims.csv", "headline_tiny.csv"):
+        assert (joined / "tables" / table).read_text() == (added / "tables" / table).read_text()
+    # the folder rebuilds from itself, and says so with the command that does it
+    assert "publish_results.py " + str(joined) + " --out " + str(joined) in (joined / "index.md").read_text()
+    assert pub.main([str(joined), "--out", str(joined), "--check"]) == 0
+
+    other = _published(t1, tmp / "stages" / "variant-B", variant="B")
+    both = tmp / "both-variants"
+    assert pub.main([str(src), "--join", str(other), "--out", str(both)]) == 0
+    cfg = yaml.safe_load((both / "config.yaml").read_text())
+    assert [v["name"] for v in cfg["datasets"][0]["variants"]] == ["A", "B"]
+    assert set(map(tuple, read_rows(both)[["variant", "seed"]].drop_duplicates().values)) == {("A", 0), ("B", 1)}
+
+
+def test_join_refusals_write_nothing(folder, capsys):
+    tmp, src, t1, _ = folder
+    out = tmp / "join-refused"
+    # the same (dataset, variant, seed) twice
+    again = _published(tmp / "trial-s0", tmp / "again" / "s0")
+    assert pub.main([str(src), "--join", str(again), "--out", str(out)]) == 2
+    assert "tiny/A/0 is already in the source's rows (1 such cells)" in capsys.readouterr().err
+    # a stage of another training setting
+    other = _published(t1, tmp / "again" / "mc")
+    cfg = yaml.safe_load((other / "config.yaml").read_text())
+    cfg["training"]["mc_slates"] = 4
+    (other / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert pub.main([str(src), "--join", str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training.mc_slates differs from the source's (4 vs" in err[0]
+    # a variant of the same name defined differently
+    redefined = _published(t1, tmp / "again" / "alpha")
+    cfg = yaml.safe_load((redefined / "config.yaml").read_text())
+    cfg["datasets"][0]["variants"][0]["alpha"] = 0.25     # the source's is 0.5
+    (redefined / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert pub.main([str(src), "--join", str(redefined), "--out", str(out)]) == 2
+    assert "variant tiny/A is defined differently from the source's" in capsys.readouterr().err
+    assert not out.exists()
