@@ -47,13 +47,14 @@ def test_below_three_seeds_the_end_leads_with_the_result_and_how_to_get_verdicts
     monkeypatch.chdir(tmp_path)
     run = _run(tmp_path / "q-1", [0])
     run_summary.print_end(run, run / "report")
-    out = capsys.readouterr().out
+    # lines fold at the terminal's width (80 columns where none is known, as under pytest-xdist): unfolded
+    out = " ".join(capsys.readouterr().out.split())
     shows = out.index("What the run shows on d (test R@5 ×100): variant A: logging policy 6.30 → POXM 31.25")
     table = out.index("test R@5 (x100) of the selected (p, lambda)")
     note = out.index("note: BanditNet is below the logging policy (d: A 0.22 against 6.30)")
     verdict = out.index("No verdicts yet: a claim's verdict needs 3 seeds, this run has 1 (seed 0)")
     assert shows < table < note < verdict < out.index("claims: 2 compared")
-    assert "resume q-1 --add-seeds 1,2`" in " ".join(out.split())     # the folded line, unfolded
+    assert "resume q-1 --add-seeds 1,2`" in out
     assert " n/n" not in out and "too few seeds" not in out
 
 
