@@ -64,11 +64,6 @@ def pytest_sessionfinish(session, exitstatus):
     SHARED_RAY.down()
 
 
-# ------------------------------------------------------------------------------ tiers in one run
-
-from tier_order import pytest_addoption, pytest_collection_modifyitems, pytest_runtest_setup  # noqa: E402,F401
-
-
 # ------------------------------------------------------------------------------- files left behind
 
 def _untracked() -> set[str] | None:
