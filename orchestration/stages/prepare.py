@@ -77,6 +77,18 @@ def _prepare_remote(cfg_dict: dict, dataset: str, seed: int, cache_dir: str | No
             "timing": {"start": round(started, 3), "imported": round(imported, 3), "end": round(time.time(), 3)}}
 
 
+def cancel_tasks(refs) -> None:
+    """Cancel Ray tasks that may still run, killing the worker processes that run them (force). A task
+    interrupted without force gets a KeyboardInterrupt wherever it is, also inside `import torch`: its
+    worker lives on with torch half-imported, and Ray hands that worker its next task, whose `import
+    torch` then fails ("Only a single TORCH_LIBRARY can be used to register the namespace prims", or a
+    SystemError "bad call flags"); seen when a test run's one Ray went on after a sweep had stopped its
+    prepare stage. A cancelled task is not retried, forced or not."""
+    import ray
+    for ref in refs:
+        ray.cancel(ref, force=True)
+
+
 def cached_result(plan: SweepPlan, dataset: str, seed: int) -> dict | None:
     """A (dataset, seed)'s task result read off the driver's cache when every variant of it is there
     already (a repeated or resumed sweep): no task then, whose imports alone took seconds while it held a
@@ -195,11 +207,10 @@ class PrepareRun:
                 self.tasks.append(task_record(d, s, res))
                 self.say(f"  prepared {d} seed {s} ({res['seconds']:.1f} s)")
         except BaseException:
-            # the sweep ends: the tasks still running are cancelled (not killed by removing their
-            # reservation, which Ray would retry), then their reservations go (a driver that lives on,
-            # e.g. a notebook, keeps no CPUs or GPUs held)
-            for ref in pending:
-                ray.cancel(ref)
+            # the sweep ends: the tasks still running are cancelled and their workers killed (cancel_tasks;
+            # not by removing their reservation, which Ray would retry), then their reservations go (a
+            # driver that lives on, e.g. a notebook, keeps no CPUs or GPUs held)
+            cancel_tasks(pending)
             ray.wait(pending, num_returns=len(pending), timeout=CANCEL_WAIT_S)
             for pg in self._pgs.values():
                 remove_placement_group(pg)
@@ -233,9 +244,7 @@ class PrepareRun:
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
-        import ray
-        for ref in self.refs.values():
-            ray.cancel(ref)
+        cancel_tasks(self.refs.values())
         thread.join(timeout_s)
         _FAILED.pop(str(self.plan.rd.root), None)
 
