@@ -12,7 +12,7 @@
 #
 # The fast tier runs in POXM_TEST_WORKERS processes (pytest-xdist; default: the CPU count, at most 4), a test
 # file's tests together in one of them (--dist loadfile: a module's fixtures are built once). The slow tier
-# runs in POXM_SLOW_WORKERS (default 1 until it has run clean in 2: README.md says what 2 measured).
+# runs in POXM_SLOW_WORKERS (default 1 until a whole CI run has confirmed 2: README.md says what 2 measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tier=fast
