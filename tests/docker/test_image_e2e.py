@@ -16,6 +16,7 @@ SKIP = 77          # scripts/test-image.sh: it cannot run on this machine (and s
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 @pytest.mark.timeout(3600)
 def test_the_image_serves_the_rayjob_on_this_machine(capsys):
     if shutil.which("docker") is None:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from poxm_process import poxm_in_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.longest]   # its files first: tests/conftest.py
 
 TINY = {
     "name": "tiny-seeds",

@@ -24,7 +24,7 @@ import yaml
 
 from orchestration.cli_parser import poxm_command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.longest]   # its files first: tests/conftest.py
 
 
 TINY = {
