@@ -4,7 +4,7 @@
 #                                  2 quiet CPU cores in 2 worker processes; the set-up from a pip cache 123 s;
 #                                  README.md says the same and has the other conditions measured)
 #   ./scripts/test.sh --all        both tiers (what .ci/run runs): the fast one, then the slow one (Ray, MLflow
-#                                  servers, `poxm` subprocesses, longer training runs: about 115 tests) only when
+#                                  servers, `poxm` subprocesses, longer training runs: about 120 tests) only when
 #                                  no fast test failed
 #   ./scripts/test.sh --slow       the slow tier only
 # Other arguments go to pytest, e.g. `./scripts/test.sh tests/orchestration/test_cli.py` or `./scripts/test.sh --all -k resume`.
