@@ -59,6 +59,9 @@ cmd_publish() (
 #   scripts/device.sh publish run DEADLINE_S CONFIG [key=value ...]
 #                                                  `poxm run CONFIG` on every card until the deadline; the
 #                                                  same command continues a cut sweep (finished trials kept)
+#   scripts/device.sh publish reduce CONFIG OUT DATASET:VARIANT...
+#                                                  CONFIG reduced to those (dataset, variant) cells (a stage
+#                                                  of a declared run: nothing else changes), written to OUT
 #   scripts/device.sh publish fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, final
 #                                                  rows-<dataset>.csv.gz, prepare.csv, the selected heads' per-instance
 #                                                  values instances/<dataset>.npz, the report's tables) for
@@ -116,6 +119,27 @@ case "$cmd" in
       mlflow.enabled=false training.batched_heads=true "$@" --runs-dir "$RUNS" 2>&1 | tail -40
     echo "== exit ${PIPESTATUS[0]} at $(date +%T)"
     for d in "$RUNS"/*/; do [ -f "$d/sweep.json" ] && "$PY" -m orchestration.cli status "$d" | head -4; done
+    exit 0 ;;
+  reduce)
+    # one stage of a declared run (configs/confirmatory.yaml): its datasets and variants reduced to the
+    # cells named, everything else as declared, so that publish_results.py --join accepts the stage
+    "$PY" - "$@" <<'PY' || exit 2
+import sys
+import yaml
+src, out, cells = sys.argv[1], sys.argv[2], [c.split(":", 1) for c in sys.argv[3:]]
+cfg = yaml.safe_load(open(src))
+known = {(d["name"], v["name"]) for d in cfg["datasets"] for v in d["variants"]}
+bad = [f"{d}:{v}" for d, v in (c if len(c) == 2 else (c[0], "?") for c in cells) if (d, v) not in known]
+if not cells or bad:
+    sys.exit(f"publish reduce: {', '.join(bad) or 'no cell named'} is not a DATASET:VARIANT of {src} "
+             f"(it has {', '.join(sorted(f'{d}:{v}' for d, v in known))})")
+want = {tuple(c) for c in cells}
+cfg["datasets"] = [{**d, "variants": [v for v in d["variants"] if (d["name"], v["name"]) in want]}
+                   for d in cfg["datasets"] if any(d["name"] == w[0] for w in want)]
+with open(out, "w") as fh:
+    yaml.safe_dump(cfg, fh, sort_keys=False)
+print(out, [(d["name"], [v["name"] for v in d["variants"]]) for d in cfg["datasets"]])
+PY
     exit 0 ;;
   fold)
     run=$1; out=$2; mkdir -p "$out"
