@@ -7,12 +7,12 @@ calls them), part by part, without Ray or training.
 
 --run-dir: an existing run directory (sweep.json, config.yaml, trials/*/rows.csv + done.json,
 results/prepare.csv); its results/ and report/ are rewritten. Without it a run directory is
-assembled under --out (default: a temporary folder) from --from, a folder holding a sweep's
-config.yaml, prepare.csv and rows.csv.gz (docs/results/real-data/: the 4-dataset real-data benchmark):
+assembled under --out (default: a temporary folder) from --from, a published folder holding a sweep's
+config.yaml, prepare.csv.xz and rows-<dataset>.csv.xz (docs/results/real-data/: the 4-dataset real-data benchmark):
   trials/<dataset>-<variant>-s<seed>/rows.csv + done.json   one trial per (dataset, variant, seed)
   sweep.json       trial names and the grid (every final grid point of the rows)
-  config.yaml      as given; results/prepare.csv as given
-rows.csv.gz holds only the final rows (5 MB of CSV); the real run's results/rows.csv also had every
+  config.yaml      as given; results/prepare.csv from prepare.csv.xz
+The published rows are only the final ones (5 MB of CSV); the real run's results/rows.csv also had every
 epoch's rows (about 35 MB). --epochs N (default 20; 0: none) adds them back: per trained grid point and
 epoch 1..N a 'train' loss row and the 'val' estimates but DR (what poxm_core.training.reporting.
 epoch_report writes), final=False, values derived from the final ones. The report reads only final rows,
@@ -51,7 +51,7 @@ RUN_NAME = "real-data-profile"
 
 
 # --------------------------------------------------------------------------------------------
-# a run directory from a packed sweep (config.yaml, prepare.csv, rows.csv.gz)
+# a run directory from a published folder (config.yaml, prepare.csv.xz, rows-<dataset>.csv.xz)
 
 def _epoch_rows(final, epochs: int):
     """The per-epoch rows a trial writes besides its final ones (see the module docstring)."""
@@ -77,11 +77,15 @@ def assemble(src: Path, root: Path, epochs: int) -> list[str]:
 
     from poxm_core.common.results import COLUMNS
 
-    rows = pd.read_csv(src / "rows.csv.gz")[COLUMNS]
+    from orchestration.report.instances import read_rows
+
+    # a published folder: rows-<dataset>.csv.xz (rows.csv.gz before) and prepare.csv.xz (prepare.csv before)
+    rows = read_rows(src)[COLUMNS]
     root.mkdir(parents=True, exist_ok=True)
     (root / "results").mkdir(exist_ok=True)
     (root / "config.yaml").write_text((src / "config.yaml").read_text())
-    (root / "results" / "prepare.csv").write_bytes((src / "prepare.csv").read_bytes())
+    prepare = next(f for f in (src / "prepare.csv.xz", src / "prepare.csv") if f.is_file())
+    pd.read_csv(prepare).to_csv(root / "results" / "prepare.csv", index=False)
     names, grid = [], []
     for (d, v, s), final in rows.groupby(["dataset", "variant", "seed"], sort=False):   # the rows' order
         name = f"{d}-{v}-s{int(s)}"
@@ -189,7 +193,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", type=Path, help="an existing run directory (its results/ and report/ are rebuilt)")
     ap.add_argument("--from", dest="src", type=Path, default=ROOT / "docs" / "results" / "real-data",
-                    help="folder with config.yaml, prepare.csv, rows.csv.gz (default: %(default)s)")
+                    help="a published folder: config.yaml, prepare.csv.xz, rows-<dataset>.csv.xz (default: %(default)s)")
     ap.add_argument("--out", type=Path, help=f"where to assemble the run directory ({RUN_NAME}/ inside; kept)")
     ap.add_argument("--epochs", type=int, default=20, help="per-epoch rows added per trained point (0: none)")
     ap.add_argument("--repeat", type=int, default=1, help="build this many times; the table shows the fastest")
