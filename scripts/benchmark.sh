@@ -1,45 +1,33 @@
 #!/usr/bin/env bash
-# Regenerates the committed real-data benchmark (docs/results/) on this machine's CPUs (many CPU-hours:
-# the published run is a GPU job, scripts/device.sh publish; docs/results/README.md says how it ran):
-#   docs/results/<dataset>/       configs/<dataset>.yaml with its variants set to the matched variant P
-#                                 (ten seeds, every method on the paper's grids): Bibtex, Delicious,
-#                                 StackEx-cooking, Corel5k
-#   the earlier runs (five seeds, CPU, warm start, legacy protocol) left docs/results; their configs stay
-#                                 in tests/golden/published-configs/ and rerun into runs/ with `./scripts/benchmark.sh --earlier`
-# then copies each sweep's report into docs/results/<name>/. The run ids of the committed folders are
-# pinned in tests/poxm_core/config/test_config.py.
-# A sweep that already finished is not recomputed (`poxm run` continues the same run directory), so
-# running this again only rebuilds the reports.
+# Regenerates the exploratory real-data benchmark (docs/results/real-data/ and its per-dataset pages
+# docs/results/{bibtex,delicious,stackex-cooking,corel5k}/) on this machine, in the published format:
+#   1. `poxm run docs/results/real-data/config.yaml runs_dir=runs device=cpu [overrides]` (no GPU share): the published
+#      sweep's own resolved config (ten seeds, variant P, every method on the paper's grids: many CPU-hours;
+#      the published run was a GPU job, scripts/device.sh publish; docs/results/README.md says how it ran);
+#   2. the run folded as a device stage is (`scripts/device.sh publish fold`: config, final rows, logging
+#      statistics, selection, the selected heads' per-instance values) and published from what the folder
+#      keeps (`scripts/publish_results.py`: Markdown and CSV tables, PNG figures, rows and values at the
+#      published precision), so `python scripts/rebuild_results.py --check` agrees with it afterwards;
+#   3. each dataset's page (`publish_results.py docs/results/real-data --dataset D`), linking to the sweep's files.
+#
+#   ./scripts/benchmark.sh [key=value ...]    e.g. 'methods.poxm.p=[10,50]' to shrink the grids: a CPU
+#                                              convenience, never what is published (the config says so)
+# A sweep that already finished is not recomputed (`poxm run` continues the same run directory), so running
+# this again only republishes. The confirmatory run (the headline) is a GPU job in stages: docs/results/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
-publish() {   # publish CONFIG OUT_NAME [overrides...]   (CONFIG: a dataset name under configs/, or a file)
-  local ds=$1 out=$2; shift 2
-  local cfg="configs/$ds.yaml"; [ -f "$ds" ] && cfg=$ds
-  .venv/bin/poxm run "$cfg" runs_dir=runs "$@"
-  run_dir=runs/$(.venv/bin/python -c "import sys; from poxm_core.config.schema import load_config; from orchestration.rundir import sweep_id; print(sweep_id(load_config(sys.argv[1], sys.argv[2:])))" "$cfg" runs_dir=runs "$@")
-  .venv/bin/poxm report "$run_dir"
-  mkdir -p docs/results && rm -rf "docs/results/$out.tmp" && cp -r "$run_dir/report" "docs/results/$out.tmp"
-  gzip -9 -c "$run_dir/results/rows.csv" > "docs/results/$out.tmp/rows.csv.gz"   # every row, per-epoch ones too
-  cp "$run_dir/results/prepare.csv" "$run_dir/results/selection.csv" "docs/results/$out.tmp/"
-  sed -i 's|](../results/selection.csv)|](selection.csv)|' "docs/results/$out.tmp/index.md"   # the folder is flat
-  if [ -f "$run_dir/results/test_instances.npz" ]; then   # the selected heads' per-instance values (claims)
-    .venv/bin/python -c "import sys, pandas as pd; from pathlib import Path; from orchestration.report.instances import write_selected; write_selected(Path(sys.argv[1]), pd.read_csv(sys.argv[2]), Path(sys.argv[3]))" \
-      "$run_dir/results/test_instances.npz" "$run_dir/results/selection.csv" "docs/results/$out.tmp/instances"
-  fi
-  # index.html embeds every figure as base64 (for MLflow's sandboxed view; it stays in the run directory):
-  # in git it would duplicate figures/ at 0.8-2 MB a report, so docs/results keeps index.md + figures/.
-  rm -f "docs/results/$out.tmp/index.html"
-  sed "s|^runs_dir: .*|runs_dir: runs|" "$run_dir/config.yaml" > "docs/results/$out.tmp/config.yaml"   # no machine paths
-  rm -rf "docs/results/$out" && mv "docs/results/$out.tmp" "docs/results/$out"
-}
-P='datasets.0.variants=[{name: P, alpha: 0.2, beta: 0.0, match: {logging_to_skyline_R@5: 0.51}}]'
-for ds in bibtex delicious stackex-cooking corel5k; do   # mldr_misc: two save_npz pairs, declared in the configs
-  publish "$ds" "$ds" "$P"
+PY=.venv/bin/python
+cfg=docs/results/real-data/config.yaml
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp "$cfg" "$tmp/config.yaml"     # the published folder is rewritten below: run from a copy
+CPU=(device=cpu resources.gpus_per_trial=0 resources.mps=false)   # it ran on GPUs: here on CPUs
+.venv/bin/poxm run "$tmp/config.yaml" runs_dir=runs "${CPU[@]}" "$@"
+run_dir=runs/$("$PY" -c "import sys; from poxm_core.config.schema import load_config; from orchestration.rundir import sweep_id; print(sweep_id(load_config(sys.argv[1], sys.argv[2:])))" "$tmp/config.yaml" runs_dir=runs "${CPU[@]}" "$@")
+PYTHON=$PY scripts/device.sh publish fold "$run_dir" "$tmp/real-data" > /dev/null
+"$PY" scripts/publish_results.py "$tmp/real-data" --out docs/results/real-data
+for ds in bibtex delicious stackex-cooking corel5k; do
+  "$PY" scripts/publish_results.py docs/results/real-data --dataset "$ds" --out "docs/results/$ds"
 done
-if [ "${1:-}" = --earlier ]; then   # the superseded runs, each from its own config (docs/results/README.md)
-  for cfg in tests/golden/published-configs/*.yaml; do   # reports stay in runs/<id>/report (not published)
-    .venv/bin/poxm run "$cfg" runs_dir=runs
-  done
-fi
-echo "reports in docs/results/{bibtex,delicious,stackex-cooking,corel5k}/index.md"
+echo "reports in docs/results/{real-data,bibtex,delicious,stackex-cooking,corel5k}/index.md"
