@@ -26,6 +26,8 @@ machine given back), the report can still be rebuilt from them, and completed:
   python scripts/publish_results.py docs/results/real-data --dataset bibtex --out docs/results/bibtex
   python scripts/publish_results.py docs/results/confirmatory --join STAGE_DIR... --out docs/results/confirmatory
   python scripts/publish_results.py claims docs/results/bibtex docs/results/delicious ...   (one table, Markdown)
+  python scripts/publish_results.py replication docs/results/confirmatory docs/results/real-data docs/results/real-data-abc
+      (Markdown: each cell the confirmatory run shares with an exploratory one, both verdicts, and how they read)
 
 The report is built by the same code as `poxm report` (selection on the validation log by the config's
 criterion; test labels choose nothing), in a temporary directory renamed into place once complete, and
@@ -51,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
+from orchestration.report.claims_display import claims_replication  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
 from orchestration.report.instances import (as_published, load_arrays, read_published_instances,  # noqa: E402
                                             read_rows, row_files, write_rows, write_selected)
@@ -194,10 +197,33 @@ def _compare(built: Path, published: Path) -> int:
     return 1 if bad else 0
 
 
+def replication(folders: list[Path]) -> int:
+    """Print claims_replication of the first folder (the confirmatory run) against the others; a variant of
+    the same dataset and name defined differently in two folders is refused (their cells are not the same
+    experiment), in one line with exit 2."""
+    seen: dict[tuple[str, str], tuple[dict, Path]] = {}
+    for f in folders:
+        if read_claims(f) is None:
+            print(f"publish_results: error: {f}: no tables/claims.csv", file=sys.stderr)
+            return 2
+        for d in yaml.safe_load((f / "config.yaml").read_text())["datasets"]:
+            for v in d["variants"]:
+                spec = {k: x for k, x in v.items() if x is not None}
+                first = seen.setdefault((d["name"], v["name"]), (spec, f))
+                if first[0] != spec:
+                    print(f"publish_results: error: {d['name']} variant {v['name']} is {first[0]} in {first[1]} "
+                          f"but {spec} in {f}: not the same cells", file=sys.stderr)
+                    return 2
+    print(claims_replication(read_claims(folders[0]), [read_claims(f) for f in folders[1:]]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] == ["claims"]:
         print(claims_markdown([read_claims(Path(p)) for p in sys.argv[2:]]))
         return 0
+    if argv is None and sys.argv[1:2] == ["replication"]:      # replication CONFIRMATORY EXPLORATORY...
+        return replication([Path(p) for p in sys.argv[2:]])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("src", type=Path, help="a published results folder (config.yaml, rows-*.csv.xz, prepare.csv.xz)")

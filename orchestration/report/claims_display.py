@@ -188,6 +188,36 @@ def claims_markdown(frames: list[pd.DataFrame | None], criterion: str = "IS") ->
     return "\n".join(lines)
 
 
+# how a confirmatory verdict reads against the exploratory one of the same (claim, dataset, variant)
+REPLICATION = {("holds", "holds"): "replicates", ("fails", "fails"): "replicates",
+               ("undecided", "undecided"): "undecided in both", ("holds", "fails"): "reversed",
+               ("fails", "holds"): "reversed", ("holds", "undecided"): "not confirmed",
+               ("fails", "undecided"): "not confirmed", ("undecided", "holds"): "newly decided",
+               ("undecided", "fails"): "newly decided"}
+
+
+def claims_replication(confirmatory: pd.DataFrame, exploratory: list[pd.DataFrame | None],
+                       criterion: str = "IS") -> str:
+    """One Markdown table: every (claim, dataset, variant) the confirmatory frame and an exploratory frame
+    both hold under `criterion`, their differences and verdicts side by side (each frame's own family),
+    and how the confirmatory verdict reads against the exploratory one (REPLICATION; a cell without a
+    verdict in either, e.g. too few seeds, reads "no verdict"). A dataset the exploratory runs never had
+    (a re-drawn split) has no row; the first exploratory frame holding a cell gives it."""
+    conf = confirmatory[confirmatory["criterion"] == criterion]
+    key = ["claim", "dataset", "variant"]
+    expl = pd.concat([f[f["criterion"] == criterion] for f in exploratory if f is not None], ignore_index=True)
+    expl = expl.drop_duplicates(key)
+    both = conf.merge(expl, on=key, suffixes=("_c", "_e"))
+    lines = [f"| claim ({criterion}) | dataset, variant | exploratory: Δ, verdict (seeds) | confirmatory: Δ, verdict "
+             "(seeds) | reading |", "|---|---|---|---|---|"]
+    for r in both.itertuples(index=False):
+        p = r.metric_c == "p"
+        reading = REPLICATION.get((r.verdict_e, r.verdict_c), "no verdict")
+        lines.append(f"| {r.claim_text_c} | {r.dataset} {r.variant} | {_num(r.diff_e, p)} {r.verdict_e} ({int(r.n_e)}) "
+                     f"| {_num(r.diff_c, p)} {r.verdict_c} ({int(r.n_c)}) | {reading} |")
+    return "\n".join(lines)
+
+
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 
