@@ -63,7 +63,7 @@ cmd_publish() (
 #                                                  CONFIG reduced to those (dataset, variant) cells (a stage
 #                                                  of a declared run: nothing else changes), written to OUT
 #   scripts/device.sh publish fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, final
-#                                                  rows-<dataset>.csv.gz, prepare.csv, the selected heads' per-instance
+#                                                  rows-<dataset>.csv.xz, prepare.csv, the selected heads' per-instance
 #                                                  values instances/<dataset>.npz, the report's tables) for
 #                                                  scripts/publish_results.py here
 #   scripts/device.sh publish pack                 HERE: the wheels the machine lacks (Ray, pydantic, ...)
