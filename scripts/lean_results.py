@@ -3,9 +3,10 @@
 A published folder is text and data a reader or the rebuild needs, each file once:
   - tables as Markdown and CSV (LaTeX is rebuilt on demand by `poxm report`), one PNG per figure (PDF too
     is rebuilt on demand), index.md without links to either;
-  - the final rows and the per-instance test values the tables are rebuilt from, the latter only for the
-    (method, metric) pairs a claim reads (orchestration.report.claims.CLAIMS) and, for every method, the
-    greedy P@5 and stochastic R@5 the logging-quality landscape reads (orchestration.report.landscape);
+  - the final rows and what the tables are rebuilt from of the per-instance test values: the sums the
+    claims and the logging-quality landscape read (moments/, orchestration/report/instance_moments.py),
+    computed from the (method, metric) pairs a claim reads (orchestration.report.claims.CLAIMS) and, for
+    every method, the greedy P@5 and stochastic R@5 the landscape reads (kept_keys);
   - a per-dataset page built from a sweep links to the sweep's files (figures, rows, logging statistics,
     per-instance values, selection, and any table byte-identical to the sweep's) instead of copying them.
 
@@ -31,9 +32,10 @@ from orchestration.report.landscape import POLICIES  # noqa: E402
 ON_DEMAND = (".tex", ".pdf", ".html")          # rebuilt by `poxm report`, never published
 _ON_DEMAND_LINK = re.compile(r" · \[(?:TEX|PDF)\]\([^)]*\)")
 _LINK = re.compile(r"\]\(([^)#\s]+)\)")
-# what a per-dataset page takes from its sweep: rows, logging statistics, per-instance values, selection,
+# what a per-dataset page takes from its sweep: rows, logging statistics, moments (or the per-instance values
+# of a folder published before), selection,
 # figures (its own config.yaml, the sweep's reduced to the dataset, stays: 3 KB, and its run id)
-SWEEP_DATA = ("instances", "figures", "selection.csv")
+SWEEP_DATA = ("instances", "moments", "figures", "selection.csv")
 SWEEP_DATA_PREFIXES = ("rows", "prepare")        # rows-<dataset>.csv.xz, prepare.csv.xz
 
 

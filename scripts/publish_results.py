@@ -2,8 +2,10 @@
 
 A published folder holds the run's final rows (rows-<dataset>.csv.xz; older folders one rows.csv.gz), its
 logging statistics (prepare.csv.xz), its
-resolved config (config.yaml) and, where the run kept them, the selected heads' per-instance test values
-(instances/<dataset>_<variant>.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
+resolved config (config.yaml) and, where the run kept per-instance test values, the sums of them the
+claims' test-set term reads (moments/<dataset>_<variant>.npz.xz: orchestration/report/instance_moments.py;
+a folder published before keeps the selected heads' arrays, instances/, and is rewritten with moments
+when rebuilt), beside the report. When the run directory itself is gone (a GPU
 machine given back), the report can still be rebuilt from them, and completed:
 
   --add TRIAL_DIR ...   trials trained later with `poxm train` (same config; for the cells the run never
@@ -32,7 +34,7 @@ machine given back), the report can still be rebuilt from them, and completed:
 The report is built by the same code as `poxm report` (selection on the validation log by the config's
 criterion; test labels choose nothing), in a temporary directory renamed into place once complete, and
 kept to what a published folder holds (scripts/lean_results.py: text tables, one PNG per figure, the
-claims' per-instance values; LaTeX and PDF come from `poxm report` on demand).
+claims' moments; LaTeX and PDF come from `poxm report` on demand).
 Learning curves need the per-epoch rows, which published folders do not keep: those figures are left out.
 """
 from __future__ import annotations
@@ -55,8 +57,10 @@ from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.claims_display import claims_replication  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
+from orchestration.report.instance_moments import (MOMENTS_DIR, ArrayMoments, StoredMoments,  # noqa: E402
+                                                   read_moments, write_moments)
 from orchestration.report.instances import (as_published, load_arrays, read_published_instances,  # noqa: E402
-                                            read_rows, row_files, write_rows, write_selected)
+                                            read_rows, row_files, write_rows)
 from poxm_core.common.atomic import publish  # noqa: E402
 from scripts.lean_results import kept_keys, link_to_sweep, make_lean, share_identical  # noqa: E402
 from poxm_core.common.errors import PoxmInputError  # noqa: E402
@@ -163,22 +167,21 @@ def one_dataset(cfg: dict, rows: pd.DataFrame, prepare: pd.DataFrame, name: str)
     return cfg, rows[rows["dataset"] == name], prepare[prepare["dataset"] == name]
 
 
-def _instances(src: Path, trial_dirs: list[Path], out: Path, joined_folders: list[Path] = ()) -> bool:
-    """The folder's instances/<dataset>.npz, the joined folders' and the added trials' test_instances.npz
-    as one file at `out`; False (and none written) when the folder has none: its claims then have the seed
-    term alone."""
-    arrays = read_published_instances(src)
-    for f in joined_folders:
+def _moments(src: Path, trial_dirs: list[Path], joined_folders: list[Path] = ()):
+    """The claims' per-instance terms (instance_moments): the folder's and the joined folders' kept moments,
+    and the per-instance arrays of the joined stages, of folders published before moments were kept
+    (instances/) and of the added trials; None when there are none (the claims then have the seed term
+    alone). The report built with it asks its questions of it, and what it asked is what the folder keeps."""
+    kept, arrays = StoredMoments(), {}
+    for f in [src, *joined_folders]:
+        kept.add_all(read_moments(f))
         arrays.update(read_published_instances(f))
-    if not arrays:
-        return False
     arrays.update(load_arrays([d / "test_instances.npz" for d in trial_dirs]))
-    # the report is built from the arrays the published folder keeps, in the half precision it keeps them
-    # in, so that rebuilding it from the folder gives the same tables
-    arrays = {k: arrays[k].astype(np.float16) for k in kept_keys(arrays)}
-    with open(out, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
-    return True
+    if not kept and not arrays:
+        return None
+    # the arrays in the half precision a published folder kept them in before it kept moments, so that a
+    # stage's values give the same moments whichever way they arrive
+    return ArrayMoments({k: arrays[k].astype(np.float16) for k in kept_keys(arrays)}, kept=kept)
 
 
 def _compare(built: Path, published: Path) -> int:
@@ -247,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
             rows.to_csv(run / "results" / "rows.csv", index=False)
             prepare.to_csv(run / "results" / "prepare.csv", index=False)
-            has_instances = _instances(a.src, a.add, run / "results" / "test_instances.npz", a.join)
-            report = build_report(run)
+            moments = _moments(a.src, a.add, a.join)
+            report = build_report(run, moments=moments)
             # joined stages are one folder afterwards: the command shown is the one that rebuilds it from itself
             shown = " ".join(["python scripts/publish_results.py", str(a.out if a.join else a.src)]
                              + (["--add", "TRIAL_DIR..."] if a.add else [])
@@ -272,10 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                     f.unlink()
                 write_rows(rows, staged)
                 prepare.to_csv(staged / PREPARE, index=False, compression={"method": "xz", "preset": 9})
-                if has_instances:   # the selected heads' per-instance values: the claims' test-set term
-                    sel = pd.read_csv(run / "results" / "selection.csv")
-                    write_selected(run / "results" / "test_instances.npz", sel, staged / "instances",
-                                   sorted(set(rows["dataset"].astype(str))))
+                if moments is not None:   # what the claims' test-set term read, for the rebuild to read again
+                    write_moments(moments, staged / MOMENTS_DIR, sorted(set(rows["dataset"].astype(str))))
                 make_lean(staged)
                 if a.dataset and not a.add:    # its data are the source's: link, do not copy
                     link_to_sweep(staged, a.src, os.path.relpath(a.src.resolve(), a.out.resolve()))

@@ -17,7 +17,6 @@ tables and claims are always there.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -31,6 +30,7 @@ from orchestration.report import claims as C
 from orchestration.report import figures as F
 from orchestration.report import first_screen as FS
 from orchestration.report import tables as T
+from orchestration.report.instance_moments import moment_source
 from orchestration.report.aggregate import expected_from_config, expected_from_grid, expected_from_rows, seed_stats
 from orchestration.report.blocks import claims_blocks, dataset_tables, figure_blocks, table_blocks
 from orchestration.report.claims_family import family_of
@@ -61,7 +61,7 @@ def _ordered(values, preferred: list) -> list:
     return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
 
 
-def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) -> None:
+def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None, moments=None) -> None:
     rows = read_rows(run_dir / "results" / "rows.csv")
     prepare = read_prepare(run_dir / "results" / "prepare.csv")
     config = read_config(run_dir / "config.yaml")
@@ -100,6 +100,10 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
     final = rows[rows["final"]]
     rows_of = {d: final[final["dataset"] == d] for d in datasets}
     pool = FigurePool(expected=4 * len(datasets) + sum(len(v) for v in variants_of.values()))
+    # the per-instance values' source, shared by the claims and the landscape (instance_moments.py): a
+    # published folder's kept moments when given, else the run's arrays
+    inst_file = run_dir / "results" / INSTANCES
+    arrays = np.load(inst_file) if moments is None and inst_file.is_file() else None
     try:
         # the figures that do not depend on the selection first (most of the drawing: one estimator
         # figure per variant): the processes draw them while this one selects, aggregates and bootstraps
@@ -107,9 +111,12 @@ def _write_report(run_dir: Path, out: Path, chosen: RunSelection | None = None) 
         estimators = {(d, v): pool.submit(F.estimator_figure, rows_of[d][rows_of[d]["variant"] == v], d, v, fdir)
                       for d in datasets for v in variants_of[d]}
         _selected_blocks(ReportInputs(run_dir, out, chosen, rows, prepare, config, grid, expected, source, datasets,
-                                      variants_of, rows_of, tdir, fdir, pool, covering, estimators))
+                                      variants_of, rows_of, tdir, fdir, pool, covering, estimators,
+                                      moments if moments is not None else moment_source(arrays)))
     finally:
         pool.close()
+        if arrays is not None:
+            arrays.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +142,7 @@ class ReportInputs:
     pool: FigurePool
     covering: dict
     estimators: dict
+    moments: object = None     # instance_moments source (None: the run kept no per-instance values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,10 +191,8 @@ def _chosen(inp: ReportInputs) -> Chosen:
 
 def _claim_frame(inp: ReportInputs, ch: Chosen) -> pd.DataFrame:
     """The claims under each criterion shown, on the per-instance values when the run kept them."""
-    inst_file = inp.run_dir / "results" / INSTANCES
     family = family_of(inp.config)   # the run's declared `claims:` (or the default family, declared at its start)
-    with (np.load(inst_file) if inst_file.is_file() else contextlib.nullcontext()) as instances:
-        frames = [f for f in (C.claims(inp.rows, s, c, instances, family=family) for c, s in ch.pairs()) if len(f)]
+    frames = [f for f in (C.claims(inp.rows, s, c, inp.moments, family=family) for c, s in ch.pairs()) if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=C.CLAIM_COLUMNS)
 
 
@@ -328,7 +334,7 @@ def _selected_blocks(inp: ReportInputs) -> None:
     blocks += _paper_figure_blocks(inp, ch)
     # beyond the paper: the logging-quality landscape, the variance a re-drawn split adds (each only where the run has one)
     blocks += landscape_blocks(inp.rows, ch.selection, ch.criterion, inp.config, inp.prepare,
-                               inp.run_dir / "results" / INSTANCES, ch.protocol, inp.tdir, inp.fdir, inp.out)
+                               inp.moments, ch.protocol, inp.tdir, inp.fdir, inp.out)
     blocks += split_variance_blocks(frame, ch.stats, inp.config, ch.criterion, ch.protocol, inp.tdir, inp.out)
     blocks += run + sweep_table_blocks(inp.run_dir, ch.protocol, inp.tdir, inp.out) + _dataset_blocks(inp, ch, sections)
     blocks = _resolved(blocks, ch.protocol, inp.out) + _selection_blocks(inp, ch)
@@ -336,12 +342,13 @@ def _selected_blocks(inp: ReportInputs) -> None:
     write_text(inp.out / "index.html", render_html(blocks, f"poxm report — {name}", inp.out))
 
 
-def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = None) -> Path:
+def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = None, moments=None) -> Path:
     """Build run_dir/report/ from run_dir/results/*.csv; returns the report directory.
 
     `selection`: the run's selection (`orchestration.selection.select_run`, computed once by the run
     with its validated config's criterion); without it (a report built on its own) the report selects
-    with the criterion of run_dir/config.yaml.
+    with the criterion of run_dir/config.yaml. `moments`: where the claims' per-instance terms come from
+    (an instance_moments source: a published folder's); by default run_dir/results/test_instances.npz.
 
     Built in a temporary directory beside it, then swapped in, so a failed build leaves the old
     report untouched and no half-written report looks complete.
@@ -352,7 +359,7 @@ def build_report(run_dir: str | os.PathLike, selection: RunSelection | None = No
     final = run_dir / "report"
     tmp = Path(tempfile.mkdtemp(prefix=".report.tmp-", dir=run_dir))
     try:
-        _write_report(run_dir, tmp, selection)
+        _write_report(run_dir, tmp, selection, moments)
         old = None
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=".report.old-", dir=run_dir))

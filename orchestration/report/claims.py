@@ -35,6 +35,7 @@ from orchestration.report.claims_family import EXPLORATORY, Family, default_fami
 from orchestration.report.claims_registry import (CLAIM_COLUMNS, CLAIMS, P_CLAIM, P_FROM, P_TO,  # noqa: F401
                                                   P_VARIANT, SCALE, SIGN, Claim, _twin)
 from orchestration.report.inference import paired_inference
+from orchestration.report.instance_moments import moment_source, pair_moments
 from orchestration.selection import PAPER_CRITERION, selected_rows, selection_label
 
 HEAD = ["dataset", "variant", "method"]
@@ -71,9 +72,10 @@ def instance_key(dataset, variant, seed, method, p, lam, metric) -> str:
     return f"{dataset}|{variant}|{int(seed)}|{method}|{p}|{lam}|{metric}"
 
 
-def _instance_lookup(sel: pd.DataFrame, instances):
-    """lookup(dataset, variant, method, seed, metric) -> the selected head's (n_test,) values or None."""
-    if instances is None:
+def _instance_lookup(sel: pd.DataFrame, src):
+    """lookup(dataset, variant, method, seed, metric) -> the key of the selected head's per-instance
+    values in `src` (instance_moments: its twin metric's where it has none), or None."""
+    if src is None:
         return lambda *a: None
     heads = {(str(r.dataset), str(r.variant), str(r.method), int(r.seed)): (r.p, r.lam)
              for r in sel.itertuples(index=False)}
@@ -84,30 +86,31 @@ def _instance_lookup(sel: pd.DataFrame, instances):
             return None
         for m in (metric, _twin(metric)):
             k = instance_key(dataset, variant, seed, method, pl[0], pl[1], m)
-            if k in instances:
-                return np.asarray(instances[k], dtype=float)
+            if src.has(k):
+                return k
         return None
     return lookup
 
 
-def _instance_diffs(inst, dataset: str, variant: str, claim: Claim, seeds: list, scale: float):
-    """(n, m) per-instance differences of the claim's two heads per seed, or None where any is missing."""
-    if inst is None:
+def _instance_diffs(inst, src, dataset: str, variant: str, claim: Claim, seeds: list, scale: float):
+    """The crossed moments of the claim's two heads' per-instance differences over `seeds`, or None
+    where any is missing."""
+    if inst is None or src is None:
         return None
     xs = [inst(dataset, variant, claim.first, s, claim.metric) for s in seeds]
     ys = [inst(dataset, variant, claim.second, s, claim.second_metric or claim.metric) for s in seeds]
-    if all(x is not None for x in xs + ys) and len({len(x) for x in xs + ys}) == 1:
-        return scale * (np.stack(xs) - np.stack(ys))
-    return None
+    if any(k is None for k in xs + ys):
+        return None
+    return pair_moments(src, xs, ys, scale)
 
 
 def _record(criterion: str, dataset: str, variant: str, claim: Claim, a: pd.Series, b: pd.Series,
-            scale: float, family: Family, inst=None) -> dict | None:
+            scale: float, family: Family, inst=None, src=None) -> dict | None:
     seeds = sorted(set(a.index) & set(b.index))
     if not seeds:
         return None
     diffs = scale * (a.loc[seeds].to_numpy(dtype=float) - b.loc[seeds].to_numpy(dtype=float))
-    r = paired_inference(diffs, _instance_diffs(inst, dataset, variant, claim, seeds, scale))
+    r = paired_inference(diffs, _instance_diffs(inst, src, dataset, variant, claim, seeds, scale))
     entry = family.entry(criterion, claim.key, dataset, variant)
     test = entry.test if entry is not None else claim.default_test
     return {"criterion": criterion, "paper_criterion": criterion == PAPER_CRITERION, "dataset": dataset,
@@ -132,7 +135,8 @@ def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str, instance
 
     `rows`: result rows (``selection.check_rows``); `selection`: from ``selection.select(rows,
     criterion)`` (other labels in it are ignored); `instances`: a mapping of per-instance test values
-    (results/test_instances.npz opened with np.load) or None; `family`: the run's declared family
+    (results/test_instances.npz opened with np.load), an instance_moments source (a published folder's
+    moments, or one shared by the report's parts) or None; `family`: the run's declared family
     (``claims_family.family_of(config)``), None for the default one (every claim under any criterion but
     the paper's). Columns ``CLAIM_COLUMNS``; one row per (dataset, variant, claim) with at least one seed
     where both methods have a value; the verdicts Holm over the family's rows of this frame.
@@ -143,7 +147,8 @@ def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str, instance
     if sel.empty:
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     values = _last_values(selected_rows(rows, sel, label, split="test"))
-    inst = _instance_lookup(sel, instances)
+    src = moment_source(instances)
+    inst = _instance_lookup(sel, src)
     recs = []
     for d in sorted(sel["dataset"].astype(str).unique()):
         variants = sorted(sel[sel["dataset"] == d]["variant"].astype(str).unique())
@@ -151,7 +156,7 @@ def claims(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str, instance
             for v in variants:
                 recs.append(_record(criterion, d, v, c, _per_seed(values, d, v, c.first, c.metric),
                                     _per_seed(values, d, v, c.second, c.second_metric or c.metric), SCALE,
-                                    family, inst))
+                                    family, inst, src))
         if P_FROM in variants and P_TO in variants:
             recs.append(_p_record(criterion, d, sel, family))
     recs = [r for r in recs if r is not None]

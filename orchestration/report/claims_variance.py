@@ -9,7 +9,7 @@ of per-instance differences:
   interaction part  v_int                 (a seed's gain differing between instances)
 
 Per cell of the claims table that has per-instance values (a published folder keeps the claims'
-arrays, instances/*.npz.xz), the share of each part in their sum, and which part is largest:
+moments, moments/*.npz.xz), the share of each part in their sum, and which part is largest:
 
     python -m orchestration.report.claims_variance docs/results/real-data [--criterion IS]
 
@@ -28,7 +28,7 @@ import pandas as pd
 from orchestration.report.claims import claims
 from orchestration.report.claims_family import default_family
 from orchestration.report.inference import SEEDS_AND_INSTANCES
-from orchestration.report.instances import read_published_instances, read_rows
+from orchestration.report.instances import published_source, read_rows
 from orchestration.selection import PAPER_CRITERION, select
 
 PARTS = ("seed", "instance", "interaction")
@@ -58,7 +58,7 @@ def folder_shares(folder: Path, criteria: tuple[str, ...] = ("IS", PAPER_CRITERI
     of `criteria` on the validation rows, its per-instance arrays), every cell in the default family."""
     rows = read_rows(folder)
     rows = rows[rows["final"]]
-    instances = read_published_instances(folder)
+    instances = published_source(folder)
     frames = [claims(rows, select(rows, c), c, instances, family=default_family()) for c in criteria]
     return shares(pd.concat([f for f in frames if len(f)], ignore_index=True))
 

@@ -42,12 +42,13 @@ seeds cannot say how much a third would differ.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["MIN_SEEDS", "ALPHA", "LEVEL", "TOO_FEW", "paired_inference", "crossed_terms", "crossed_variance",
+__all__ = ["MIN_SEEDS", "ALPHA", "LEVEL", "TOO_FEW", "CrossedMoments", "paired_inference", "crossed_terms", "crossed_variance",
            "sign_test", "holm", "verdict_of"]
 
 MIN_SEEDS = 3
@@ -71,16 +72,39 @@ def sign_test(positive: int, negative: int) -> float:
     return float(min(1.0, 2.0 * stats.binom.cdf(min(int(positive), int(negative)), k, 0.5)))
 
 
+@dataclasses.dataclass(frozen=True)
+class CrossedMoments:
+    """What the crossed variance reads of the (n, m) differences D_si: each seed's mean over the
+    instances (row_means, (n,)), each instance's mean over the seeds (col_means, (m,)) and Σ_si D_si²
+    (sumsq). A published folder keeps these, not D (instance_moments.py)."""
+    n: int
+    m: int
+    row_means: np.ndarray
+    col_means: np.ndarray
+    sumsq: float
+
+    @classmethod
+    def of(cls, instance_diffs) -> "CrossedMoments":
+        """The moments of an (n, m) matrix D (or `instance_diffs` itself when it is moments already)."""
+        if isinstance(instance_diffs, cls):
+            return instance_diffs
+        D = np.asarray(instance_diffs, dtype=float)
+        return cls(n=D.shape[0], m=D.shape[1], row_means=D.mean(axis=1), col_means=D.mean(axis=0),
+                   sumsq=float((D ** 2).sum()))
+
+
 def crossed_terms(seed_diffs, instance_diffs) -> tuple[float, float, float]:
     """(v_seed, v_inst, v_int) of the module docstring: `seed_diffs` (n,) the per-seed means d_s,
-    `instance_diffs` (n, m) the per-instance differences D_si (n, m >= 2). v_int from D alone (its own
-    row, column and grand means); v_seed from `seed_diffs`, the rows' means as the run recorded them."""
+    `instance_diffs` the per-instance differences D_si as an (n, m) matrix or its CrossedMoments (n, m
+    >= 2). v_int from D alone (its own row, column and grand means: the residual sum of squares is
+    Σ D² − m Σ_s r_s² − n Σ_i D̄_i² + nm D̄², the two-way layout's identity); v_seed from `seed_diffs`,
+    the rows' means as the run recorded them."""
     d = np.asarray(seed_diffs, dtype=float)
-    D = np.asarray(instance_diffs, dtype=float)
-    n, m = D.shape
-    col = D.mean(axis=0)
-    resid = D - D.mean(axis=1, keepdims=True) - col[None, :] + D.mean()
-    ms_res = float((resid ** 2).sum()) / ((n - 1) * (m - 1))
+    mo = CrossedMoments.of(instance_diffs)
+    n, m, row, col = mo.n, mo.m, np.asarray(mo.row_means, dtype=float), np.asarray(mo.col_means, dtype=float)
+    ss_res = mo.sumsq - m * float(row @ row) - n * float(col @ col) + n * m * float(row.mean()) ** 2
+    # rounding can leave a residual that is exactly zero slightly below it
+    ms_res = max(ss_res, 0.0) / ((n - 1) * (m - 1))
     return float(d.var(ddof=1)) / n, float(col.var(ddof=1)) / m, ms_res / (n * m)
 
 
@@ -98,14 +122,14 @@ def paired_inference(seed_diffs, instance_diffs=None, level: float = LEVEL) -> d
     """Mean, standard error, df, `level` interval and two-sided p-value of a paired difference (module
     docstring), and the sign count with its exact sign test. `seed_diffs` (n,): each seed's mean
     difference; `instance_diffs` (n, m) or None: each seed's per-instance differences on the shared
-    test set (same instance order in every row)."""
+    test set (same instance order in every row), or their CrossedMoments."""
     d = np.asarray(seed_diffs, dtype=float)
     n = len(d)
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     out = {"diff": float(d.mean()) if n else math.nan, "positive": pos, "negative": neg,
            "p_sign": sign_test(pos, neg)}
-    D = None if instance_diffs is None else np.asarray(instance_diffs, dtype=float)
-    m = 0 if D is None else D.shape[1]
+    D = None if instance_diffs is None else CrossedMoments.of(instance_diffs)
+    m = 0 if D is None else D.m
     kind = SEEDS_AND_INSTANCES if D is not None and m > 1 else SEEDS_ONLY
     if n < 2:
         return {**out, **_nan_result(n, m, kind)}

@@ -1,11 +1,13 @@
-"""The files of a published report that hold data: the selected heads' per-instance test values (in half
-precision) and the final rows, each cut into files small enough for a repository.
+"""The files of a published report that hold data: the final rows, cut into files small enough for a
+repository, and the selected heads' per-instance test values on their way there.
 
 A run keeps every head's per-instance test values (results/test_instances.npz: every grid point of
-every trial, hundreds of MB for a full benchmark). The claims read only the heads a criterion selected,
-so a published folder keeps those (instances/<dataset>_<variant>.npz: the heads of every honest selection,
-not the oracle's; float16, whose relative rounding of 5e-4 on one instance's value moves an interval's width by
-far less than its last printed digit), and a report rebuilt from the folder computes the same intervals.
+every trial, hundreds of MB for a full benchmark). The claims read only the heads a criterion selected:
+a stage's folder (`scripts/device.sh publish fold`) keeps those (instances/<dataset>_<variant>.npz: the
+heads of every honest selection, not the oracle's; float16, whose relative rounding of 5e-4 on one
+instance's value moves an interval's width by far less than its last printed digit). A published folder
+keeps only the sums its claims read of them (moments/, instance_moments.py), computed from those
+half-precision values; folders published before that keep the arrays, which are read the same way.
 The final rows are kept one file per dataset (rows-<dataset>.csv.xz: xz holds them in three quarters of
 gzip's bytes, and writes the same bytes for the same rows); rows-<dataset>.csv.gz and the single
 rows.csv.gz of folders published before are read as well.
@@ -105,3 +107,14 @@ def read_published_instances(folder: Path) -> dict[str, np.ndarray]:
     """Every array of a published folder's instances/<dataset>_<variant>.npz.xz (or .npz) files ({} when
     it has none)."""
     return load_arrays(sorted([*(folder / "instances").glob("*.npz"), *(folder / "instances").glob("*.npz.xz")]))
+
+
+def published_source(folder: Path):
+    """A published folder's per-instance terms as one instance_moments source: its kept moments
+    (moments/), and the arrays of a folder published before moments were kept (instances/); None when it
+    has neither."""
+    from orchestration.report.instance_moments import ArrayMoments, read_moments
+    kept, arrays = read_moments(folder), read_published_instances(folder)
+    if not kept and not arrays:
+        return None
+    return ArrayMoments({k: a.astype(np.float16) for k, a in arrays.items()}, kept=kept)

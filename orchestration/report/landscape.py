@@ -29,6 +29,7 @@ import pandas as pd
 
 from orchestration.report.claims import instance_key
 from orchestration.report.inference import MIN_SEEDS, paired_inference
+from orchestration.report.instance_moments import moment_source, pair_moments
 from orchestration.report.method_names import method_list, method_name
 from orchestration.report.table_format import Table
 from orchestration.selection import selected_rows, selection_label
@@ -107,28 +108,29 @@ def _bar(values: dict, prepare: pd.DataFrame | None, dataset: str, variant: str)
     return pd.Series(here["value"].to_numpy(dtype=float), index=here["seed"].astype(int).to_numpy()), False
 
 
-def _instances(instances, heads: dict, dataset: str, variant: str, seeds, method: str, metric: str):
-    """(n_seeds, m) per-instance values of `method`'s selected heads, or None where any is missing."""
-    if instances is None:
+def _instances(src, heads: dict, dataset: str, variant: str, seeds, method: str, metric: str):
+    """The keys of `method`'s selected heads' per-instance values over `seeds` (instance_moments), or None
+    where any is missing."""
+    if src is None:
         return None
     out = []
     for s in seeds:
         pl = heads.get((variant, method, int(s)))
         k = None if pl is None else instance_key(dataset, variant, s, method, pl[0], pl[1], metric)
-        if k is None or k not in instances:
+        if k is None or not src.has(k):
             return None
-        out.append(np.asarray(instances[k], dtype=float))
-    return np.stack(out) if len({len(x) for x in out}) == 1 else None
+        out.append(k)
+    return out
 
 
-def _cell(a: pd.Series, bar: pd.Series, inst_a, inst_bar) -> dict | None:
+def _cell(a: pd.Series, bar: pd.Series, inst_a, inst_bar, src=None) -> dict | None:
     seeds = sorted(set(a.index) & set(bar.index))
     if not seeds:
         return None
     d = SCALE * (a.loc[seeds].to_numpy(dtype=float) - bar.loc[seeds].to_numpy(dtype=float))
     per = None
-    if inst_a is not None and inst_bar is not None and inst_a.shape == inst_bar.shape:
-        per = SCALE * (inst_a - inst_bar)
+    if inst_a is not None and inst_bar is not None and len(inst_a) == len(inst_bar):
+        per = pair_moments(src, inst_a, inst_bar, SCALE)
     r = paired_inference(d, per)
     lo, hi = (r["ci_lo"], r["ci_hi"]) if r["n"] >= MIN_SEEDS else (math.nan, math.nan)
     return {"bar": SCALE * float(bar.loc[seeds].mean()), "value": SCALE * float(a.loc[seeds].mean()), "diff": r["diff"],
@@ -152,6 +154,7 @@ def landscape_data(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str, 
     (bar, value, diff, ci_lo, ci_hi ×100); empty when no dataset spans a landscape."""
     label = selection_label(criterion)
     sel = selection[selection["selection"] == label]
+    instances = moment_source(instances)
     recs = []
     for dataset in sorted(sel["dataset"].astype(str).unique()):
         variants = landscape_variants(config, prepare, dataset)
@@ -179,7 +182,7 @@ def _variant_cells(values, heads, prepare, instances, dataset, v, sel, criterion
             seeds = sorted(set(a.index) & set(bar.index))
             inst = _instances(instances, heads, dataset, v.variant, seeds, m, POLICIES[policy])
             ib = None if bar_inst is None or seeds != sorted(bar.index) else bar_inst
-            c = _cell(a, bar, inst, ib)
+            c = _cell(a, bar, inst, ib, instances)
             if c is not None:
                 out.append({"criterion": criterion, "dataset": dataset, "variant": v.variant, "alpha": v.alpha,
                             "T": v.T, "matched": v.matched, "method": m, "policy": policy,
@@ -288,17 +291,14 @@ def landscape_sentence(frame: pd.DataFrame) -> str:
 
 
 def landscape_blocks(rows: pd.DataFrame, selection: pd.DataFrame, criterion: str, config: dict,
-                     prepare: pd.DataFrame | None, instances_file, protocol: str | None, tdir, fdir, out) -> list[tuple]:
+                     prepare: pd.DataFrame | None, instances, protocol: str | None, tdir, fdir, out) -> list[tuple]:
     """The report's landscape section (heading, the sentence, the figure, a table per dataset); [] when no
-    dataset spans a landscape. `instances_file`: results/test_instances.npz (read where it exists)."""
-    import contextlib
+    dataset spans a landscape. `instances`: the per-instance values' source (instance_moments) or None."""
     from pathlib import Path
 
     from orchestration.report.blocks import figure_blocks, table_blocks
     from orchestration.report.landscape_figure import landscape_figure
-    f = Path(instances_file) if instances_file is not None else None
-    with (np.load(f) if f is not None and f.is_file() else contextlib.nullcontext()) as instances:
-        frame = landscape_data(rows, selection, criterion, config, prepare, instances)
+    frame = landscape_data(rows, selection, criterion, config, prepare, instances)
     if frame.empty:
         return []
     blocks: list[tuple] = [("h2", "Logging-quality landscape"), ("p", landscape_sentence(frame))]

@@ -57,6 +57,8 @@ def test_added_trials_join_the_report(folder):
     assert pub.main([str(src), "--add", str(t1), str(t2), "--out", str(out)]) == 0
     rows = read_rows(out)
     assert [f.name for f in row_files(out)] == ["rows-tiny.csv.xz"]       # one file per dataset
+    # the claims' test-set term as the sums the report read (instance_moments), not the trials' arrays
+    assert [f.name for f in (out / "moments").iterdir()] == ["tiny_A.npz.xz"] and not (out / "instances").exists()
     assert sorted(rows["seed"].unique()) == [0, 1, 2] and rows["final"].all()
     # the report is the one `poxm report` builds: claims over the 3 seeds, the folder's config kept as it was
     claims = pd.read_csv(out / "tables" / "claims.csv")
