@@ -55,6 +55,7 @@ from orchestration.stages.merge import _first_difference  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.claims_display import claims_replication  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
+from orchestration.report.inputs import selection_criterion  # noqa: E402
 from orchestration.report.instances import (as_published, load_arrays, read_published_instances,  # noqa: E402
                                             read_rows, row_files, write_rows, write_selected)
 from poxm_core.common.atomic import publish  # noqa: E402
@@ -240,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = added_rows(cfg, rows, a.add)
         if a.dataset:
             cfg, rows, prepare = one_dataset(cfg, rows, prepare, a.dataset)
-        rows = as_published(rows)
+        # the rows as the folder keeps them: rounded, and only those the tables read (instances.kept_rows)
+        rows = as_published(rows, selection_criterion(cfg))
         with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
             run = Path(tmp) / cfg["name"]
             (run / "results").mkdir(parents=True)
