@@ -1,6 +1,8 @@
 """Rebuild a published report (a docs/results/<name>/ folder) from its committed rows.
 
-A published folder holds the run's final rows (rows-<dataset>.csv.xz; older folders one rows.csv.gz), its
+A published folder holds the run's final rows that its tables read (rows-<dataset>.csv.xz; older folders one
+rows.csv.gz; orchestration.report.instances.kept_rows: every validation row, test R@5 at every grid point,
+every test row of a head a selection chose; the run directory and MLflow keep the rest), its
 logging statistics (prepare.csv.xz), its
 resolved config (config.yaml) and, where the run kept them, the selected heads' per-instance test values
 (instances/<dataset>_<variant>.npz: the claims' test-set term), beside the report. When the run directory itself is gone (a GPU
@@ -30,7 +32,9 @@ machine given back), the report can still be rebuilt from them, and completed:
       (Markdown: each cell the confirmatory run shares with an exploratory one, both verdicts, and how they read)
 
 The report is built by the same code as `poxm report` (selection on the validation log by the config's
-criterion; test labels choose nothing), in a temporary directory renamed into place once complete, and
+criterion; test labels choose nothing), from the rows as the folder keeps them (seven significant digits,
+the rows the tables read: a rebuild from the folder gives the same tables; rebuilding a folder that holds
+more rows leaves those out), in a temporary directory renamed into place once complete, and
 kept to what a published folder holds (scripts/lean_results.py: text tables, one PNG per figure, the
 claims' per-instance values; LaTeX and PDF come from `poxm report` on demand).
 Learning curves need the per-epoch rows, which published folders do not keep: those figures are left out.
