@@ -56,10 +56,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestration.stages.merge import _first_difference  # noqa: E402
+from orchestration.report.inputs import selection_criterion  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.claims_display import claims_replication  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
-from orchestration.report.inputs import selection_criterion  # noqa: E402
 from orchestration.report.instances import (as_published, load_arrays, read_published_instances,  # noqa: E402
                                             read_rows, row_files, write_rows, write_selected)
 from poxm_core.common.atomic import publish  # noqa: E402
