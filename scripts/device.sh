@@ -62,10 +62,10 @@ cmd_publish() (
 #   scripts/device.sh publish reduce CONFIG OUT DATASET:VARIANT...
 #                                                  CONFIG reduced to those (dataset, variant) cells (a stage
 #                                                  of a declared run: nothing else changes), written to OUT
-#   scripts/device.sh publish fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, final
-#                                                  rows-<dataset>.csv.xz, prepare.csv, the selected heads' per-instance
+#   scripts/device.sh publish fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, every final
+#                                                  row: rows-<dataset>.csv.xz, prepare.csv, the selected heads' per-instance
 #                                                  values instances/<dataset>.npz, the report's tables) for
-#                                                  scripts/publish_results.py here
+#                                                  scripts/publish_results.py here (which keeps the rows the tables read)
 #   scripts/device.sh publish pack                 HERE: the wheels the machine lacks (Ray, pydantic, ...)
 #                                                  into .devpack-aa, -ab, -ac (parts of 29 MB: each call also carries the working tree, 27 MB)
 #

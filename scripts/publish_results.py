@@ -1,6 +1,8 @@
 """Rebuild a published report (a docs/results/<name>/ folder) from its committed rows.
 
-A published folder holds the run's final rows (rows-<dataset>.csv.xz; older folders one rows.csv.gz), its
+A published folder holds the run's final rows that its tables read (rows-<dataset>.csv.xz; older folders one
+rows.csv.gz; orchestration.report.instances.kept_rows: every validation row, test R@5 at every grid point,
+every test row of a head a selection chose; the run directory and MLflow keep the rest), its
 logging statistics (prepare.csv.xz), its
 resolved config (config.yaml) and, where the run kept per-instance test values, the sums of them the
 claims' test-set term reads (moments/<dataset>_<variant>.npz.xz: orchestration/report/instance_moments.py;
@@ -32,7 +34,9 @@ machine given back), the report can still be rebuilt from them, and completed:
       (Markdown: each cell the confirmatory run shares with an exploratory one, both verdicts, and how they read)
 
 The report is built by the same code as `poxm report` (selection on the validation log by the config's
-criterion; test labels choose nothing), in a temporary directory renamed into place once complete, and
+criterion; test labels choose nothing), from the rows as the folder keeps them (seven significant digits,
+the rows the tables read: a rebuild from the folder gives the same tables; rebuilding a folder that holds
+more rows leaves those out), in a temporary directory renamed into place once complete, and
 kept to what a published folder holds (scripts/lean_results.py: text tables, one PNG per figure, the
 claims' moments; LaTeX and PDF come from `poxm report` on demand).
 Learning curves need the per-epoch rows, which published folders do not keep: those figures are left out.
@@ -54,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestration.stages.merge import _first_difference  # noqa: E402
+from orchestration.report.inputs import selection_criterion  # noqa: E402
 from orchestration.report.claims import claims_markdown, read_claims  # noqa: E402
 from orchestration.report.claims_display import claims_replication  # noqa: E402
 from orchestration.report.build import SELECTION_LINK, build_report  # noqa: E402
@@ -243,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = added_rows(cfg, rows, a.add)
         if a.dataset:
             cfg, rows, prepare = one_dataset(cfg, rows, prepare, a.dataset)
-        rows = as_published(rows)
+        # the rows as the folder keeps them: rounded, and only those the tables read (instances.kept_rows)
+        rows = as_published(rows, selection_criterion(cfg))
         with tempfile.TemporaryDirectory(prefix="publish-") as tmp:
             run = Path(tmp) / cfg["name"]
             (run / "results").mkdir(parents=True)

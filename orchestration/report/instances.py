@@ -10,7 +10,10 @@ keeps only the sums its claims read of them (moments/, instance_moments.py), com
 half-precision values; folders published before that keep the arrays, which are read the same way.
 The final rows are kept one file per dataset (rows-<dataset>.csv.xz: xz holds them in three quarters of
 gzip's bytes, and writes the same bytes for the same rows); rows-<dataset>.csv.gz and the single
-rows.csv.gz of folders published before are read as well.
+rows.csv.gz of folders published before are read as well. A published folder keeps only the final rows its
+tables and figures read (`kept_rows`): every validation row, test R@5 at every grid point, and every test row
+of the heads a selection chose (the run's criterion, the paper's SNIS, the test-best oracle); the run
+directory and MLflow keep every row.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from orchestration.report.claims import instance_key
+from orchestration.selection import POINT, RunSelection, select_run
 
 METRICS = ("R@5", "PSR@5", "P@5")
 ORACLE = "oracle"
@@ -72,12 +76,68 @@ def write_rows(rows: pd.DataFrame, folder: Path) -> list[Path]:
     return out
 
 
-def as_published(rows: pd.DataFrame) -> pd.DataFrame:
+# The test metrics a table or figure reads at every grid point, not only at the selected heads: R@5, for the
+# rank correlation of each criterion with test R@5 across the grid (spearman_<d>), the robustness figure's POXM
+# test R@5 per p (figures.per_p_data) and the test-best (oracle) choice (selection.select). Every other test
+# metric (R@1/3, P@k, nDCG@k, nDCR@k, PSP@k, PSR@k, truncated_mass) is read only at the heads a selection chose:
+# the headline, results, greedy and selection tables, the claims, gap shares, landscape, split variance,
+# sharpness figure and logging statistics.
+GRID_TEST_METRICS = ("R@5",)
+TEST_SPLIT = "test"
+
+
+def _points(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame`'s grid points (selection.POINT) in one dtype per column, so that rows and a selection read
+    back from CSV match (a NaN λ matches a NaN λ)."""
+    return pd.DataFrame({"dataset": frame["dataset"].astype(str).to_numpy(),
+                         "variant": frame["variant"].astype(str).to_numpy(),
+                         "method": frame["method"].astype(str).to_numpy(),
+                         "seed": pd.to_numeric(frame["seed"]).astype("int64").to_numpy(),
+                         "p": pd.to_numeric(frame["p"]).astype("int64").to_numpy(),
+                         "lam": pd.to_numeric(frame["lam"]).astype("float64").to_numpy()})[POINT]
+
+
+def kept_rows(rows: pd.DataFrame, selection: pd.DataFrame) -> pd.DataFrame:
+    """The final rows a published folder keeps, in their order: what its tables and figures read.
+
+    docs/results must stay within 15 MB (tests/project/test_published_results.py), and a run's test rows
+    at grid points no criterion chose are about half its rows' compressed bytes while the report reads
+    only R@5 of them (GRID_TEST_METRICS). Kept: every row outside split 'test' (the validation estimates and
+    V_true: selection and the estimator figures read them at every point), the test rows of GRID_TEST_METRICS
+    at every point, and every test row of a grid point `selection` holds under any label (`selection`:
+    RunSelection.frame(), the run's criterion's, the oracle's and the paper's choices, every seed); a grid
+    point none of whose rows would be kept keeps them all, so that no point leaves the grid. Selection on
+    the kept rows chooses the same heads, so a report rebuilt from them equals the one built from every
+    row. The run directory and MLflow keep every row."""
+    keep = (rows["split"].astype(str) != TEST_SPLIT).to_numpy() | rows["metric"].astype(str).isin(
+        GRID_TEST_METRICS).to_numpy()
+    if keep.all():
+        return rows
+    pts = _points(rows)
+    chosen = _points(selection).drop_duplicates().assign(_chosen=True)
+    keep |= pts.merge(chosen, on=POINT, how="left")["_chosen"].notna().to_numpy()
+    # a point left with no row at all keeps its rows (it still counts among the grid's points)
+    keep |= ~pd.Series(keep).groupby([pts[c] for c in POINT], dropna=False, sort=False).transform("any").to_numpy()
+    return rows[keep]
+
+
+def as_published(rows: pd.DataFrame, criterion: str | None = None) -> pd.DataFrame:
     """`rows` as a rebuild reads them back from write_rows' files (7 significant digits, datasets in name
-    order): a report built from these equals the one rebuilt later from the folder."""
+    order): a report built from these equals the one rebuilt later from the folder. With `criterion` (the
+    run's selection criterion), only the rows the tables read (`kept_rows`) under the selection a report
+    makes of the rows so rounded (`published_selection`)."""
     parts = [pd.read_csv(io.StringIO(g.to_csv(index=False, float_format=ROW_DIGITS)))
              for _, g in rows.groupby(rows["dataset"].astype(str), sort=True)]
-    return pd.concat(parts, ignore_index=True) if parts else rows
+    out = pd.concat(parts, ignore_index=True) if parts else rows
+    if criterion is None or out.empty:
+        return out
+    return kept_rows(out, published_selection(out, criterion).frame()).reset_index(drop=True)
+
+
+def published_selection(rows: pd.DataFrame, criterion: str) -> RunSelection:
+    """The selection a report makes of published `rows` (selection.select_run by `criterion`, beside it the
+    paper's): kept_rows keeps the test rows of its heads."""
+    return select_run(rows, criterion)
 
 
 def row_files(folder: Path) -> list[Path]:
