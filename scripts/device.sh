@@ -62,6 +62,14 @@ cmd_publish() (
 #   scripts/device.sh publish reduce CONFIG OUT DATASET:VARIANT...
 #                                                  CONFIG reduced to those (dataset, variant) cells (a stage
 #                                                  of a declared run: nothing else changes), written to OUT
+#   scripts/device.sh publish stages DEADLINE_S CONFIG NAME=DATASET:VARIANT[+DATASET:VARIANT]...
+#                                                  stages of a declared run one after another, each reduced,
+#                                                  run and folded into /tmp/stages/NAME.tgz as soon as it
+#                                                  ends (start it detached; each `detached wait` call copies
+#                                                  the finished ones to $OUT: a machine lost later keeps
+#                                                  what came back)
+#   scripts/device.sh publish rundir RUNS          the run directory under RUNS (the one with sweep.json, not
+#                                                  the cache beside it)
 #   scripts/device.sh publish fold RUN_DIR OUTDIR  a published-folder twin of the run (config.yaml, every final
 #                                                  row: rows-<dataset>.csv.xz, prepare.csv, the selected heads' per-instance
 #                                                  values instances/<dataset>.npz, the report's tables) for
@@ -140,6 +148,22 @@ with open(out, "w") as fh:
     yaml.safe_dump(cfg, fh, sort_keys=False)
 print(out, [(d["name"], [v["name"] for v in d["variants"]]) for d in cfg["datasets"]])
 PY
+    exit 0 ;;
+  rundir)
+    for d in "$1"/*/; do [ -f "$d/sweep.json" ] && { echo "${d%/}"; exit 0; }; done
+    echo "publish rundir: no run directory (with sweep.json) under $1" >&2; exit 1 ;;
+  stages)
+    deadline=$(( $(date +%s) + $1 )); config=$2; shift 2
+    mkdir -p /tmp/stages
+    for spec in "$@"; do
+      name=${spec%%=*}; cells=${spec#*=}
+      "$0" publish reduce "$config" "/tmp/stages/$name.yaml" ${cells//+/ } || exit 2
+      GPU_RUNS=/tmp/stages/runs-$name "$0" publish run $(( deadline - $(date +%s) )) "/tmp/stages/$name.yaml"
+      run=$("$0" publish rundir "/tmp/stages/runs-$name") || continue
+      "$0" publish fold "$run" "/tmp/stages/out/$name" > /dev/null &&
+        tar czf "/tmp/stages/.$name.tgz" -C /tmp/stages/out "$name" && mv "/tmp/stages/.$name.tgz" "/tmp/stages/$name.tgz" &&
+        echo "== stage $name folded: /tmp/stages/$name.tgz $(date +%T)"
+    done
     exit 0 ;;
   fold)
     run=$1; out=$2; mkdir -p "$out"

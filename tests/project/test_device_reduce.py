@@ -43,3 +43,18 @@ def test_a_cell_the_config_lacks_is_one_line_and_nothing_written(tmp_path):
     assert r.returncode == 2 and not out.exists()
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert "bibtex:Q is not a DATASET:VARIANT" in r.stderr and "bibtex:P" in r.stderr
+
+
+def test_the_run_directory_is_the_one_with_its_sweep_not_the_cache(tmp_path):
+    """`publish rundir`: a stage's runs folder holds the shared cache beside the run (a stage once folded
+    the cache, alphabetically first, and failed)."""
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "confirmatory-1a2b").mkdir()
+    (tmp_path / "confirmatory-1a2b" / "sweep.json").write_text("{}")
+    r = subprocess.run(["bash", str(REPO / "scripts" / "device.sh"), "publish", "rundir", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == str(tmp_path / "confirmatory-1a2b"), r
+    (tmp_path / "confirmatory-1a2b" / "sweep.json").unlink()
+    r = subprocess.run(["bash", str(REPO / "scripts" / "device.sh"), "publish", "rundir", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "no run directory" in r.stderr
