@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from orchestration.report.claims import instance_key
-from orchestration.selection import POINT, RunSelection, select_run
+from orchestration.selection import POINT, select_run
 
 METRICS = ("R@5", "PSR@5", "P@5")
 ORACLE = "oracle"
@@ -125,19 +125,13 @@ def as_published(rows: pd.DataFrame, criterion: str | None = None) -> pd.DataFra
     """`rows` as a rebuild reads them back from write_rows' files (7 significant digits, datasets in name
     order): a report built from these equals the one rebuilt later from the folder. With `criterion` (the
     run's selection criterion), only the rows the tables read (`kept_rows`) under the selection a report
-    makes of the rows so rounded (`published_selection`)."""
+    makes of the rows so rounded (selection.select_run by `criterion`, the paper's beside it)."""
     parts = [pd.read_csv(io.StringIO(g.to_csv(index=False, float_format=ROW_DIGITS)))
              for _, g in rows.groupby(rows["dataset"].astype(str), sort=True)]
     out = pd.concat(parts, ignore_index=True) if parts else rows
     if criterion is None or out.empty:
         return out
-    return kept_rows(out, published_selection(out, criterion).frame()).reset_index(drop=True)
-
-
-def published_selection(rows: pd.DataFrame, criterion: str) -> RunSelection:
-    """The selection a report makes of published `rows` (selection.select_run by `criterion`, beside it the
-    paper's): kept_rows keeps the test rows of its heads."""
-    return select_run(rows, criterion)
+    return kept_rows(out, select_run(out, criterion).frame()).reset_index(drop=True)
 
 
 def row_files(folder: Path) -> list[Path]:
